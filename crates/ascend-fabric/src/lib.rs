@@ -8,6 +8,7 @@
 //! * [`ranges`]: the sorted range map that checks and translates descriptor addresses.
 #![deny(unsafe_code)]
 
+pub mod control;
 pub mod options;
 pub mod ranges;
 pub mod wire;

@@ -1,0 +1,280 @@
+//! The control server and client over real loopback sockets.
+
+use ascend_fabric::control::{
+    self, status, ClientError, ControlHandler, ControlServer, ServerConfig,
+};
+use ascend_fabric::wire::{self, Frame, MsgType, NotifyMsg, ShareHandleEntry};
+use parking_lot::Mutex;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Default)]
+struct Handler {
+    entries: Vec<ShareHandleEntry>,
+    events: Mutex<Vec<String>>,
+}
+
+impl ControlHandler for Handler {
+    fn share_handles(&self) -> Vec<ShareHandleEntry> {
+        self.entries.clone()
+    }
+    fn session_opened(&self, id: &str) {
+        self.events.lock().push(format!("open {id}"));
+    }
+    fn session_closed(&self, id: &str) {
+        self.events.lock().push(format!("close {id}"));
+    }
+}
+
+fn entries(n: usize) -> Vec<ShareHandleEntry> {
+    (0..n)
+        .map(|i| ShareHandleEntry {
+            len: 2 << 20,
+            share_handle: [i as u8; 128],
+            va_addr: 0x4000_0000_0000 + (i as u64) * (2 << 20),
+        })
+        .collect()
+}
+
+fn server(n: usize, config: ServerConfig) -> (ControlServer, Arc<Handler>) {
+    let h = Arc::new(Handler {
+        entries: entries(n),
+        ..Default::default()
+    });
+    let s = ControlServer::start("127.0.0.1:0".parse().unwrap(), h.clone(), config).unwrap();
+    (s, h)
+}
+
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+const T: Duration = Duration::from_secs(3);
+
+#[test]
+fn connect_heartbeat_disconnect() {
+    let (srv, h) = server(3, ServerConfig::default());
+    let addr = srv.local_addr();
+    let mut c = control::connect(addr, "127.0.0.1:26001", T, None).unwrap();
+    assert_eq!(c.entries, entries(3));
+    wait_until("session", || srv.sessions() == ["127.0.0.1:26001"]);
+    std::thread::sleep(Duration::from_millis(50));
+    let before = srv.since_heartbeat("127.0.0.1:26001").unwrap();
+    control::send_heartbeat(&mut c.keepalive).unwrap();
+    wait_until("heartbeat", || {
+        srv.since_heartbeat("127.0.0.1:26001").unwrap() < before
+    });
+    control::disconnect(addr, "127.0.0.1:26001", T).unwrap();
+    wait_until("session gone", || srv.sessions().is_empty());
+    // The server shut the keepalive socket down.
+    let mut b = [0u8; 1];
+    assert_eq!(c.keepalive.read(&mut b).unwrap_or(0), 0);
+    assert_eq!(
+        *h.events.lock(),
+        ["open 127.0.0.1:26001", "close 127.0.0.1:26001"]
+    );
+    assert_eq!(srv.rejected(), 0);
+}
+
+#[test]
+fn closing_the_keepalive_socket_ends_the_session() {
+    let (srv, h) = server(1, ServerConfig::default());
+    let c = control::connect(srv.local_addr(), "peer-a", T, None).unwrap();
+    wait_until("session", || srv.sessions().len() == 1);
+    drop(c);
+    wait_until("session end", || srv.sessions().is_empty());
+    assert_eq!(h.events.lock().last().unwrap(), "close peer-a");
+}
+
+#[test]
+fn duplicate_channel_id_gets_success_but_no_second_session() {
+    let (srv, _h) = server(0, ServerConfig::default());
+    let _a = control::connect(srv.local_addr(), "dup", T, None).unwrap();
+    wait_until("session", || srv.sessions().len() == 1);
+    let mut b = control::connect(srv.local_addr(), "dup", T, None).unwrap();
+    let mut byte = [0u8; 1];
+    b.keepalive.set_read_timeout(Some(T)).unwrap();
+    assert_eq!(
+        b.keepalive.read(&mut byte).unwrap_or(0),
+        0,
+        "the duplicate's socket is closed"
+    );
+    assert_eq!(srv.sessions(), ["dup"]);
+}
+
+fn send_raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = s.write_all(bytes);
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    out
+}
+
+#[test]
+fn malformed_frames_close_only_their_connection() {
+    let (srv, _h) = server(2, ServerConfig::default());
+    let addr = srv.local_addr();
+    let good = Frame::new(MsgType::Connect, &wire::ConnectMsg::request("x", 1))
+        .unwrap()
+        .encode();
+    let mut bad_magic = good.clone();
+    bad_magic[0] = 0;
+    let mut too_long = good.clone();
+    too_long[4..12].copy_from_slice(&((1u64 << 20) + 1).to_ne_bytes());
+    let truncated = good[..good.len() - 5].to_vec();
+    let invalid_json = Frame {
+        msg_type: 1,
+        payload: b"{\"channel_id\":".to_vec(),
+    }
+    .encode();
+    let wrong_types = Frame {
+        msg_type: 1,
+        payload: br#"{"channel_id":7,"timeout":"soon"}"#.to_vec(),
+    }
+    .encode();
+    let unknown_type = Frame {
+        msg_type: 99,
+        payload: b"{}".to_vec(),
+    }
+    .encode();
+    let bad_disconnect = Frame {
+        msg_type: 2,
+        payload: br#"{"channel_id":[1]}"#.to_vec(),
+    }
+    .encode();
+    let cases = [
+        bad_magic,
+        too_long,
+        truncated,
+        invalid_json,
+        wrong_types,
+        unknown_type,
+        bad_disconnect,
+    ];
+    for (i, bytes) in cases.iter().enumerate() {
+        // No response at all: the server closes the connection.
+        assert!(send_raw(addr, bytes).is_empty(), "case {i} got a reply");
+        assert_eq!(srv.rejected(), i as u64 + 1, "case {i}");
+        // ... and keeps serving other peers.
+        let ok = control::connect(addr, &format!("peer-{i}"), T, None).unwrap();
+        assert_eq!(ok.entries.len(), 2);
+    }
+}
+
+#[test]
+fn shared_secret_and_allow_list() {
+    let config = ServerConfig {
+        shared_secret: Some("s3cret".into()),
+        ..Default::default()
+    };
+    let (srv, _h) = server(1, config);
+    let err = control::connect(srv.local_addr(), "a", T, None).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Status {
+                code: status::PARAM_INVALID,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(err.status(), status::PARAM_INVALID);
+    let err = control::connect(srv.local_addr(), "a", T, Some("wrong")).unwrap_err();
+    assert!(matches!(err, ClientError::Status { .. }));
+    assert_eq!(
+        control::connect(srv.local_addr(), "a", T, Some("s3cret"))
+            .unwrap()
+            .entries
+            .len(),
+        1
+    );
+
+    let config = ServerConfig {
+        allowed_peers: Some(vec!["10.9.9.9".parse().unwrap()]),
+        ..Default::default()
+    };
+    let (srv, _h) = server(1, config);
+    let err = control::connect(srv.local_addr(), "b", T, None).unwrap_err();
+    assert!(matches!(err, ClientError::Wire { .. }), "{err}");
+    assert_eq!(srv.rejected(), 1);
+}
+
+#[test]
+fn notifies_are_queued_and_limited() {
+    let (srv, _h) = server(0, ServerConfig::default());
+    let n = NotifyMsg {
+        name: "kv".into(),
+        notify_msg: "block 7 ready".into(),
+    };
+    control::send_notify(srv.local_addr(), &n, T).unwrap();
+    wait_until("notify", || !srv.take_notifies().is_empty());
+    let long = NotifyMsg {
+        name: "x".repeat(1025),
+        notify_msg: String::new(),
+    };
+    assert!(control::send_notify(srv.local_addr(), &long, T).is_err());
+}
+
+#[test]
+fn unreachable_server_is_a_connect_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let err = control::connect(addr, "a", Duration::from_millis(300), None).unwrap_err();
+    assert!(matches!(err, ClientError::Connect { .. }), "{err}");
+}
+
+/// A client written only from the wire-format facts (Python, no shared code) reads the list.
+#[test]
+fn independent_client_reads_the_share_handle_list() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/wire/fabricmem_client.py"
+    );
+    if std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let (srv, _h) = server(5, ServerConfig::default());
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg("127.0.0.1")
+        .arg(srv.local_addr().port().to_string())
+        .arg("127.0.0.1:39999")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text.lines().filter(|l| l.starts_with("entry ")).count(),
+        5,
+        "{text}"
+    );
+    assert!(text.contains("status 0 entries=5"), "{text}");
+    wait_until("python session", || {
+        srv.sessions() == ["127.0.0.1:39999"] || srv.sessions().is_empty()
+    });
+}
