@@ -1,0 +1,404 @@
+//! Initialisation, devices, contexts, peer access and the error-state calls.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::c_char;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use acl_sys::*;
+use parking_lot::{Mutex, RwLock};
+
+use crate::handles::{self, Kind};
+use crate::rt::{self, config, dec, inc, Ctr, Out, Res};
+use crate::stream::Stream;
+
+/// A context: explicit (`aclrtCreateContext`) or a device's default one (`aclrtSetDevice`).
+#[derive(Debug)]
+pub(crate) struct Context {
+    pub id: u64,
+    pub device: u32,
+    pub explicit: bool,
+    destroyed: AtomicBool,
+    default_stream: Mutex<Option<Arc<Stream>>>,
+}
+
+impl Context {
+    fn new(device: u32, explicit: bool) -> Arc<Self> {
+        Arc::new(Self {
+            id: handles::new_id(Kind::Context),
+            device,
+            explicit,
+            destroyed: AtomicBool::new(false),
+            default_stream: Mutex::new(None),
+        })
+    }
+
+    /// The context's default stream (the stream used for a NULL stream argument).
+    pub(crate) fn default_stream(&self) -> Res<Arc<Stream>> {
+        let mut g = self.default_stream.lock();
+        if let Some(s) = &*g {
+            return Ok(s.clone());
+        }
+        let s = Stream::new(self.device, 0, false)?;
+        *g = Some(s.clone());
+        Ok(s)
+    }
+
+    fn retire(&self) {
+        self.destroyed.store(true, Relaxed);
+        let s = self.default_stream.lock().take();
+        if let Some(s) = s {
+            s.shutdown();
+        }
+    }
+}
+
+static CONTEXTS: RwLock<BTreeMap<u64, Arc<Context>>> = RwLock::new(BTreeMap::new());
+
+/// Per device: the default context and its `aclrtSetDevice` count.
+static DEFAULTS: Mutex<BTreeMap<u32, (Arc<Context>, u64)>> = Mutex::new(BTreeMap::new());
+
+static PEERS: Mutex<BTreeSet<(u32, u32)>> = Mutex::new(BTreeSet::new());
+
+static INIT_COUNT: Mutex<u64> = Mutex::new(0);
+
+thread_local! {
+    static CURRENT: RefCell<Option<Arc<Context>>> = const { RefCell::new(None) };
+}
+
+/// The calling thread's current context, if any (and still alive).
+pub(crate) fn current() -> Option<Arc<Context>> {
+    CURRENT.with(|c| {
+        c.borrow()
+            .as_ref()
+            .filter(|x| !x.destroyed.load(Relaxed))
+            .cloned()
+    })
+}
+
+/// The current context or ACL_ERROR_RT_CONTEXT_NULL.
+pub(crate) fn require_current() -> Res<Arc<Context>> {
+    current().ok_or_else(|| {
+        rt::err(
+            ACL_ERROR_RT_CONTEXT_NULL,
+            "no current context on this thread (call aclrtSetDevice or aclrtSetCurrentContext first)",
+        )
+    })
+}
+
+fn set_current(c: Option<Arc<Context>>) {
+    CURRENT.with(|x| *x.borrow_mut() = c);
+}
+
+/// Checks a device id argument.
+pub(crate) fn check_device(id: i32, what: &str) -> Res<u32> {
+    let n = config().devices;
+    if id < 0 || id as u32 >= n {
+        bail!(
+            ACL_ERROR_RT_INVALID_DEVICEID,
+            "{what} {id} is not a device id (this emulator has {n} devices, 0..{})",
+            n - 1
+        );
+    }
+    Ok(id as u32)
+}
+
+pub(crate) fn lookup_context(p: aclrtContext, what: &str) -> Res<Arc<Context>> {
+    let id = handles::decode(p, Kind::Context, what)?;
+    CONTEXTS
+        .read()
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| handles::stale(p, Kind::Context, what))
+}
+
+export! {
+    /// Initialises ACL once per process; later calls count references and return 100002.
+    fn aclInit(_configPath: *const c_char) {
+        let mut n = INIT_COUNT.lock();
+        *n += 1;
+        ensure!(*n == 1, ACL_ERROR_REPEAT_INITIALIZE, "already initialised (init count now {})", *n);
+        Ok(())
+    }
+}
+
+export! {
+    /// Finalises whatever the init count.
+    fn aclFinalize() {
+        let mut n = INIT_COUNT.lock();
+        ensure!(*n > 0, ACL_ERROR_REPEAT_FINALIZE, "not initialised (init count 0)");
+        *n = 0;
+        Ok(())
+    }
+}
+
+export! {
+    /// Decrements the init count; finalises at 1 -> 0.
+    fn aclFinalizeReference(refCount: *mut u64) {
+        let mut n = INIT_COUNT.lock();
+        ensure!(*n > 0, ACL_ERROR_REPEAT_FINALIZE, "not initialised (init count 0)");
+        *n -= 1;
+        if !refCount.is_null() {
+            // SAFETY: non-null out-pointer, writable per the C contract.
+            unsafe { Out::new(refCount, "refCount") }?.set(*n);
+        }
+        Ok(())
+    }
+}
+
+export! {
+    /// Binds `deviceId` (its default context) to the calling thread.
+    fn aclrtSetDevice(deviceId: i32) {
+        let d = check_device(deviceId, "deviceId")?;
+        let ctx = {
+            let mut defaults = DEFAULTS.lock();
+            let entry = defaults.entry(d).or_insert_with(|| {
+                let c = Context::new(d, false);
+                CONTEXTS.write().insert(c.id, c.clone());
+                (c, 0)
+            });
+            entry.1 += 1;
+            entry.0.clone()
+        };
+        set_current(Some(ctx));
+        Ok(())
+    }
+}
+
+export! {
+    /// Drops one `aclrtSetDevice` reference; the default context goes away at zero.
+    fn aclrtResetDevice(deviceId: i32) {
+        let d = check_device(deviceId, "deviceId")?;
+        let gone = {
+            let mut defaults = DEFAULTS.lock();
+            match defaults.get_mut(&d) {
+                Some(e) if e.1 > 1 => {
+                    e.1 -= 1;
+                    None
+                }
+                Some(_) => defaults.remove(&d).map(|e| e.0),
+                None => None,
+            }
+        };
+        if let Some(c) = gone {
+            CONTEXTS.write().remove(&c.id);
+            c.retire();
+        }
+        if current().is_some_and(|c| c.device == d && !c.explicit) {
+            set_current(None);
+        }
+        Ok(())
+    }
+}
+
+export! {
+    /// The calling thread's current device.
+    fn aclrtGetDevice(deviceId: *mut i32) {
+        // SAFETY: out-pointer per the C contract.
+        let out = unsafe { Out::new(deviceId, "deviceId") }?;
+        let c = require_current()?;
+        out.set(c.device as i32);
+        Ok(())
+    }
+}
+
+export! {
+    /// Number of emulated devices (`ASCEND_SIM_DEVICES`).
+    fn aclrtGetDeviceCount(count: *mut u32) {
+        // SAFETY: out-pointer per the C contract.
+        unsafe { Out::new(count, "count") }?.set(config().devices);
+        Ok(())
+    }
+}
+
+export! {
+    /// Creates an explicit context on `deviceId` and makes it current.
+    fn aclrtCreateContext(context: *mut aclrtContext, deviceId: i32) {
+        // SAFETY: out-pointer per the C contract.
+        let out = unsafe { Out::new(context, "context") }?;
+        let d = check_device(deviceId, "deviceId")?;
+        let c = Context::new(d, true);
+        CONTEXTS.write().insert(c.id, c.clone());
+        inc(Ctr::Contexts);
+        out.set(handles::to_ptr(c.id));
+        set_current(Some(c));
+        Ok(())
+    }
+}
+
+export! {
+    /// Destroys an explicit context (a default context cannot be destroyed: 107000).
+    fn aclrtDestroyContext(context: aclrtContext) {
+        ensure!(!context.is_null(), ACL_ERROR_INVALID_PARAM, "context is NULL");
+        let c = lookup_context(context, "context")?;
+        ensure!(
+            c.explicit,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "context {context:p} is the default context of device {}; use aclrtResetDevice",
+            c.device
+        );
+        CONTEXTS.write().remove(&c.id);
+        c.retire();
+        dec(Ctr::Contexts);
+        if current().is_none() {
+            set_current(None);
+        }
+        Ok(())
+    }
+}
+
+export! {
+    /// Makes `context` current on the calling thread.
+    fn aclrtSetCurrentContext(context: aclrtContext) {
+        ensure!(!context.is_null(), ACL_ERROR_INVALID_PARAM, "context is NULL");
+        let c = lookup_context(context, "context")?;
+        set_current(Some(c));
+        Ok(())
+    }
+}
+
+export! {
+    /// The calling thread's current context (107002 without one).
+    fn aclrtGetCurrentContext(context: *mut aclrtContext) {
+        // SAFETY: out-pointer per the C contract.
+        let out = unsafe { Out::new(context, "context") }?;
+        let c = require_current()?;
+        out.set(handles::to_ptr(c.id));
+        Ok(())
+    }
+}
+
+export! {
+    /// Identity mapping.
+    fn aclrtGetPhyDevIdByLogicDevId(logicDevId: i32, phyDevId: *mut i32) {
+        // SAFETY: out-pointer per the C contract.
+        let out = unsafe { Out::new(phyDevId, "phyDevId") }?;
+        let d = check_device(logicDevId, "logicDevId")?;
+        out.set(d as i32);
+        Ok(())
+    }
+}
+
+export! {
+    /// Identity mapping.
+    fn aclrtGetLogicDevIdByUserDevId(userDevid: i32, logicDevId: *mut i32) {
+        // SAFETY: out-pointer per the C contract.
+        let out = unsafe { Out::new(logicDevId, "logicDevId") }?;
+        let d = check_device(userDevid, "userDevid")?;
+        out.set(d as i32);
+        Ok(())
+    }
+}
+
+export! {
+    /// The process id (no container translation in the emulator).
+    fn aclrtDeviceGetBareTgid(pid: *mut i32) {
+        // SAFETY: out-pointer per the C contract.
+        unsafe { Out::new(pid, "pid") }?.set(rt::getpid());
+        Ok(())
+    }
+}
+
+export! {
+    /// Every pair of distinct devices can access each other.
+    fn aclrtDeviceCanAccessPeer(canAccessPeer: *mut i32, deviceId: i32, peerDeviceId: i32) {
+        // SAFETY: out-pointer per the C contract.
+        let out = unsafe { Out::new(canAccessPeer, "canAccessPeer") }?;
+        let a = check_device(deviceId, "deviceId")?;
+        let b = check_device(peerDeviceId, "peerDeviceId")?;
+        out.set(i32::from(a != b));
+        Ok(())
+    }
+}
+
+export! {
+    /// Enables access from the current device to `peerDeviceId`; `flags` must be 0.
+    fn aclrtDeviceEnablePeerAccess(peerDeviceId: i32, flags: u32) {
+        ensure!(flags == 0, ACL_ERROR_FEATURE_UNSUPPORTED, "flags {flags:#x} must be 0");
+        let peer = check_device(peerDeviceId, "peerDeviceId")?;
+        let cur = require_current()?.device;
+        ensure!(
+            cur != peer,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "peerDeviceId {peer} is the current device"
+        );
+        PEERS.lock().insert((cur, peer));
+        Ok(())
+    }
+}
+
+export! {
+    /// Disables access enabled by `aclrtDeviceEnablePeerAccess` (107000 when not enabled).
+    fn aclrtDeviceDisablePeerAccess(peerDeviceId: i32) {
+        let peer = check_device(peerDeviceId, "peerDeviceId")?;
+        let cur = require_current()?.device;
+        ensure!(
+            PEERS.lock().remove(&(cur, peer)),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "peer access from device {cur} to peerDeviceId {peer} is not enabled"
+        );
+        Ok(())
+    }
+}
+
+/// Returns and clears the calling thread's most recent error message (NULL when none). The
+/// pointer stays valid until the next `aclGetRecentErrMsg` call on this thread.
+///
+/// # Safety
+/// None beyond calling from C: the function takes no arguments.
+#[no_mangle]
+pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
+    const IDX: usize = rt::sym_index("aclGetRecentErrMsg");
+    rt::enter_raw(
+        IDX,
+        "aclGetRecentErrMsg",
+        std::ptr::null(),
+        rt::take_message,
+    )
+}
+
+fn check_level(level: aclrtLastErrLevel) -> Res {
+    ensure!(
+        level == ACL_RT_THREAD_LEVEL,
+        ACL_ERROR_INVALID_PARAM,
+        "level {level} is not ACL_RT_THREAD_LEVEL (0)"
+    );
+    Ok(())
+}
+
+/// Returns the last error code of the calling thread without clearing it.
+///
+/// # Safety
+/// None: takes a plain value.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtPeekAtLastError(level: aclrtLastErrLevel) -> aclError {
+    const IDX: usize = rt::sym_index("aclrtPeekAtLastError");
+    rt::enter_raw(
+        IDX,
+        "aclrtPeekAtLastError",
+        ACL_ERROR_RT_INTERNAL_ERROR,
+        || match check_level(level) {
+            Ok(()) => rt::last_error(false),
+            Err(e) => e.code,
+        },
+    )
+}
+
+/// Returns the last error code of the calling thread and clears it.
+///
+/// # Safety
+/// None: takes a plain value.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtGetLastError(level: aclrtLastErrLevel) -> aclError {
+    const IDX: usize = rt::sym_index("aclrtGetLastError");
+    rt::enter_raw(
+        IDX,
+        "aclrtGetLastError",
+        ACL_ERROR_RT_INTERNAL_ERROR,
+        || match check_level(level) {
+            Ok(()) => rt::last_error(true),
+            Err(e) => e.code,
+        },
+    )
+}

@@ -1,0 +1,617 @@
+//! Sharing physical memory between processes on this host (one emulated supernode).
+//!
+//! A shareable handle names the exporter's pid, the memfd's fd number in that process and its
+//! inode. Everything else (magic, location, size, export flags, share types, the pid
+//! allow-list) lives in the header page at offset 0 of the memfd, so the importer reads it from
+//! the descriptor it obtained with `pidfd_getfd` (or `dup` in the same process).
+//!
+//! * DEFAULT (`uint64_t`): `pid` in bits 0..22, fd in bits 22..42, the inode's low 22 bits in
+//!   bits 42..64.
+//! * FABRIC (128 bytes): magic `ASIMFAB\0`, version, pid, fd, exporter device, full inode,
+//!   st_dev, size and an FNV-1a checksum of the first 48 bytes.
+
+use std::ffi::c_void;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+
+use acl_sys::*;
+
+use crate::device;
+use crate::rt::{self, config, inc, read_in, AclErr, Ctr, Out, Res, Soc};
+use crate::vmm::{check_prop, Class, PhysObj, GRAN, GRAN_1G, HDR, MEM};
+
+pub(crate) const MAGIC: [u8; 8] = *b"ASIMPHY1";
+const FABRIC_MAGIC: [u8; 8] = *b"ASIMFAB\0";
+/// Size of the pid allow-list in the header.
+pub(crate) const MAX_PIDS: usize = 64;
+
+/// The metadata page at the start of every physical memfd.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Header {
+    pub magic: [u8; 8],
+    pub version: u32,
+    pub owner_pid: i32,
+    pub loc_type: u32,
+    pub loc_id: u32,
+    pub mem_attr: u32,
+    pub device: i32,
+    pub size: u64,
+    pub ino: u64,
+    pub export_flags: u64,
+    pub share_types: u32,
+    pub pid_count: u32,
+    pub pids: [i32; MAX_PIDS],
+}
+
+impl Header {
+    pub(crate) fn zeroed() -> Self {
+        Header {
+            magic: [0; 8],
+            version: 0,
+            owner_pid: 0,
+            loc_type: 0,
+            loc_id: 0,
+            mem_attr: 0,
+            device: 0,
+            size: 0,
+            ino: 0,
+            export_flags: 0,
+            share_types: 0,
+            pid_count: 0,
+            pids: [0; MAX_PIDS],
+        }
+    }
+}
+
+pub(crate) fn fstat(fd: i32) -> Res<libc::stat> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-buffer; a bad fd only yields an error.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        bail!(
+            ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+            "fstat failed: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(st)
+}
+
+pub(crate) fn write_header(fd: i32, h: &Header) -> Res {
+    let n = std::mem::size_of::<Header>();
+    // SAFETY: `h` is a plain repr(C) value readable for `n` bytes; the fd is our memfd.
+    let w = unsafe { libc::pwrite(fd, (h as *const Header).cast::<c_void>(), n, 0) };
+    ensure!(
+        w == n as isize,
+        ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+        "writing the share header failed: {}",
+        std::io::Error::last_os_error()
+    );
+    Ok(())
+}
+
+fn read_header(fd: i32) -> Option<Header> {
+    let mut h = Header::zeroed();
+    let n = std::mem::size_of::<Header>();
+    // SAFETY: `h` is writable for `n` bytes and every bit pattern is a valid Header (integers
+    // and byte arrays only). The caller checked that `fd` is a regular file, so pread cannot
+    // block.
+    let r = unsafe { libc::pread(fd, (&mut h as *mut Header).cast::<c_void>(), n, 0) };
+    (r == n as isize).then_some(h)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Handle encoding
+
+/// What a shareable handle names.
+#[derive(Debug, Clone, Copy)]
+struct Ref {
+    pid: i32,
+    fd: i32,
+    /// Full inode (FABRIC) or only its low 22 bits (DEFAULT).
+    ino: u64,
+    ino_mask: u64,
+}
+
+const INO_MASK_22: u64 = (1 << 22) - 1;
+
+fn encode_default(pid: i32, fd: i32, ino: u64) -> Res<u64> {
+    ensure!(
+        (1..1 << 22).contains(&pid) && (0..1 << 20).contains(&fd),
+        ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+        "pid {pid} or fd {fd} does not fit the emulator's DEFAULT handle encoding"
+    );
+    Ok(pid as u64 | ((fd as u64) << 22) | ((ino & INO_MASK_22) << 42))
+}
+
+fn decode_default(v: u64) -> Res<Ref> {
+    let pid = (v & ((1 << 22) - 1)) as i32;
+    let fd = ((v >> 22) & ((1 << 20) - 1)) as i32;
+    ensure!(
+        pid > 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "shareableHandle {v:#x} is not a handle exported by this runtime"
+    );
+    Ok(Ref {
+        pid,
+        fd,
+        ino: v >> 42,
+        ino_mask: INO_MASK_22,
+    })
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for x in b {
+        h ^= u64::from(*x);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}
+
+fn encode_fabric(
+    pid: i32,
+    fd: i32,
+    device: i32,
+    ino: u64,
+    st_dev: u64,
+    size: u64,
+) -> aclrtMemFabricHandle {
+    let mut d = [0u8; 128];
+    d[0..8].copy_from_slice(&FABRIC_MAGIC);
+    d[8..12].copy_from_slice(&1u32.to_le_bytes());
+    d[12..16].copy_from_slice(&pid.to_le_bytes());
+    d[16..20].copy_from_slice(&fd.to_le_bytes());
+    d[20..24].copy_from_slice(&device.to_le_bytes());
+    d[24..32].copy_from_slice(&ino.to_le_bytes());
+    d[32..40].copy_from_slice(&st_dev.to_le_bytes());
+    d[40..48].copy_from_slice(&size.to_le_bytes());
+    let c = fnv(&d[0..48]);
+    d[48..56].copy_from_slice(&c.to_le_bytes());
+    aclrtMemFabricHandle { data: d }
+}
+
+fn decode_fabric(h: &aclrtMemFabricHandle) -> Res<Ref> {
+    let d = &h.data;
+    let u32_at = |o: usize| u32::from_le_bytes([d[o], d[o + 1], d[o + 2], d[o + 3]]);
+    let u64_at = |o: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&d[o..o + 8]);
+        u64::from_le_bytes(b)
+    };
+    let ok = d[0..8] == FABRIC_MAGIC && u32_at(8) == 1 && u64_at(48) == fnv(&d[0..48]);
+    ensure!(
+        ok,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "shareableHandle is not a FABRIC handle exported by this runtime (bad magic or checksum)"
+    );
+    Ok(Ref {
+        pid: u32_at(12) as i32,
+        fd: u32_at(16) as i32,
+        ino: u64_at(24),
+        ino_mask: u64::MAX,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Export
+
+fn share_name(t: aclrtMemSharedHandleType) -> &'static str {
+    if t == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC {
+        "FABRIC"
+    } else {
+        "DEFAULT"
+    }
+}
+
+enum Exported {
+    Default(u64),
+    Fabric(aclrtMemFabricHandle),
+}
+
+/// Lets importers take our descriptors with `pidfd_getfd` under Yama `ptrace_scope` 1 (the
+/// default on Ubuntu, where only ancestors may otherwise ptrace us). Best effort: without Yama
+/// the call fails harmlessly.
+fn allow_importers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: prctl with plain integer arguments; it only changes this process's ptracer
+        // exception.
+        unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    });
+}
+
+fn do_export(
+    handle: aclrtDrvMemHandle,
+    flags: u64,
+    share: aclrtMemSharedHandleType,
+) -> Res<Exported> {
+    allow_importers();
+    let mut mem = MEM.write();
+    let obj = mem.phys_obj(handle, "handle")?;
+    ensure!(
+        !obj.imported,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "handle {handle:p} is imported memory; the emulator does not re-export imports"
+    );
+    ensure!(
+        !obj.exported.load(Relaxed),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "handle {handle:p}: this physical memory was already exported by this process \
+         (one shareable handle per allocation per process)"
+    );
+    let fd = obj.fd.as_raw_fd();
+    let st = fstat(fd)?;
+    let mut h = read_header(fd).ok_or_else(|| {
+        rt::err(
+            ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+            "reading the share header failed",
+        )
+    })?;
+    let pid = rt::getpid();
+    h.owner_pid = pid;
+    h.export_flags = flags;
+    h.share_types |= 1 << share;
+    h.pid_count = 0;
+    let out = if share == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC {
+        Exported::Fabric(encode_fabric(
+            pid,
+            fd,
+            h.device,
+            st.st_ino,
+            st.st_dev,
+            obj.size as u64,
+        ))
+    } else {
+        Exported::Default(encode_default(pid, fd, st.st_ino)?)
+    };
+    write_header(fd, &h)?;
+    obj.exported.store(true, Relaxed);
+    inc(Ctr::Exports);
+    mem.exports.retain(|_, w| w.strong_count() > 0);
+    mem.exports.insert(fd, Arc::downgrade(&obj));
+    Ok(out)
+}
+
+fn check_export_flags(flags: u64) -> Res {
+    ensure!(
+        flags <= u64::from(ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "flags {flags:#x} is neither DEFAULT (0) nor DISABLE_PID_VALIDATION (1)"
+    );
+    Ok(())
+}
+
+fn check_share_type(t: aclrtMemSharedHandleType, what: &str) -> Res {
+    ensure!(
+        t == ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT || t == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "{what} {t} is neither DEFAULT (1) nor FABRIC (2)"
+    );
+    Ok(())
+}
+
+fn check_fabric_supported() -> Res {
+    ensure!(
+        config().soc == Soc::A3,
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "FABRIC share handles need an Atlas A3 super-node (ASCEND_SIM_SOC is not A3)"
+    );
+    Ok(())
+}
+
+export! {
+    /// V1 export to a DEFAULT `uint64_t` handle.
+    fn aclrtMemExportToShareableHandle(handle: aclrtDrvMemHandle, handleType: aclrtMemHandleType, flags: u64, shareableHandle: *mut u64) {
+        ensure!(!handle.is_null(), ACL_ERROR_INVALID_PARAM, "handle is NULL");
+        // SAFETY: out-pointer per the C contract.
+        let out = unsafe { Out::new(shareableHandle, "shareableHandle") }?;
+        ensure!(
+            handleType == ACL_MEM_HANDLE_TYPE_NONE,
+            ACL_ERROR_INVALID_PARAM,
+            "handleType {handleType} is not ACL_MEM_HANDLE_TYPE_NONE (0)"
+        );
+        check_export_flags(flags)?;
+        if let Exported::Default(v) = do_export(handle, flags, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT)? {
+            out.set(v);
+        }
+        Ok(())
+    }
+}
+
+export! {
+    /// V2 export: a `uint64_t` (DEFAULT) or a 128-byte `aclrtMemFabricHandle` (FABRIC, A3 only,
+    /// needs a current context).
+    fn aclrtMemExportToShareableHandleV2(handle: aclrtDrvMemHandle, flags: u64, shareType: aclrtMemSharedHandleType, shareableHandle: *mut c_void) {
+        ensure!(!handle.is_null(), ACL_ERROR_INVALID_PARAM, "handle is NULL");
+        ensure!(!shareableHandle.is_null(), ACL_ERROR_INVALID_PARAM, "shareableHandle is NULL");
+        check_export_flags(flags)?;
+        check_share_type(shareType, "shareType")?;
+        if shareType == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC {
+            device::require_current()?;
+            check_fabric_supported()?;
+        }
+        match do_export(handle, flags, shareType)? {
+            Exported::Default(v) => {
+                // SAFETY: for DEFAULT the out buffer is a uint64_t per the C contract.
+                unsafe { Out::new(shareableHandle.cast::<u64>(), "shareableHandle") }?.set(v);
+            }
+            Exported::Fabric(f) => {
+                // SAFETY: for FABRIC the out buffer is an aclrtMemFabricHandle per the C contract.
+                unsafe { Out::new(shareableHandle.cast::<aclrtMemFabricHandle>(), "shareableHandle") }?.set(f);
+            }
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allow-list
+
+fn set_pids(r: Ref, pid: *mut i32, num: usize) -> Res {
+    ensure!(!pid.is_null(), ACL_ERROR_INVALID_PARAM, "pid is NULL");
+    ensure!(num > 0, ACL_ERROR_INVALID_PARAM, "pidNum is 0");
+    ensure!(
+        num <= MAX_PIDS,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "pidNum {num} exceeds the emulator's allow-list size {MAX_PIDS}"
+    );
+    // SAFETY: `pid` points to `num` int32 values per the C contract.
+    let pids = unsafe { std::slice::from_raw_parts(pid, num) }.to_vec();
+    ensure!(
+        r.pid == rt::getpid(),
+        ACL_ERROR_RT_PARAM_INVALID,
+        "shareableHandle was exported by process {}, not by this process",
+        r.pid
+    );
+    let mem = MEM.read();
+    let obj = mem
+        .exports
+        .get(&r.fd)
+        .and_then(std::sync::Weak::upgrade)
+        .filter(|o| o.ino & r.ino_mask == r.ino);
+    let Some(obj) = obj else {
+        bail!(
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "shareableHandle does not name live memory exported by this process"
+        );
+    };
+    let fd = obj.fd.as_raw_fd();
+    let mut h = read_header(fd).ok_or_else(|| {
+        rt::err(
+            ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+            "reading the share header failed",
+        )
+    })?;
+    for p in pids {
+        let n = h.pid_count as usize;
+        if !h.pids[..n].contains(&p) {
+            ensure!(
+                n < MAX_PIDS,
+                ACL_ERROR_RT_PARAM_INVALID,
+                "the allow-list is full ({MAX_PIDS} pids)"
+            );
+            h.pids[n] = p;
+            h.pid_count += 1;
+        }
+    }
+    write_header(fd, &h)
+}
+
+export! {
+    /// Allows `pid[0..pidNum]` to import a DEFAULT handle.
+    fn aclrtMemSetPidToShareableHandle(shareableHandle: u64, pid: *mut i32, pidNum: usize) {
+        ensure!(!pid.is_null(), ACL_ERROR_INVALID_PARAM, "pid is NULL");
+        ensure!(pidNum > 0, ACL_ERROR_INVALID_PARAM, "pidNum is 0");
+        let r = decode_default(shareableHandle)?;
+        set_pids(r, pid, pidNum)
+    }
+}
+
+export! {
+    /// Allows `pid[0..pidNum]` to import a DEFAULT or FABRIC handle.
+    fn aclrtMemSetPidToShareableHandleV2(shareableHandle: *mut c_void, shareType: aclrtMemSharedHandleType, pid: *mut i32, pidNum: usize) {
+        ensure!(!shareableHandle.is_null(), ACL_ERROR_INVALID_PARAM, "shareableHandle is NULL");
+        ensure!(!pid.is_null(), ACL_ERROR_INVALID_PARAM, "pid is NULL");
+        ensure!(pidNum > 0, ACL_ERROR_INVALID_PARAM, "pidNum is 0");
+        check_share_type(shareType, "shareType")?;
+        let r = read_ref(shareableHandle, shareType)?;
+        set_pids(r, pid, pidNum)
+    }
+}
+
+fn read_ref(p: *mut c_void, share: aclrtMemSharedHandleType) -> Res<Ref> {
+    if share == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC {
+        // SAFETY: for FABRIC the buffer is an aclrtMemFabricHandle per the C contract.
+        let h = unsafe {
+            read_in(
+                p.cast_const().cast::<aclrtMemFabricHandle>(),
+                "shareableHandle",
+            )
+        }?;
+        decode_fabric(&h)
+    } else {
+        // SAFETY: for DEFAULT the buffer is a uint64_t per the C contract.
+        let v = unsafe { read_in(p.cast_const().cast::<u64>(), "shareableHandle") }?;
+        decode_default(v)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Import
+
+fn gone(msg: String) -> AclErr {
+    rt::err(ACL_ERROR_RT_INVALID_HANDLE, msg)
+}
+
+/// Obtains a descriptor for the exporter's memfd.
+fn obtain_fd(r: Ref) -> Res<OwnedFd> {
+    let me = rt::getpid();
+    let raw = if r.pid == me {
+        // SAFETY: F_DUPFD_CLOEXEC on any fd number is harmless; a closed one yields EBADF.
+        let fd = unsafe { libc::fcntl(r.fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if fd < 0 {
+            return Err(gone(format!(
+                "the exported memory (fd {} of this process) no longer exists",
+                r.fd
+            )));
+        }
+        fd
+    } else {
+        // SAFETY: raw syscall with plain integer arguments.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, r.pid, 0) } as i32;
+        if pidfd < 0 {
+            let e = rt::errno();
+            if e == libc::ESRCH {
+                return Err(gone(format!("the exporting process {} is gone", r.pid)));
+            }
+            bail!(
+                ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+                "pidfd_open({}) failed: {}",
+                r.pid,
+                std::io::Error::from_raw_os_error(e)
+            );
+        }
+        // SAFETY: `pidfd` is a descriptor we just opened.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        // SAFETY: raw syscall with plain integer arguments.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), r.fd, 0) } as i32;
+        if fd < 0 {
+            let e = rt::errno();
+            return Err(match e {
+                libc::EBADF => gone(format!(
+                    "the exported memory (fd {} of process {}) no longer exists",
+                    r.fd, r.pid
+                )),
+                libc::ESRCH => gone(format!("the exporting process {} is gone", r.pid)),
+                libc::EPERM | libc::EACCES => rt::err(
+                    ACL_ERROR_RT_NO_PERMISSION,
+                    format!(
+                        "not permitted to take memory from process {} (ptrace access)",
+                        r.pid
+                    ),
+                ),
+                _ => rt::err(
+                    ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+                    format!(
+                        "pidfd_getfd failed: {}",
+                        std::io::Error::from_raw_os_error(e)
+                    ),
+                ),
+            });
+        }
+        fd
+    };
+    // SAFETY: `raw` is a new descriptor owned by us.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtDrvMemHandle> {
+    let fd = obtain_fd(r)?;
+    let st = fstat(fd.as_raw_fd())?;
+    let stale = || {
+        gone(format!(
+            "fd {} of process {} is not the exported memory any more (freed?)",
+            r.fd, r.pid
+        ))
+    };
+    if (st.st_mode & libc::S_IFMT) != libc::S_IFREG
+        || st.st_ino & r.ino_mask != r.ino
+        || (st.st_size as u64) < HDR as u64
+    {
+        return Err(stale());
+    }
+    let h = read_header(fd.as_raw_fd()).ok_or_else(stale)?;
+    if h.magic != MAGIC || h.ino != st.st_ino || st.st_size as u64 != HDR as u64 + h.size {
+        return Err(stale());
+    }
+    ensure!(
+        h.share_types & (1 << share) != 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "shareableHandle was not exported as {}",
+        share_name(share)
+    );
+    let me = rt::getpid();
+    let n = (h.pid_count as usize).min(MAX_PIDS);
+    let allowed = h.export_flags & u64::from(ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION) != 0
+        || me == h.owner_pid
+        || h.pids[..n].contains(&me);
+    ensure!(
+        allowed,
+        ACL_ERROR_RT_NO_PERMISSION,
+        "process {me} is not in the allow-list of the memory exported by process {} \
+         (aclrtMemSetPidToShareableHandle, or export with DISABLE_PID_VALIDATION)",
+        h.owner_pid
+    );
+    let mut prop = aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: h.mem_attr,
+        location: aclrtMemLocation {
+            id: h.loc_id,
+            type_: h.loc_type,
+        },
+        reserve: 0,
+    };
+    if prop.location.type_ == ACL_MEM_LOCATION_TYPE_DEVICE {
+        prop.location.id = device;
+    }
+    let (class, page) = match check_prop(&prop) {
+        Ok((c, _, p)) => (c, p),
+        Err(_) => return Err(stale()),
+    };
+    let class = match class {
+        Class::Dev(_) => Class::Dev(device),
+        c => c,
+    };
+    let size = h.size as usize;
+    ensure!(
+        size > 0 && size % GRAN == 0 && (page != GRAN_1G || size % GRAN_1G == 0),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "the exported memory header is corrupt (size {size})"
+    );
+    let obj = Arc::new(PhysObj {
+        fd,
+        size,
+        prop,
+        class,
+        page,
+        ino: st.st_ino,
+        charge: None,
+        imported: true,
+        exported: AtomicBool::new(false),
+    });
+    Ok(MEM.write().add_handle(obj, true))
+}
+
+export! {
+    /// V1 import of a DEFAULT handle onto `deviceId`.
+    fn aclrtMemImportFromShareableHandle(shareableHandle: u64, deviceId: i32, handle: *mut aclrtDrvMemHandle) {
+        // SAFETY: out-pointer per the C contract.
+        let out = unsafe { Out::new(handle, "handle") }?;
+        let d = device::check_device(deviceId, "deviceId")?;
+        let r = decode_default(shareableHandle)?;
+        out.set(do_import(r, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, d)?);
+        Ok(())
+    }
+}
+
+export! {
+    /// V2 import onto the calling thread's current device (rules R16-R18).
+    fn aclrtMemImportFromShareableHandleV2(shareableHandle: *mut c_void, shareType: aclrtMemSharedHandleType, flags: u64, handle: *mut aclrtDrvMemHandle) {
+        ensure!(!shareableHandle.is_null(), ACL_ERROR_INVALID_PARAM, "shareableHandle is NULL");
+        // SAFETY: out-pointer per the C contract.
+        let out = unsafe { Out::new(handle, "handle") }?;
+        ensure!(flags == 0, ACL_ERROR_INVALID_PARAM, "flags {flags:#x} must be 0");
+        check_share_type(shareType, "shareType")?;
+        let d = device::require_current()?.device;
+        if shareType == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC {
+            check_fabric_supported()?;
+        }
+        let r = read_ref(shareableHandle, shareType)?;
+        out.set(do_import(r, shareType, d)?);
+        Ok(())
+    }
+}

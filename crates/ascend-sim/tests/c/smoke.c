@@ -1,0 +1,101 @@
+/* Smoke test of libascend_sim.so from C: our own prototypes, written from the ABI facts
+ * (cann-abi.md section 2), no vendor header. Exit 0 and "SMOKE OK" on success. */
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <stddef.h>
+
+typedef int aclError;
+typedef void *aclrtDrvMemHandle;
+
+typedef struct { uint32_t id; uint32_t type; } aclrtMemLocation;
+typedef struct {
+    uint32_t handleType;
+    uint32_t allocationType;
+    uint32_t memAttr;
+    aclrtMemLocation location;
+    uint64_t reserve;
+} aclrtPhysicalMemProp;
+
+typedef struct {
+    uint64_t reservations, physical, imports, mappings, exports, streams, events, contexts,
+        device_mallocs, host_mallocs, comms, windows;
+} AscendSimCounters;
+
+aclError aclrtSetDevice(int32_t deviceId);
+aclError aclrtResetDevice(int32_t deviceId);
+aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags);
+aclError aclrtReleaseMemAddress(void *virPtr);
+aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop, uint64_t flags);
+aclError aclrtFreePhysical(aclrtDrvMemHandle handle);
+aclError aclrtMapMem(void *virPtr, size_t size, size_t offset, aclrtDrvMemHandle handle, uint64_t flags);
+aclError aclrtUnmapMem(void *virPtr);
+aclError aclrtMalloc(void **devPtr, size_t size, uint32_t policy);
+aclError aclrtFree(void *devPtr);
+aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, uint32_t kind);
+const char *aclGetRecentErrMsg(void);
+int ascendSimGetCounters(AscendSimCounters *out);
+
+#define CHECK(call, want)                                                                  \
+    do {                                                                                   \
+        aclError rc_ = (call);                                                             \
+        if (rc_ != (want)) {                                                               \
+            const char *m_ = aclGetRecentErrMsg();                                         \
+            fprintf(stderr, "%s:%d: %s returned %d, want %d (%s)\n", __FILE__, __LINE__,   \
+                    #call, rc_, (want), m_ ? m_ : "no message");                           \
+            return 1;                                                                      \
+        }                                                                                  \
+    } while (0)
+
+int main(void) {
+    const size_t size = 2u << 20;
+    aclrtPhysicalMemProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.memAttr = 4;          /* ACL_HBM_MEM_HUGE */
+    prop.location.type = 1;    /* ACL_MEM_LOCATION_TYPE_DEVICE */
+    prop.location.id = 0;
+
+    CHECK(aclrtSetDevice(0), 0);
+    void *va = NULL;
+    CHECK(aclrtReserveMemAddress(&va, 2 * size, 0, NULL, 0), 0); /* second half stays unmapped */
+    aclrtDrvMemHandle h = NULL;
+    CHECK(aclrtMallocPhysical(&h, size, &prop, 0), 0);
+    CHECK(aclrtMapMem(va, 4096, 0, h, 0), 107000); /* size differs from the allocation */
+    const char *msg = aclGetRecentErrMsg();
+    if (msg == NULL || strstr(msg, "aclrtMapMem") == NULL) {
+        fprintf(stderr, "missing error message\n");
+        return 1;
+    }
+    CHECK(aclrtMapMem(va, size, 0, h, 0), 0);
+
+    void *dev = NULL;
+    CHECK(aclrtMalloc(&dev, 4096, 0), 0);
+    char in[4096], out[4096];
+    memset(in, 0x5a, sizeof in);
+    memset(out, 0, sizeof out);
+    CHECK(aclrtMemcpy(va, size, in, sizeof in, 1 /* H2D */), 0);
+    CHECK(aclrtMemcpy(dev, 4096, va, sizeof in, 3 /* D2D */), 0);
+    CHECK(aclrtMemcpy(out, sizeof out, dev, sizeof out, 2 /* D2H */), 0);
+    if (memcmp(in, out, sizeof in) != 0) {
+        fprintf(stderr, "data mismatch\n");
+        return 1;
+    }
+    CHECK(aclrtMemcpy(out, sizeof out, (char *)va + size, 16, 2), 507053); /* past the mapping */
+
+    CHECK(aclrtFree(dev), 0);
+    CHECK(aclrtUnmapMem(va), 0);
+    CHECK(aclrtFreePhysical(h), 0);
+    CHECK(aclrtReleaseMemAddress(va), 0);
+    CHECK(aclrtResetDevice(0), 0);
+
+    AscendSimCounters c;
+    CHECK(ascendSimGetCounters(&c), 0);
+    uint64_t sum = c.reservations + c.physical + c.imports + c.mappings + c.exports + c.streams +
+                   c.events + c.contexts + c.device_mallocs + c.host_mallocs + c.comms + c.windows;
+    if (sum != 0) {
+        fprintf(stderr, "leaked objects: %llu\n", (unsigned long long)sum);
+        return 1;
+    }
+    printf("SMOKE OK\n");
+    return 0;
+}

@@ -1,0 +1,145 @@
+//! Shared helpers of the ascend-sim integration tests. Counters and faults are process-global
+//! and tests run on parallel threads, so every test holds [`LOCK`].
+#![allow(dead_code, clippy::missing_safety_doc)]
+
+use std::ffi::{c_void, CStr};
+use std::ptr::null_mut;
+
+pub use acl_sys::*;
+pub use ascend_sim::counters;
+
+/// Serialises tests that touch process-global state.
+pub static LOCK: parking_lot::Mutex<()> = parking_lot::Mutex::new(());
+
+pub const MIB2: usize = 2 << 20;
+
+/// The in-process loader table.
+pub fn t() -> &'static AclLib {
+    ascend_sim::acl_table()
+}
+
+/// Calls a table method and unwraps the missing-symbol layer.
+macro_rules! acl {
+    ($f:ident($($a:expr),* $(,)?)) => {{
+        #[allow(unused_unsafe)]
+        // SAFETY: test calls follow the C contract; arguments are live locals.
+        let r = unsafe { $crate::common::t().$f($($a),*) };
+        r.expect(concat!(stringify!($f), " missing"))
+    }};
+}
+
+/// Asserts a call returns `code`, printing the error message otherwise.
+macro_rules! expect_code {
+    ($code:expr, $f:ident($($a:expr),* $(,)?)) => {{
+        let got = acl!($f($($a),*));
+        let want: i32 = $code;
+        assert_eq!(got, want, "{} returned {got}, expected {want}; message: {}", stringify!($f), $crate::common::last_msg());
+    }};
+}
+
+/// Asserts success.
+macro_rules! ok {
+    ($f:ident($($a:expr),* $(,)?)) => {
+        expect_code!(0, $f($($a),*))
+    };
+}
+
+/// The thread's recent error message (consumed).
+pub fn last_msg() -> String {
+    // SAFETY: no arguments.
+    let p = unsafe { t().aclGetRecentErrMsg() }.unwrap();
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: a NUL-terminated string valid until the next call on this thread.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+pub fn dev_prop(dev: u32) -> aclrtPhysicalMemProp {
+    aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: ACL_HBM_MEM_HUGE,
+        location: aclrtMemLocation {
+            id: dev,
+            type_: ACL_MEM_LOCATION_TYPE_DEVICE,
+        },
+        reserve: 0,
+    }
+}
+
+pub fn host_prop() -> aclrtPhysicalMemProp {
+    aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: ACL_MEM_P2P_HUGE,
+        location: aclrtMemLocation {
+            id: 0,
+            type_: ACL_MEM_LOCATION_TYPE_HOST,
+        },
+        reserve: 0,
+    }
+}
+
+pub fn set_device(d: i32) {
+    ok!(aclrtSetDevice(d));
+}
+
+pub fn reset_device(d: i32) {
+    ok!(aclrtResetDevice(d));
+}
+
+pub fn reserve(size: usize) -> *mut c_void {
+    let mut va = null_mut();
+    ok!(aclrtReserveMemAddress(&mut va, size, 0, null_mut(), 0));
+    va
+}
+
+pub fn malloc_phys(size: usize, prop: &aclrtPhysicalMemProp) -> aclrtDrvMemHandle {
+    let mut h = null_mut();
+    ok!(aclrtMallocPhysical(&mut h, size, prop, 0));
+    h
+}
+
+/// reserve + malloc + map of `size` bytes; returns (va, handle).
+pub fn mapped(size: usize, prop: &aclrtPhysicalMemProp) -> (*mut c_void, aclrtDrvMemHandle) {
+    let va = reserve(size);
+    let h = malloc_phys(size, prop);
+    ok!(aclrtMapMem(va, size, 0, h, 0));
+    (va, h)
+}
+
+/// unmap + free + release in the documented order.
+pub fn teardown(va: *mut c_void, h: aclrtDrvMemHandle) {
+    ok!(aclrtUnmapMem(va));
+    ok!(aclrtFreePhysical(h));
+    ok!(aclrtReleaseMemAddress(va));
+}
+
+/// Asserts nothing leaked.
+pub fn assert_clean() {
+    let c = counters();
+    assert!(c.is_zero(), "leaked objects: {c}");
+}
+
+/// Runs the current test binary as a child with `envs`, running only test `name`.
+pub fn rerun(name: &str, envs: &[(&str, &str)]) -> std::process::Output {
+    let exe = std::env::current_exe().unwrap();
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args([name, "--exact", "--test-threads=1", "--nocapture"]);
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    cmd.output().unwrap()
+}
+
+/// Asserts a child run passed and ran exactly one test.
+pub fn assert_child_ok(out: &std::process::Output) {
+    let so = String::from_utf8_lossy(&out.stdout);
+    let se = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "child failed:\nstdout:\n{so}\nstderr:\n{se}"
+    );
+    assert!(so.contains("1 passed"), "child ran no test:\n{so}\n{se}");
+}
