@@ -1,1 +1,122 @@
-//! placeholder
+//! Safe Rust over the Huawei Ascend CANN memory stack: reserve device VA, allocate HBM or host
+//! DRAM, map it, share it with other processes through fabric handles, and move bytes with
+//! streams and copies.
+//!
+//! # Ownership
+//!
+//! ```text
+//! DeviceCtx <── VaInner   <──┐
+//! DeviceCtx <── PhysInner <──┴── Mapping <── DeviceBuffer / HostBuffer, Stream (pending copies)
+//!               PhysInner <───── FabricHandle          (arrow: holds an Arc)
+//! ```
+//!
+//! [`ReservedVa`] and [`PhysicalMem`] are thin handles over `Arc`s; a [`Mapping`] holds a clone
+//! of each and unmaps in its own `Drop`, which runs before those `Arc`s go. So users drop the
+//! three in any order and ACL still sees unmap, free, release. A [`FabricHandle`] holds the
+//! memory it exported; a [`Stream`] holds every mapping it has pending async work on until it
+//! is synchronized. Short views ([`MappingSlice`]) borrow; nothing hands out `&[u8]` or
+//! `&mut [u8]` over memory a device or peer can write.
+//!
+//! # ACL calls and the types that make them
+//!
+//! | ACL call | here |
+//! |---|---|
+//! | `aclInit` | [`Runtime::load`], `Runtime::emulated` (feature `emulator`), [`Runtime::from_env`], [`Runtime::from_library_path`] |
+//! | `aclrtSetDevice`, `aclrtGetDeviceCount` | [`Runtime::device`], [`Device::bind`], [`Runtime::device_count`] |
+//! | `aclrtMemGetAllocationGranularity` | [`Device::granularity`], [`Device::granular`], [`Device::round_up`] → [`Granular`] |
+//! | `aclrtReserveMemAddress` / `aclrtReleaseMemAddress` | [`ReservedVa::new`] / its drop, [`ReservedVa::close`] |
+//! | `aclrtMallocPhysical` / `aclrtFreePhysical` | [`PhysicalMem::alloc`], [`PhysicalMem::hbm`], [`PhysicalMem::host`] / drop, [`PhysicalMem::close`] |
+//! | `aclrtMapMem` / `aclrtUnmapMem` | [`ReservedVa::map`] / [`Mapping`]'s drop, [`Mapping::unmap`] |
+//! | `aclrtMemExportToShareableHandleV2` | [`PhysicalMem::export`] → [`FabricHandle`] |
+//! | `aclrtMemSetPidToShareableHandleV2` | [`FabricHandle::allow_pids`] |
+//! | `aclrtMemImportFromShareableHandleV2` | [`SharedHandle::import`] |
+//! | `aclrtMemSetAccess` | [`Mapping::set_device_access`] (done by [`HostBuffer::new`]) |
+//! | `aclrtMemcpy`, `aclrtMemset` | [`Mapping::read_into`], [`Mapping::write_from`], [`Mapping::fill`], [`MappingSlice::copy_from`] |
+//! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::fill_async`] |
+//! | `aclrtCreateStreamWithConfig`, `…SynchronizeStream…`, `aclrtStreamQuery`, `aclrtStreamAbort`, `aclrtSetStreamFailureMode` | [`Stream`], [`StreamPool`] |
+//! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime` | [`Event`], [`Stream::wait_event`] |
+//! | anything else | [`Runtime::acl`] and the [`ffi`] layer |
+//!
+//! # Does
+//!
+//! * pick the backend at run time: real CANN (opened with `dlopen`, never linked), the
+//!   in-tree emulator in process, or the emulator's shared library through the same loader;
+//! * check what the host can know before calling C (granularity, bounds, overlap, device,
+//!   sizes), with typed errors carrying the numbers, and still surface the runtime's own code
+//!   (with its `aclGetRecentErrMsg` text) when it rejects something;
+//! * tear down in the order the runtime needs, from `Drop` (which never panics and records a
+//!   failure as a sticky error on the device) or from explicit `close`/`unmap` calls that
+//!   hand the value back on failure.
+//!
+//! # Does not
+//!
+//! * finalize ACL (`aclFinalize` is process-wide; the library stays loaded);
+//! * give host references into device-visible memory, or async copies into borrowed host
+//!   slices (those are `unsafe`, see [`Stream::write_async_unchecked`]);
+//! * wrap HCCL, kernels, contexts, or the deprecated V1 share calls (use [`ffi`]/[`Runtime::acl`]).
+//!
+//! # Example
+//!
+//! ```no_run
+//! # fn main() -> ascend_mem::Result<()> {
+//! use ascend_mem::{Runtime, PhysicalMem, ReservedVa};
+//! let rt = Runtime::from_env()?;
+//! let dev = rt.device(0)?;
+//! let size = dev.round_up(3 << 20)?;       // whole granules
+//! let va = ReservedVa::new(&dev, size)?;
+//! let mem = PhysicalMem::hbm(&dev, size)?;
+//! let map = va.map(&mem, size.zero())?;
+//! map.write_from(b"hello", 0)?;
+//! let mut back = [0u8; 5];
+//! map.read_into(&mut back, 0)?;
+//! assert_eq!(&back, b"hello");
+//! drop(va); drop(mem); drop(map);          // any order: unmap, free, release
+//! # Ok(()) }
+//! ```
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+#[allow(unsafe_code)]
+pub mod ffi;
+
+mod buffer;
+mod device;
+mod error;
+mod runtime;
+mod share;
+mod spec;
+mod stream;
+mod vmm;
+
+pub use acl;
+pub use buffer::{DeviceBuffer, HostBuffer};
+pub use device::{Device, Granular};
+pub use error::{AclCode, Error, ErrorKind, Result};
+pub use runtime::{Backend, Runtime};
+pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDLE_BYTES};
+pub use spec::{Location, MemAttr, MemSpec};
+pub use stream::{Event, EventFlags, FailureMode, Stream, StreamFlags, StreamLease, StreamPool};
+pub use vmm::{Access, Mapping, MappingSlice, Origin, PhysicalMem, ReservedVa};
+
+/// Compile-time checks that every public handle keeps its thread-safety promises: a new raw
+/// pointer field cannot remove them silently.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    const fn send<T: Send>() {}
+    send_sync::<Runtime>();
+    send_sync::<Device>();
+    send_sync::<Granular>();
+    send_sync::<ReservedVa>();
+    send_sync::<PhysicalMem>();
+    send_sync::<Mapping>();
+    send_sync::<MappingSlice<'static>>();
+    send_sync::<FabricHandle>();
+    send_sync::<SharedHandle>();
+    send_sync::<DeviceBuffer>();
+    send_sync::<HostBuffer>();
+    send_sync::<StreamPool>();
+    send_sync::<Error>();
+    send::<Stream>();
+    send::<Event>();
+    send::<StreamLease>();
+};

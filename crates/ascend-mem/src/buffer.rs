@@ -1,0 +1,190 @@
+//! [`DeviceBuffer`] and [`HostBuffer`]: reserve + allocate + map in one value.
+
+use std::fmt;
+use std::ops::RangeBounds;
+
+use crate::device::Device;
+use crate::error::Result;
+use crate::share::{ExportFlags, FabricHandle, ShareKind};
+use crate::spec::MemSpec;
+use crate::vmm::{Access, Mapping, MappingSlice, PhysicalMem, ReservedVa};
+
+fn make(dev: &Device, min_bytes: usize, spec: MemSpec) -> Result<Mapping> {
+    let len = dev.round_up_for(spec, min_bytes.max(1))?;
+    let va = ReservedVa::new(dev, len)?;
+    let mem = PhysicalMem::alloc(dev, len, spec)?;
+    // The mapping holds both; dropping `va` and `mem` here only drops our extra handles.
+    va.map(&mem, len.zero())
+}
+
+macro_rules! buffer_common {
+    ($t:ident) => {
+        impl fmt::Debug for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.debug_struct(stringify!($t))
+                    .field("device", &self.map.device().id())
+                    .field("addr", &self.map.as_raw())
+                    .field("len", &self.map.len())
+                    .finish()
+            }
+        }
+
+        impl $t {
+            /// The size in bytes (the requested size rounded up to whole granules).
+            pub fn len(&self) -> usize {
+                self.map.len()
+            }
+
+            /// Always false.
+            pub fn is_empty(&self) -> bool {
+                self.map.is_empty()
+            }
+
+            /// The first address (device VA).
+            pub fn as_raw(&self) -> *mut std::ffi::c_void {
+                self.map.as_raw()
+            }
+
+            /// The device it was made through.
+            pub fn device(&self) -> &Device {
+                self.map.device()
+            }
+
+            /// The underlying mapping.
+            pub fn mapping(&self) -> &Mapping {
+                &self.map
+            }
+
+            /// Consumes the buffer, returning its mapping (which owns the VA and the memory).
+            pub fn into_mapping(self) -> Mapping {
+                self.map
+            }
+
+            /// A view of `range`.
+            ///
+            /// # Errors
+            /// [`Error::OutOfBounds`](crate::Error::OutOfBounds).
+            pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<MappingSlice<'_>> {
+                self.map.slice(range)
+            }
+
+            /// The whole buffer as a view.
+            pub fn as_slice(&self) -> MappingSlice<'_> {
+                self.map.as_slice()
+            }
+
+            /// Copies `dst.len()` bytes at `offset` into `dst`.
+            ///
+            /// # Errors
+            /// As [`Mapping::read_into`].
+            #[doc(alias = "aclrtMemcpy")]
+            pub fn read_into(&self, dst: &mut [u8], offset: usize) -> Result<()> {
+                self.map.read_into(dst, offset)
+            }
+
+            /// Copies `src` to `offset`.
+            ///
+            /// # Errors
+            /// As [`Mapping::write_from`].
+            #[doc(alias = "aclrtMemcpy")]
+            pub fn write_from(&self, src: &[u8], offset: usize) -> Result<()> {
+                self.map.write_from(src, offset)
+            }
+
+            /// Sets every byte to `value`.
+            ///
+            /// # Errors
+            /// As [`Mapping::fill`].
+            #[doc(alias = "aclrtMemset")]
+            pub fn fill(&self, value: u8) -> Result<()> {
+                self.map.fill(value)
+            }
+
+            /// Reads the whole buffer into a new `Vec`.
+            ///
+            /// # Errors
+            /// As [`Mapping::read_into`].
+            pub fn to_vec(&self) -> Result<Vec<u8>> {
+                let mut v = vec![0u8; self.len()];
+                self.read_into(&mut v, 0)?;
+                Ok(v)
+            }
+
+            /// Exports the buffer's memory (see [`PhysicalMem::export`]).
+            ///
+            /// # Errors
+            /// As [`PhysicalMem::export`].
+            #[doc(alias = "aclrtMemExportToShareableHandleV2")]
+            pub fn export(&self, kind: ShareKind, flags: ExportFlags) -> Result<FabricHandle> {
+                self.map.memory().export(kind, flags)
+            }
+        }
+    };
+}
+
+/// Device HBM reserved, allocated and mapped in one value; all three are undone on drop.
+///
+/// Byte access copies through `aclrtMemcpy`/`aclrtMemset`: device memory may be written by the
+/// device or a peer at any time, so no `&[u8]` over it is ever handed out.
+pub struct DeviceBuffer {
+    map: Mapping,
+}
+
+impl DeviceBuffer {
+    /// At least `min_bytes` of HBM on `dev`, rounded up to whole granules.
+    ///
+    /// # Errors
+    /// As [`ReservedVa::new`], [`PhysicalMem::alloc`] (`ACL_ERROR_BAD_ALLOC` over capacity)
+    /// and [`ReservedVa::map`]; whatever was made before the failure is undone.
+    pub fn new(dev: &Device, min_bytes: usize) -> Result<DeviceBuffer> {
+        Ok(DeviceBuffer {
+            map: make(dev, min_bytes, MemSpec::DEVICE_HBM)?,
+        })
+    }
+
+    /// At least `min_bytes` of memory of kind `spec` (device or host).
+    ///
+    /// # Errors
+    /// As [`DeviceBuffer::new`].
+    pub fn with_spec(dev: &Device, min_bytes: usize, spec: MemSpec) -> Result<DeviceBuffer> {
+        Ok(DeviceBuffer {
+            map: make(dev, min_bytes, spec)?,
+        })
+    }
+}
+
+buffer_common!(DeviceBuffer);
+
+/// Host DRAM (reachable by the device) reserved, allocated and mapped in one value.
+///
+/// Byte access copies through ACL as for [`DeviceBuffer`]: the device or a peer may write it.
+pub struct HostBuffer {
+    map: Mapping,
+}
+
+impl HostBuffer {
+    /// At least `min_bytes` of host DRAM ([`MemSpec::HOST`]), rounded up to whole granules,
+    /// with read-write access granted to `dev` (R19).
+    ///
+    /// # Errors
+    /// As [`DeviceBuffer::new`] and [`Mapping::set_device_access`].
+    pub fn new(dev: &Device, min_bytes: usize) -> Result<HostBuffer> {
+        Self::with_spec(dev, min_bytes, MemSpec::HOST)
+    }
+
+    /// At least `min_bytes` of host DRAM on NUMA node `node`.
+    ///
+    /// # Errors
+    /// As [`HostBuffer::new`].
+    pub fn on_numa(dev: &Device, min_bytes: usize, node: u32) -> Result<HostBuffer> {
+        Self::with_spec(dev, min_bytes, MemSpec::host_numa(node))
+    }
+
+    fn with_spec(dev: &Device, min_bytes: usize, spec: MemSpec) -> Result<HostBuffer> {
+        let map = make(dev, min_bytes, spec)?;
+        map.set_device_access(dev, Access::ReadWrite)?;
+        Ok(HostBuffer { map })
+    }
+}
+
+buffer_common!(HostBuffer);

@@ -1,0 +1,368 @@
+//! The crate's error type, the ACL status newtype and the small [`ErrorKind`] to match on.
+
+use std::fmt;
+
+/// An ACL status code (`aclError`, a C `int`).
+///
+/// A newtype, not an enum: a newer runtime can return values this crate has never seen, and
+/// they must survive unchanged. The constants name the codes this crate meets; [`Display`]
+/// prints the C name next to the number when the code is known.
+///
+/// [`Display`]: fmt::Display
+#[repr(transparent)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AclCode(pub i32);
+
+macro_rules! acl_codes {
+    ($($name:ident = $c:ident;)*) => {
+        impl AclCode {
+            $(
+                #[doc = concat!("`", stringify!($c), "`")]
+                pub const $name: AclCode = AclCode(acl::$c);
+            )*
+
+            /// The C name of a known code.
+            pub fn name(self) -> Option<&'static str> {
+                match self.0 {
+                    $( acl::$c => Some(stringify!($c)), )*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+acl_codes! {
+    SUCCESS = ACL_SUCCESS;
+    INVALID_PARAM = ACL_ERROR_INVALID_PARAM;
+    UNINITIALIZE = ACL_ERROR_UNINITIALIZE;
+    REPEAT_INITIALIZE = ACL_ERROR_REPEAT_INITIALIZE;
+    REPEAT_FINALIZE = ACL_ERROR_REPEAT_FINALIZE;
+    BAD_ALLOC = ACL_ERROR_BAD_ALLOC;
+    API_NOT_SUPPORT = ACL_ERROR_API_NOT_SUPPORT;
+    INVALID_DEVICE = ACL_ERROR_INVALID_DEVICE;
+    MEMORY_ADDRESS_UNALIGNED = ACL_ERROR_MEMORY_ADDRESS_UNALIGNED;
+    RESOURCE_NOT_MATCH = ACL_ERROR_RESOURCE_NOT_MATCH;
+    INVALID_RESOURCE_HANDLE = ACL_ERROR_INVALID_RESOURCE_HANDLE;
+    FEATURE_UNSUPPORTED = ACL_ERROR_FEATURE_UNSUPPORTED;
+    STORAGE_OVER_LIMIT = ACL_ERROR_STORAGE_OVER_LIMIT;
+    INTERNAL_ERROR = ACL_ERROR_INTERNAL_ERROR;
+    FAILURE = ACL_ERROR_FAILURE;
+    GE_FAILURE = ACL_ERROR_GE_FAILURE;
+    RT_FAILURE = ACL_ERROR_RT_FAILURE;
+    DRV_FAILURE = ACL_ERROR_DRV_FAILURE;
+    PROFILING_FAILURE = ACL_ERROR_PROFILING_FAILURE;
+    RT_PARAM_INVALID = ACL_ERROR_RT_PARAM_INVALID;
+    RT_INVALID_DEVICEID = ACL_ERROR_RT_INVALID_DEVICEID;
+    RT_CONTEXT_NULL = ACL_ERROR_RT_CONTEXT_NULL;
+    RT_STREAM_CONTEXT = ACL_ERROR_RT_STREAM_CONTEXT;
+    RT_ADDR_UNALIGNED = ACL_ERROR_RT_ADDR_UNALIGNED;
+    RT_INVALID_MEMORY_TYPE = ACL_ERROR_RT_INVALID_MEMORY_TYPE;
+    RT_INVALID_HANDLE = ACL_ERROR_RT_INVALID_HANDLE;
+    RT_WAIT_TIMEOUT = ACL_ERROR_RT_WAIT_TIMEOUT;
+    RT_TASK_TIMEOUT = ACL_ERROR_RT_TASK_TIMEOUT;
+    RT_STREAM_ABORT = ACL_ERROR_RT_STREAM_ABORT;
+    RT_FEATURE_NOT_SUPPORT = ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+    RT_MEMORY_ALLOCATION = ACL_ERROR_RT_MEMORY_ALLOCATION;
+    RT_MEMORY_FREE = ACL_ERROR_RT_MEMORY_FREE;
+    RT_NO_DEVICE = ACL_ERROR_RT_NO_DEVICE;
+    RT_RESOURCE_ALLOC_FAIL = ACL_ERROR_RT_RESOURCE_ALLOC_FAIL;
+    RT_NO_PERMISSION = ACL_ERROR_RT_NO_PERMISSION;
+    RT_NO_EVENT_RESOURCE = ACL_ERROR_RT_NO_EVENT_RESOURCE;
+    RT_NO_STREAM_RESOURCE = ACL_ERROR_RT_NO_STREAM_RESOURCE;
+    RT_OVER_LIMIT = ACL_ERROR_RT_OVER_LIMIT;
+    RT_DEVICE_OOM = ACL_ERROR_RT_DEVICE_OOM;
+    RT_TIMEOUT = ACL_ERROR_RT_TIMEOUT;
+    RT_INTERNAL_ERROR = ACL_ERROR_RT_INTERNAL_ERROR;
+    RT_STREAM_NOT_COMPLETE = ACL_ERROR_RT_STREAM_NOT_COMPLETE;
+    RT_EVENT_NOT_COMPLETE = ACL_ERROR_RT_EVENT_NOT_COMPLETE;
+    RT_IPC_ERROR = ACL_ERROR_RT_IPC_ERROR;
+    RT_DEV_SETUP_ERROR = ACL_ERROR_RT_DEV_SETUP_ERROR;
+    RT_STREAM_SYNC_TIMEOUT = ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+    RT_EVENT_SYNC_TIMEOUT = ACL_ERROR_RT_EVENT_SYNC_TIMEOUT;
+    RT_DEVICE_MEM_ERROR = ACL_ERROR_RT_DEVICE_MEM_ERROR;
+    RT_LINK_ERROR = ACL_ERROR_RT_LINK_ERROR;
+    RT_DRV_INTERNAL_ERROR = ACL_ERROR_RT_DRV_INTERNAL_ERROR;
+    RT_SOCKET_CLOSE = ACL_ERROR_RT_SOCKET_CLOSE;
+}
+
+impl AclCode {
+    /// The coarse class of this code.
+    pub fn kind(self) -> ErrorKind {
+        match self {
+            Self::BAD_ALLOC
+            | Self::RT_MEMORY_ALLOCATION
+            | Self::RT_DEVICE_OOM
+            | Self::STORAGE_OVER_LIMIT
+            | Self::RT_RESOURCE_ALLOC_FAIL
+            | Self::RT_NO_EVENT_RESOURCE
+            | Self::RT_NO_STREAM_RESOURCE
+            | Self::RT_OVER_LIMIT => ErrorKind::OutOfMemory,
+            Self::INVALID_PARAM
+            | Self::RT_PARAM_INVALID
+            | Self::INVALID_DEVICE
+            | Self::RT_INVALID_DEVICEID
+            | Self::MEMORY_ADDRESS_UNALIGNED
+            | Self::RT_ADDR_UNALIGNED
+            | Self::RESOURCE_NOT_MATCH
+            | Self::INVALID_RESOURCE_HANDLE
+            | Self::RT_INVALID_HANDLE
+            | Self::RT_INVALID_MEMORY_TYPE
+            | Self::RT_CONTEXT_NULL
+            | Self::RT_STREAM_CONTEXT
+            | Self::UNINITIALIZE => ErrorKind::InvalidArgument,
+            Self::API_NOT_SUPPORT | Self::FEATURE_UNSUPPORTED | Self::RT_FEATURE_NOT_SUPPORT => {
+                ErrorKind::NotSupported
+            }
+            Self::RT_WAIT_TIMEOUT
+            | Self::RT_TASK_TIMEOUT
+            | Self::RT_TIMEOUT
+            | Self::RT_STREAM_SYNC_TIMEOUT
+            | Self::RT_EVENT_SYNC_TIMEOUT => ErrorKind::Timeout,
+            Self::RT_NO_PERMISSION => ErrorKind::PermissionDenied,
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
+impl fmt::Display for AclCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => write!(f, "{n} ({})", self.0),
+            None => write!(f, "ACL error {}", self.0),
+        }
+    }
+}
+
+/// A small, stable classification of [`Error`] to match on while variants grow.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// Device or host memory, streams or events ran out (`ACL_ERROR_BAD_ALLOC`, …).
+    OutOfMemory,
+    /// An argument was rejected, by our checks or by ACL.
+    InvalidArgument,
+    /// The runtime, product or loaded library cannot do this (includes missing symbols).
+    NotSupported,
+    /// A wait ran out of time.
+    Timeout,
+    /// The caller may not do this (e.g. an import by a pid not on the allow-list).
+    PermissionDenied,
+    /// The runtime library could not be loaded.
+    Unavailable,
+    /// Anything else.
+    Other,
+}
+
+/// Everything that can fail in this crate.
+///
+/// Every variant names the call or the check and carries the values involved.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An ACL call returned a non-zero status.
+    #[error("{api} failed with {code}: {msg}")]
+    Acl {
+        /// The C function, e.g. `"aclrtMapMem"`.
+        api: &'static str,
+        /// The returned status.
+        code: AclCode,
+        /// `aclGetRecentErrMsg()` read right after the failure on the same thread (may be empty).
+        msg: Box<str>,
+    },
+    /// The loaded library does not export a function (an older CANN).
+    #[error("{lib} lacks {symbol}; CANN too old for this call?")]
+    MissingSymbol {
+        /// Human name of the library.
+        lib: &'static str,
+        /// The C symbol.
+        symbol: &'static str,
+    },
+    /// The runtime library could not be opened; the message lists every path tried and the fix.
+    #[error("{0}")]
+    Load(Box<acl::LoadError>),
+    /// A size or offset is not a whole number of allocation granules.
+    #[error("{what} = {value:#x} is not a multiple of the allocation granularity {granule:#x}")]
+    Misaligned {
+        /// Which argument.
+        what: &'static str,
+        /// The value given.
+        value: usize,
+        /// The granule it must be a multiple of.
+        granule: usize,
+    },
+    /// A range does not fit inside the object it addresses.
+    #[error("{what}: range [{offset:#x}, +{len:#x}) does not fit in {size:#x} bytes")]
+    OutOfBounds {
+        /// Which object or argument.
+        what: &'static str,
+        /// Start of the range.
+        offset: usize,
+        /// Length of the range.
+        len: usize,
+        /// Size of the object.
+        size: usize,
+    },
+    /// A range to map overlaps one that is already mapped in the same reservation.
+    #[error("map at [{offset:#x}, +{len:#x}) overlaps the mapping at [{existing_offset:#x}, +{existing_len:#x})")]
+    Overlap {
+        /// Requested offset in the reservation.
+        offset: usize,
+        /// Requested length.
+        len: usize,
+        /// Offset of the mapping already there.
+        existing_offset: usize,
+        /// Its length.
+        existing_len: usize,
+    },
+    /// Two objects that must live on the same device do not.
+    #[error("{what}: expected device {expected}, found device {found}")]
+    WrongDevice {
+        /// Which operation.
+        what: &'static str,
+        /// The device required.
+        expected: i32,
+        /// The device given.
+        found: i32,
+    },
+    /// Two sizes that must be equal are not (e.g. a map size and the physical size, rule R10).
+    #[error("{what}: size {found:#x} does not equal {expected:#x}")]
+    SizeMismatch {
+        /// Which operation.
+        what: &'static str,
+        /// The size required.
+        expected: usize,
+        /// The size given.
+        found: usize,
+    },
+    /// An argument our own checks reject before any C call.
+    #[error("{api}: invalid {what} = {value}")]
+    InvalidArgument {
+        /// The operation (usually the C function it guards).
+        api: &'static str,
+        /// Which argument.
+        what: &'static str,
+        /// The value given.
+        value: i128,
+    },
+    /// A physical allocation was already exported (rule R15: one export per handle per process).
+    #[error("aclrtMemExportToShareableHandleV2: this allocation is already exported; reuse its FabricHandle")]
+    AlreadyExported,
+    /// Share-handle bytes received from another process are malformed.
+    #[error("share handle bytes: {reason} (got {len} bytes)")]
+    BadHandleBytes {
+        /// What is wrong.
+        reason: &'static str,
+        /// How many bytes were given.
+        len: usize,
+    },
+    /// `close` on an object that is still shared (mapped, exported or cloned).
+    #[error("{what} is still in use by {refs} other owner(s) (mapping, export or clone)")]
+    Busy {
+        /// Which object.
+        what: &'static str,
+        /// How many other owners hold it.
+        refs: usize,
+    },
+    /// An error a `Drop` on this device recorded earlier (drops cannot return errors).
+    #[error("an earlier teardown on device {device} failed: {source}")]
+    Sticky {
+        /// The device whose teardown failed.
+        device: i32,
+        /// The recorded error.
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// The coarse class of this error.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Error::Acl { code, .. } => code.kind(),
+            Error::MissingSymbol { .. } => ErrorKind::NotSupported,
+            Error::Load(_) => ErrorKind::Unavailable,
+            Error::Misaligned { .. }
+            | Error::OutOfBounds { .. }
+            | Error::Overlap { .. }
+            | Error::WrongDevice { .. }
+            | Error::SizeMismatch { .. }
+            | Error::InvalidArgument { .. }
+            | Error::AlreadyExported
+            | Error::BadHandleBytes { .. }
+            | Error::Busy { .. } => ErrorKind::InvalidArgument,
+            Error::Sticky { source, .. } => source.kind(),
+        }
+    }
+
+    /// The ACL status, when the error came from an ACL call (also through [`Error::Sticky`]).
+    pub fn code(&self) -> Option<AclCode> {
+        match self {
+            Error::Acl { code, .. } => Some(*code),
+            Error::Sticky { source, .. } => source.code(),
+            _ => None,
+        }
+    }
+
+    /// The C function that failed, when the error came from an ACL call or a missing symbol.
+    pub fn api(&self) -> Option<&'static str> {
+        match self {
+            Error::Acl { api, .. } => Some(api),
+            Error::MissingSymbol { symbol, .. } => Some(symbol),
+            Error::InvalidArgument { api, .. } => Some(api),
+            Error::Sticky { source, .. } => source.api(),
+            _ => None,
+        }
+    }
+}
+
+impl From<acl::MissingSymbol> for Error {
+    fn from(m: acl::MissingSymbol) -> Self {
+        Error::MissingSymbol {
+            lib: m.library,
+            symbol: m.symbol,
+        }
+    }
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_call_and_value() {
+        let e = Error::Acl {
+            api: "aclrtMapMem",
+            code: AclCode(107000),
+            msg: "size 4096 differs".into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "aclrtMapMem failed with ACL_ERROR_RT_PARAM_INVALID (107000): size 4096 differs"
+        );
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        assert_eq!(e.api(), Some("aclrtMapMem"));
+        let s = Error::Sticky {
+            device: 1,
+            source: Box::new(e),
+        };
+        assert_eq!(s.code(), Some(AclCode::RT_PARAM_INVALID));
+        assert_eq!(s.kind(), ErrorKind::InvalidArgument);
+        assert!(std::error::Error::source(&s).is_some());
+        let o = Error::OutOfBounds {
+            what: "read_into",
+            offset: 8,
+            len: 16,
+            size: 16,
+        };
+        assert_eq!(
+            o.to_string(),
+            "read_into: range [0x8, +0x10) does not fit in 0x10 bytes"
+        );
+        assert_eq!(AclCode(7).to_string(), "ACL error 7");
+        assert_eq!(AclCode::BAD_ALLOC.kind(), ErrorKind::OutOfMemory);
+    }
+}

@@ -1,0 +1,270 @@
+//! Choosing and opening a backend: real CANN, the in-process emulator, or a library by path.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
+
+use acl::AclLib;
+use parking_lot::Mutex;
+
+use crate::device::{Device, DeviceCtx};
+use crate::error::{Error, Result};
+use crate::ffi;
+
+/// Which implementation serves the ACL calls of a [`Runtime`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// A CANN runtime library opened with `dlopen`.
+    Cann {
+        /// The library file(s) opened.
+        path: String,
+    },
+    /// The in-tree emulator linked into this process (`Runtime::emulated`).
+    EmulatorInProcess,
+    /// The emulator's shared library (`libascend_sim.so`) opened with `dlopen` through the
+    /// normal loading path.
+    EmulatorDl {
+        /// The library file opened.
+        path: String,
+    },
+}
+
+impl Backend {
+    /// Whether this is the emulator (either way of reaching it).
+    pub fn is_emulator(&self) -> bool {
+        !matches!(self, Backend::Cann { .. })
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Backend::Cann { path } => write!(f, "CANN ({path})"),
+            Backend::EmulatorInProcess => f.write_str("emulator (in-process)"),
+            Backend::EmulatorDl { path } => write!(f, "emulator via dlopen ({path})"),
+        }
+    }
+}
+
+pub(crate) struct RtInner {
+    pub(crate) lib: &'static AclLib,
+    backend: Backend,
+    devices: Mutex<HashMap<i32, Weak<DeviceCtx>>>,
+}
+
+/// An opened ACL runtime: the function table every other type calls through.
+///
+/// Cheap to clone (an `Arc`). Opening calls `aclInit` once (a repeated init is fine). The
+/// library stays loaded for the life of the process: handles made through it may outlive any
+/// `Runtime` value, so it is never unloaded.
+#[derive(Clone)]
+pub struct Runtime {
+    pub(crate) inner: Arc<RtInner>,
+}
+
+impl fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Runtime")
+            .field("backend", &self.inner.backend)
+            .finish()
+    }
+}
+
+/// Tables opened by path, kept for the process so repeated opens do not leak new copies.
+fn by_path() -> &'static Mutex<HashMap<PathBuf, &'static AclLib>> {
+    static M: OnceLock<Mutex<HashMap<PathBuf, &'static AclLib>>> = OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+/// Emulator marker symbols: if the opened library exports one, it is ascend-sim.
+const SIM_MARKERS: &[&str] = &["ascendSimGetCounters", "ascendSimFailNth"];
+
+fn classify(lib: &AclLib) -> Backend {
+    let src = lib.source();
+    if src.is_in_process() {
+        return Backend::EmulatorInProcess;
+    }
+    let path = src.describe();
+    let is_sim = SIM_MARKERS.iter().any(|m| lib.is_available(m)) || path.contains("ascend_sim");
+    if is_sim {
+        Backend::EmulatorDl { path }
+    } else {
+        Backend::Cann { path }
+    }
+}
+
+impl Runtime {
+    fn from_table(lib: &'static AclLib) -> Result<Runtime> {
+        // aclInit once per table and process (a repeat would only bump ACL's init count).
+        static INITED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+        {
+            let mut inited = INITED.lock();
+            let key = lib as *const AclLib as usize;
+            if !inited.contains(&key) {
+                // SAFETY: `lib` is an opened ACL table; aclInit takes a NULL config path.
+                unsafe { ffi::init::init(lib) }?;
+                inited.push(key);
+            }
+        }
+        let backend = classify(lib);
+        tracing::debug!(%backend, "ACL runtime ready");
+        Ok(Runtime {
+            inner: Arc::new(RtInner {
+                lib,
+                backend,
+                devices: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Opens the real CANN runtime from the standard search path (`ASCEND_ACL_LIB`, then
+    /// `$ASCEND_HOME_PATH/lib64`, the build-time directory, the bare soname).
+    ///
+    /// Pointing `ASCEND_ACL_LIB` at the emulator's `libascend_sim.so` takes this same dlopen
+    /// path; [`Runtime::backend`] then reports [`Backend::EmulatorDl`].
+    ///
+    /// # Errors
+    /// [`Error::Load`] listing every path tried and how to fix it; an `aclInit` failure.
+    #[doc(alias = "aclInit")]
+    pub fn load() -> Result<Runtime> {
+        let lib = acl::acl().map_err(|e| Error::Load(Box::new(e.clone())))?;
+        Self::from_table(lib)
+    }
+
+    /// The in-tree emulator, linked into this process (feature `emulator`, on by default).
+    ///
+    /// # Errors
+    /// An `aclInit` failure (the emulator does not normally fail it).
+    #[cfg(feature = "emulator")]
+    pub fn emulated() -> Result<Runtime> {
+        Self::from_table(ascend_sim::acl_table())
+    }
+
+    /// Picks the backend from `ASCEND_MEM_BACKEND`: `cann` ([`Runtime::load`]), `sim` or
+    /// `emulator` (`Runtime::emulated` (feature `emulator`)). Unset or empty: CANN when it loads, otherwise the
+    /// emulator, with an info line saying which.
+    ///
+    /// # Errors
+    /// As [`Runtime::load`] for `cann`; [`Error::InvalidArgument`] for an unknown value (its
+    /// `value` is the length of the string); without the `emulator` feature, a load error
+    /// when CANN is absent.
+    pub fn from_env() -> Result<Runtime> {
+        let choice = std::env::var("ASCEND_MEM_BACKEND").unwrap_or_default();
+        match choice.trim().to_ascii_lowercase().as_str() {
+            "cann" => Self::load(),
+            #[cfg(feature = "emulator")]
+            "sim" | "emulator" => Self::emulated(),
+            "" => match Self::load() {
+                Ok(rt) => {
+                    tracing::info!(backend = %rt.backend(), "ascend-mem: using CANN");
+                    Ok(rt)
+                }
+                #[cfg(feature = "emulator")]
+                Err(Error::Load(e)) => {
+                    tracing::info!(
+                        tried = e.attempts.len(),
+                        "ascend-mem: CANN runtime not found, using the emulator (set ASCEND_MEM_BACKEND=cann to require CANN)"
+                    );
+                    Self::emulated()
+                }
+                Err(e) => Err(e),
+            },
+            other => Err(Error::InvalidArgument {
+                api: "ASCEND_MEM_BACKEND (expected cann or sim)",
+                what: "backend name length",
+                value: other.len() as i128,
+            }),
+        }
+    }
+
+    /// Opens an ACL runtime library from one explicit file (CANN or the emulator's
+    /// `libascend_sim.so`). The library stays loaded for the life of the process; opening the
+    /// same path again reuses it.
+    ///
+    /// # Errors
+    /// [`Error::Load`] with the single attempt; an `aclInit` failure.
+    ///
+    /// # Safety
+    /// Opening a shared library runs its initialisers, and its exports are called as the ACL
+    /// functions of `acl-sys`: the file must be a trusted ACL runtime (or the emulator).
+    pub unsafe fn from_library_path(path: impl AsRef<Path>) -> Result<Runtime> {
+        let path = path.as_ref().to_path_buf();
+        let lib = {
+            let mut m = by_path().lock();
+            match m.get(&path) {
+                Some(l) => *l,
+                None => {
+                    // SAFETY: forwarded to the caller: the library is trusted.
+                    let lib = unsafe { AclLib::open_path(&path) }
+                        .map_err(|e| Error::Load(Box::new(e)))?;
+                    // Never unloaded: handles from it may outlive every Runtime.
+                    let lib: &'static AclLib = Box::leak(Box::new(lib));
+                    m.insert(path, lib);
+                    lib
+                }
+            }
+        };
+        Self::from_table(lib)
+    }
+
+    /// Wraps an ACL table obtained elsewhere (for instance a fresh table over the emulator's
+    /// in-process lookup, or one opened with custom search rules).
+    ///
+    /// # Errors
+    /// An `aclInit` failure.
+    ///
+    /// # Safety
+    /// Every symbol `lib` resolves must be the ACL function of that name with the signature
+    /// declared in `acl-sys` (the table's methods call through them unchecked).
+    pub unsafe fn from_table_unchecked(lib: &'static AclLib) -> Result<Runtime> {
+        Self::from_table(lib)
+    }
+
+    /// Which implementation serves this runtime.
+    pub fn backend(&self) -> &Backend {
+        &self.inner.backend
+    }
+
+    /// The raw function table (borrowed; for calls this crate does not wrap, see [`ffi`]).
+    pub fn acl(&self) -> &'static AclLib {
+        self.inner.lib
+    }
+
+    /// The number of devices.
+    ///
+    /// # Errors
+    /// An `aclrtGetDeviceCount` failure.
+    #[doc(alias = "aclrtGetDeviceCount")]
+    pub fn device_count(&self) -> Result<u32> {
+        // SAFETY: plain out-parameter call on an opened table.
+        unsafe { ffi::device::count(self.inner.lib) }
+    }
+
+    /// A handle on device `id`, binding it to the calling thread once to check it exists.
+    /// Every `Device` for the same id of one runtime shares its state (granularity cache,
+    /// sticky error).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a negative id; an `aclrtSetDevice` failure
+    /// (`ACL_ERROR_RT_INVALID_DEVICEID`, …) for an id the runtime does not have.
+    #[doc(alias = "aclrtSetDevice")]
+    pub fn device(&self, id: i32) -> Result<Device> {
+        if id < 0 {
+            return Err(Error::InvalidArgument {
+                api: "aclrtSetDevice",
+                what: "device id",
+                value: id.into(),
+            });
+        }
+        let mut devs = self.inner.devices.lock();
+        if let Some(ctx) = devs.get(&id).and_then(Weak::upgrade) {
+            return Ok(Device::from_ctx(ctx));
+        }
+        let dev = Device::open(self.clone(), id)?;
+        devs.insert(id, Arc::downgrade(dev.ctx()));
+        Ok(dev)
+    }
+}
