@@ -1,0 +1,208 @@
+//! Backend selection: `ASCEND_MEM_BACKEND=cann` without CANN fails at once with the paths tried
+//! and the fix (no panic); `ASCEND_ACL_LIB=<libascend_sim.so>` takes the dlopen path; the
+//! emulator's shared library opened by path runs a full round trip. Environment-dependent
+//! cases run in child processes (the loader's search happens once per process).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use ascend_mem::{Backend, DeviceBuffer, ErrorKind, HostBuffer, Runtime, Stream};
+use common::{pattern, role, run_role, setup, sim_library};
+
+const MIB2: usize = 2 << 20;
+
+fn roundtrip(rt: &Runtime) -> ascend_mem::Result<()> {
+    let dev = rt.device(0)?;
+    let a = DeviceBuffer::new(&dev, MIB2)?;
+    let h = HostBuffer::new(&dev, MIB2)?;
+    let data = pattern(7, MIB2);
+    a.write_from(&data, 0)?;
+    let mut s = Stream::new(&dev)?;
+    s.copy_async(&h.as_slice(), &a.as_slice())?;
+    s.synchronize()?;
+    assert_eq!(h.to_vec()?, data);
+    Ok(())
+}
+
+/// Child side: a no-op in a normal test run.
+#[test]
+fn child_entry() {
+    let Some(role) = role() else { return };
+    match role.as_str() {
+        "from-env" => match Runtime::from_env() {
+            Ok(rt) => {
+                let kind = match rt.backend() {
+                    Backend::Cann { .. } => "cann",
+                    Backend::EmulatorInProcess => "sim-in-process",
+                    Backend::EmulatorDl { .. } => "sim-dlopen",
+                    _ => "other",
+                };
+                roundtrip(&rt).unwrap();
+                println!("RESULT ok {kind}\nEND");
+            }
+            Err(e) => println!("RESULT err {:?}\n{e}\nEND", e.kind()),
+        },
+        other => panic!("unknown role {other}"),
+    }
+}
+
+fn result(out: &std::process::Output) -> String {
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    match text.split_once("RESULT ") {
+        Some((_, r)) => r.split("\nEND").next().unwrap_or(r).trim().to_string(),
+        None => format!(
+            "no RESULT line; stdout: {text}; stderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+#[test]
+fn cann_without_cann_fails_at_once_with_paths_and_fix() {
+    let t = Instant::now();
+    let out = run_role(
+        "child_entry",
+        "from-env",
+        &[
+            ("ASCEND_MEM_BACKEND", "cann"),
+            ("ASCEND_ACL_LIB", "/nonexistent/ascend/libascendcl.so"),
+            ("ASCEND_HOME_PATH", "/nonexistent/home"),
+        ],
+    );
+    assert!(out.status.success(), "no panic: {out:?}");
+    assert!(t.elapsed() < Duration::from_secs(20));
+    let r = result(&out);
+    assert!(r.starts_with("err Unavailable"), "{r}");
+    assert!(
+        r.contains("/nonexistent/ascend/libascendcl.so"),
+        "lists the path tried: {r}"
+    );
+    assert!(r.contains("fix:"), "says how to fix it: {r}");
+    assert!(
+        r.contains("ASCEND_ACL_LIB") && r.contains("ASCEND_MEM_BACKEND=sim"),
+        "{r}"
+    );
+}
+
+#[test]
+fn cann_search_path_lists_every_candidate() {
+    let out = run_role(
+        "child_entry",
+        "from-env",
+        &[
+            ("ASCEND_MEM_BACKEND", "cann"),
+            ("ASCEND_ACL_LIB", ""),
+            ("ASCEND_HOME_PATH", "/nonexistent/home"),
+        ],
+    );
+    assert!(out.status.success(), "no panic: {out:?}");
+    let r = result(&out);
+    assert!(r.starts_with("err Unavailable"), "{r}");
+    for p in [
+        "/nonexistent/home/lib64/libascendcl.so",
+        "/nonexistent/home/lib64/libacl_rt.so",
+        "libascendcl.so",
+    ] {
+        assert!(r.contains(p), "lists {p}: {r}");
+    }
+}
+
+#[test]
+fn unset_backend_falls_back_to_the_emulator() {
+    let out = run_role(
+        "child_entry",
+        "from-env",
+        &[
+            ("ASCEND_MEM_BACKEND", ""),
+            ("ASCEND_ACL_LIB", "/nonexistent/ascend/libascendcl.so"),
+        ],
+    );
+    assert_eq!(result(&out), "ok sim-in-process", "{out:?}");
+}
+
+#[test]
+fn sim_backend_is_the_in_process_emulator() {
+    let out = run_role("child_entry", "from-env", &[("ASCEND_MEM_BACKEND", "sim")]);
+    assert_eq!(result(&out), "ok sim-in-process", "{out:?}");
+}
+
+#[test]
+fn unknown_backend_name_is_an_error() {
+    let out = run_role("child_entry", "from-env", &[("ASCEND_MEM_BACKEND", "tpu")]);
+    assert!(result(&out).starts_with("err InvalidArgument"), "{out:?}");
+}
+
+#[test]
+fn acl_lib_pointing_at_the_emulator_takes_the_dlopen_path() {
+    let Some(lib) = sim_library() else {
+        panic!("libascend_sim.so not built next to the test binary (cargo build -p ascend-sim)")
+    };
+    let lib = lib.to_string_lossy().into_owned();
+    for backend in ["", "cann"] {
+        let out = run_role(
+            "child_entry",
+            "from-env",
+            &[("ASCEND_MEM_BACKEND", backend), ("ASCEND_ACL_LIB", &lib)],
+        );
+        assert_eq!(
+            result(&out),
+            "ok sim-dlopen",
+            "backend={backend:?}: {out:?}"
+        );
+    }
+}
+
+#[test]
+fn emulator_library_opened_by_path_runs_a_roundtrip() {
+    let env = setup();
+    let Some(lib) = sim_library() else {
+        panic!("libascend_sim.so not built next to the test binary (cargo build -p ascend-sim)")
+    };
+    // SAFETY: the emulator's shared library exports the ACL functions with acl-sys signatures.
+    let rt = unsafe { Runtime::from_library_path(&lib) }.unwrap();
+    assert!(
+        matches!(rt.backend(), Backend::EmulatorDl { .. }),
+        "{:?}",
+        rt.backend()
+    );
+    assert!(rt.backend().is_emulator());
+    roundtrip(&rt).unwrap();
+    // The dlopen'd copy keeps its own counters; read them through its C export.
+    let counters = dl_counters(&lib);
+    assert_eq!(counters, [0u64; 12], "the dlopen'd emulator leaked");
+    // Opening the same path again reuses the library.
+    // SAFETY: as above.
+    let rt2 = unsafe { Runtime::from_library_path(&lib) }.unwrap();
+    assert!(std::ptr::eq(rt.acl(), rt2.acl()));
+    // A bad path is a load error naming it.
+    // SAFETY: the path does not exist; nothing is loaded.
+    let e = unsafe { Runtime::from_library_path("/nonexistent/libascend_sim.so") }.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Unavailable);
+    assert!(
+        e.to_string().contains("/nonexistent/libascend_sim.so"),
+        "{e}"
+    );
+    env.finish();
+}
+
+fn dl_counters(lib: &std::path::Path) -> [u64; 12] {
+    use std::ffi::CString;
+    let path = CString::new(lib.to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: RTLD_NOLOAD only returns the already-loaded library (opened by the runtime).
+    let h = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD) };
+    assert!(!h.is_null(), "library is loaded");
+    let name = CString::new("ascendSimGetCounters").unwrap();
+    // SAFETY: `h` is a live handle; the name is NUL-terminated.
+    let f = unsafe { libc::dlsym(h, name.as_ptr()) };
+    assert!(!f.is_null(), "the emulator exports ascendSimGetCounters");
+    // SAFETY: the export has this signature (ascend_sim::ascendSimGetCounters).
+    let f: unsafe extern "C" fn(*mut [u64; 12]) -> i32 = unsafe { std::mem::transmute(f) };
+    let mut out = [0u64; 12];
+    // SAFETY: `out` has the layout of AscendSimCounters (12 u64, repr(C)).
+    let rc = unsafe { f(&mut out) };
+    assert_eq!(rc, 0);
+    // SAFETY: balances our dlopen; the runtime's own reference keeps the library loaded.
+    unsafe { libc::dlclose(h) };
+    out
+}

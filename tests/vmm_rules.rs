@@ -1,0 +1,558 @@
+//! Each VMM rule of cann-abi.md §2.7 through ascend-mem: the safe API's typed error where it
+//! checks on the host, and the runtime's code (ErrorKind and AclCode asserted) where the rule
+//! is the runtime's, driven through `ascend_mem::ffi` or the raw table when the safe API
+//! cannot express the bad input.
+
+mod common;
+
+use std::ffi::c_void;
+
+use acl_sys as acl;
+use ascend_mem::{
+    ffi, AclCode, Error, ErrorKind, ExportFlags, Location, MemAttr, MemSpec, PhysicalMem,
+    ReservedVa, ShareKind,
+};
+use common::{assert_acl, setup};
+
+const MIB2: usize = 2 << 20;
+
+fn prop(dev: i32) -> acl::aclrtPhysicalMemProp {
+    MemSpec::DEVICE_HBM.to_prop(dev)
+}
+
+#[test]
+fn r1_reserve_size_and_flags() {
+    let env = setup();
+    let lib = env.rt.acl();
+    // Safe API: zero size is our own typed error, before any C call.
+    let zero = env.dev.granular(0).unwrap();
+    let e = ReservedVa::new(&env.dev, zero).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument {
+                what: "size",
+                value: 0,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    // SAFETY: plain values; failures allocate nothing.
+    let e = unsafe { ffi::va::reserve(lib, 0, 0) }.unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtReserveMemAddress",
+        acl::ACL_ERROR_INVALID_PARAM,
+        ErrorKind::InvalidArgument,
+    );
+    assert!(!e.to_string().is_empty());
+    // SAFETY: as above.
+    let e = unsafe { ffi::va::reserve(lib, MIB2, 2) }.unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtReserveMemAddress",
+        acl::ACL_ERROR_INVALID_PARAM,
+        ErrorKind::InvalidArgument,
+    );
+    // The error text comes from aclGetRecentErrMsg, read on this thread right after the call.
+    if let Error::Acl { msg, .. } = &e {
+        assert!(msg.contains("flags"), "message names the argument: {msg}");
+    }
+    env.finish();
+}
+
+#[test]
+fn r2_r3_reserved_alignment_and_expect_ptr() {
+    let env = setup();
+    let lib = env.rt.acl();
+    let mut va: *mut c_void = std::ptr::null_mut();
+    // R2: alignment is reserved; ffi always passes 0, so go through the table.
+    // SAFETY: `va` is a writable slot; the call fails and allocates nothing.
+    let r = unsafe { lib.aclrtReserveMemAddress(&mut va, MIB2, 4096, std::ptr::null_mut(), 0) }
+        .unwrap();
+    assert_eq!(r, acl::ACL_ERROR_RT_PARAM_INVALID);
+    // R3: an expectPtr outside [16 TiB, 24 TiB).
+    // SAFETY: as above.
+    let r =
+        unsafe { lib.aclrtReserveMemAddress(&mut va, MIB2, 0, 0x1000 as *mut c_void, 0) }.unwrap();
+    assert_ne!(r, 0, "expectPtr 0x1000 must be rejected");
+    env.finish();
+}
+
+#[test]
+fn r5_malloc_flags_handle_and_allocation_type() {
+    let env = setup();
+    let lib = env.rt.acl();
+    let p = prop(0);
+    for (what, size, prop, flags) in [
+        ("size 0", 0, p, 0u64),
+        ("flags 1", MIB2, p, 1),
+        (
+            "handleType POSIX",
+            MIB2,
+            acl::aclrtPhysicalMemProp {
+                handleType: acl::ACL_MEM_HANDLE_TYPE_POSIX,
+                ..p
+            },
+            0,
+        ),
+        (
+            "allocationType 1",
+            MIB2,
+            acl::aclrtPhysicalMemProp {
+                allocationType: 1,
+                ..p
+            },
+            0,
+        ),
+    ] {
+        // SAFETY: valid prop; the call must fail and allocate nothing.
+        let e = unsafe { ffi::phys::malloc_flags(lib, size, &prop, flags) }.expect_err(what);
+        assert_acl(
+            &e,
+            "aclrtMallocPhysical",
+            acl::ACL_ERROR_INVALID_PARAM,
+            ErrorKind::InvalidArgument,
+        );
+    }
+    // Safe API: zero size is ours.
+    let zero = env.dev.granular(0).unwrap();
+    let e = PhysicalMem::hbm(&env.dev, zero).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::InvalidArgument {
+                api: "aclrtMallocPhysical",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    env.finish();
+}
+
+#[test]
+fn r6_r7_locations_and_attributes() {
+    let env = setup();
+    let lib = env.rt.acl();
+    // Safe API: a DDR attribute on the device is refused on the host side.
+    let g = env.dev.granular(MIB2).unwrap();
+    let spec = MemSpec {
+        location: Location::Device,
+        attr: MemAttr::DdrHuge,
+    };
+    let e = PhysicalMem::alloc(&env.dev, g, spec).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument { .. }), "{e:?}");
+    // The runtime's own check of R6 (DDR on DEVICE), R6 (UNREGISTERED/MANAGED) and R7.
+    let p = prop(0);
+    let cases = [
+        acl::aclrtPhysicalMemProp {
+            memAttr: acl::ACL_DDR_MEM_HUGE,
+            ..p
+        },
+        acl::aclrtPhysicalMemProp {
+            location: acl::aclrtMemLocation {
+                id: 0,
+                type_: acl::ACL_MEM_LOCATION_TYPE_UNREGISTERED,
+            },
+            ..p
+        },
+        acl::aclrtPhysicalMemProp {
+            location: acl::aclrtMemLocation {
+                id: 0,
+                type_: acl::ACL_MEM_LOCATION_TYPE_MANAGED,
+            },
+            ..p
+        },
+        acl::aclrtPhysicalMemProp {
+            memAttr: acl::ACL_HBM_MEM,
+            ..p
+        },
+        acl::aclrtPhysicalMemProp {
+            memAttr: acl::ACL_DDR_MEM,
+            ..p
+        },
+        acl::aclrtPhysicalMemProp {
+            memAttr: acl::ACL_HBM_MEM_P2P_HUGE,
+            ..p
+        },
+        acl::aclrtPhysicalMemProp {
+            memAttr: acl::ACL_HBM_MEM_P2P_NORMAL,
+            ..p
+        },
+        acl::aclrtPhysicalMemProp {
+            memAttr: acl::ACL_HBM_MEM_P2P_HUGE1G,
+            ..p
+        },
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        // SAFETY: valid prop; must fail.
+        let e = unsafe { ffi::phys::malloc(lib, MIB2, c) }.expect_err(&format!("case {i}"));
+        assert_acl(
+            &e,
+            "aclrtMallocPhysical",
+            acl::ACL_ERROR_INVALID_PARAM,
+            ErrorKind::InvalidArgument,
+        );
+    }
+    // Every attribute the safe enum offers is accepted where R7 says so.
+    for (attr, host) in [
+        (MemAttr::HbmHuge, false),
+        (MemAttr::HbmNormal, false),
+        (MemAttr::DdrHuge, true),
+        (MemAttr::DdrNormal, true),
+        (MemAttr::P2pHuge, true),
+        (MemAttr::Huge, false),
+    ] {
+        let spec = MemSpec {
+            location: if host {
+                Location::Host
+            } else {
+                Location::Device
+            },
+            attr,
+        };
+        let g = env.dev.round_up_for(spec, 1).unwrap();
+        let m = PhysicalMem::alloc(&env.dev, g, spec).unwrap_or_else(|e| panic!("{attr:?}: {e}"));
+        assert_eq!(m.is_host(), host);
+    }
+    // HOST_NUMA through the safe API.
+    let g = env.dev.round_up_for(MemSpec::host_numa(0), 1).unwrap();
+    PhysicalMem::host(&env.dev, g, Some(0)).unwrap();
+    env.finish();
+}
+
+#[test]
+fn r8_size_must_be_granular() {
+    let env = setup();
+    // Safe API: a non-multiple never becomes a Granular.
+    let e = env.dev.granular(MIB2 + 4096).unwrap_err();
+    assert!(
+        matches!(e, Error::Misaligned { value, granule, .. } if value == MIB2 + 4096 && granule == MIB2),
+        "{e:?}"
+    );
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    // The runtime's check.
+    // SAFETY: valid prop; must fail.
+    let e = unsafe { ffi::phys::malloc(env.rt.acl(), MIB2 + 4096, &prop(0)) }.unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtMallocPhysical",
+        acl::ACL_ERROR_RT_PARAM_INVALID,
+        ErrorKind::InvalidArgument,
+    );
+    env.finish();
+}
+
+#[test]
+fn r9_r10_map_arguments() {
+    let env = setup();
+    let lib = env.rt.acl();
+    let g = env.dev.granular(2 * MIB2).unwrap();
+    let va = ReservedVa::new(&env.dev, g).unwrap();
+    let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
+    let h = mem.as_raw();
+    // R9: flags != 0 → 100000; R10: size != physical size, offset != 0 → 107000.
+    // SAFETY: the reservation and handle are live; every call below must fail, so nothing
+    // gets mapped behind the safe types' back.
+    unsafe {
+        let e = ffi::map::map_raw(lib, va.as_raw(), g.get(), 0, h, 1).unwrap_err();
+        assert_acl(
+            &e,
+            "aclrtMapMem",
+            acl::ACL_ERROR_INVALID_PARAM,
+            ErrorKind::InvalidArgument,
+        );
+        let e = ffi::map::map_raw(lib, va.as_raw(), MIB2, 0, h, 0).unwrap_err();
+        assert_acl(
+            &e,
+            "aclrtMapMem",
+            acl::ACL_ERROR_RT_PARAM_INVALID,
+            ErrorKind::InvalidArgument,
+        );
+        let e = ffi::map::map_raw(lib, va.as_raw(), g.get(), MIB2, h, 0).unwrap_err();
+        assert_acl(
+            &e,
+            "aclrtMapMem",
+            acl::ACL_ERROR_RT_PARAM_INVALID,
+            ErrorKind::InvalidArgument,
+        );
+        let e =
+            ffi::map::map_raw(lib, va.as_raw(), g.get(), 0, std::ptr::null_mut(), 0).unwrap_err();
+        assert_acl(
+            &e,
+            "aclrtMapMem",
+            acl::ACL_ERROR_INVALID_PARAM,
+            ErrorKind::InvalidArgument,
+        );
+    }
+    // Safe API: the map size is always the physical size, so R10 holds by construction.
+    let m = va.map(&mem, g.zero()).unwrap();
+    assert_eq!(m.len(), mem.len());
+    drop((m, va, mem));
+    env.finish();
+}
+
+#[test]
+fn r11_one_device_per_reservation_is_checked_on_the_host() {
+    let env = setup();
+    let dev1 = env.rt.device(1).unwrap();
+    let g = env.dev.granular(MIB2).unwrap();
+    let va = ReservedVa::new(&env.dev, g).unwrap();
+    let mem1 = PhysicalMem::hbm(&dev1, dev1.granular(MIB2).unwrap()).unwrap();
+    let e = va.map(&mem1, g.zero()).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::WrongDevice {
+                expected: 0,
+                found: 1,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    drop((va, mem1, dev1));
+    env.finish();
+}
+
+#[test]
+fn r12_r13_export_arguments() {
+    let env = setup();
+    let lib = env.rt.acl();
+    let g = env.dev.granular(MIB2).unwrap();
+    let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
+    // R12: NULL handle → 100000.
+    // SAFETY: a null handle is rejected before use.
+    let e = unsafe {
+        ffi::share::export_v2(
+            lib,
+            std::ptr::null_mut(),
+            0,
+            acl::ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
+        )
+    }
+    .unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtMemExportToShareableHandleV2",
+        acl::ACL_ERROR_INVALID_PARAM,
+        ErrorKind::InvalidArgument,
+    );
+    // R13: share type 3 → 107000 (unrepresentable in ShareKind).
+    // SAFETY: live handle; must fail.
+    let e = unsafe { ffi::share::export_v2(lib, mem.as_raw(), 0, 3) }.unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtMemExportToShareableHandleV2",
+        acl::ACL_ERROR_RT_PARAM_INVALID,
+        ErrorKind::InvalidArgument,
+    );
+    // R13: flags > 1 through the safe API (unknown bits are kept by from_bits_retain).
+    let e = mem
+        .export(ShareKind::Fabric, ExportFlags::from_bits_retain(2))
+        .unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtMemExportToShareableHandleV2",
+        acl::ACL_ERROR_RT_PARAM_INVALID,
+        ErrorKind::InvalidArgument,
+    );
+    // A failed export does not count as the one export (R15).
+    let h = mem
+        .export(ShareKind::Default, ExportFlags::empty())
+        .unwrap();
+    assert_eq!(h.kind(), ShareKind::Default);
+    drop((h, mem));
+    env.finish();
+}
+
+#[test]
+fn r15_one_export_per_allocation() {
+    let env = setup();
+    let lib = env.rt.acl();
+    let g = env.dev.granular(MIB2).unwrap();
+    let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
+    let h = mem
+        .export(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)
+        .unwrap();
+    let e = mem
+        .export(ShareKind::Fabric, ExportFlags::empty())
+        .unwrap_err();
+    assert!(matches!(e, Error::AlreadyExported), "{e:?}");
+    // The runtime's own check of the same rule.
+    // SAFETY: live handle; must fail.
+    let e = unsafe {
+        ffi::share::export_v2(lib, mem.as_raw(), 0, acl::ACL_MEM_SHARE_HANDLE_TYPE_FABRIC)
+    }
+    .unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtMemExportToShareableHandleV2",
+        acl::ACL_ERROR_RT_PARAM_INVALID,
+        ErrorKind::InvalidArgument,
+    );
+    drop((h, mem));
+    env.finish();
+}
+
+#[test]
+fn r16_r17_import_flags_and_device() {
+    let env = setup();
+    let lib = env.rt.acl();
+    let g = env.dev.granular(MIB2).unwrap();
+    let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
+    let h = mem
+        .export(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)
+        .unwrap();
+    // R16: flags != 0 (ffi always passes 0) → 100000.
+    let mut data = *h.shared().raw_data();
+    let mut out: acl::aclrtDrvMemHandle = std::ptr::null_mut();
+    // SAFETY: `data` is 128 readable bytes and `out` writable; the call fails.
+    let r = unsafe {
+        lib.aclrtMemImportFromShareableHandleV2(
+            data.as_mut_ptr().cast(),
+            acl::ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
+            1,
+            &mut out,
+        )
+    }
+    .unwrap();
+    assert_eq!(r, acl::ACL_ERROR_INVALID_PARAM);
+    // R17: the import lands on the device we pass (made current first).
+    let dev3 = env.rt.device(3).unwrap();
+    let imp = h.shared().import(&dev3).unwrap();
+    assert_eq!(imp.device().id(), 3);
+    assert_eq!(imp.len(), mem.len());
+    assert_eq!(imp.origin(), ascend_mem::Origin::Imported);
+    // Imported memory cannot be re-exported.
+    assert!(imp.export(ShareKind::Fabric, ExportFlags::empty()).is_err());
+    drop((imp, h, mem, dev3));
+    env.finish();
+}
+
+#[test]
+fn r18_import_needs_the_exported_memory() {
+    let env = setup();
+    let g = env.dev.granular(MIB2).unwrap();
+    let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
+    let shared = *mem
+        .export(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)
+        .unwrap()
+        .shared();
+    drop(mem); // the FabricHandle was a temporary; the memory is freed now
+    let e = shared.import(&env.dev).unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtMemImportFromShareableHandleV2",
+        acl::ACL_ERROR_RT_INVALID_HANDLE,
+        ErrorKind::InvalidArgument,
+    );
+    env.finish();
+}
+
+#[test]
+fn r20_teardown_order_in_the_call_log() {
+    let env = setup();
+    let g = env.dev.granular(MIB2).unwrap();
+    let va = ReservedVa::new(&env.dev, g).unwrap();
+    let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
+    let map = va.map(&mem, g.zero()).unwrap();
+    ascend_sim::set_call_log(true);
+    drop(va);
+    drop(mem);
+    drop(map);
+    let log: Vec<String> = ascend_sim::call_log()
+        .into_iter()
+        .filter(|c| c.contains("Unmap") || c.contains("FreePhysical") || c.contains("ReleaseMem"))
+        .collect();
+    ascend_sim::set_call_log(false);
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert!(log[0].contains("aclrtUnmapMem"), "{log:?}");
+    assert!(log[1].contains("aclrtFreePhysical"), "{log:?}");
+    assert!(log[2].contains("aclrtReleaseMemAddress"), "{log:?}");
+    env.finish();
+}
+
+#[test]
+fn acl_code_display_names_known_codes() {
+    assert_eq!(
+        AclCode(100000).to_string(),
+        "ACL_ERROR_INVALID_PARAM (100000)"
+    );
+    assert_eq!(AclCode(424242).to_string(), "ACL error 424242");
+    assert_eq!(AclCode::RT_STREAM_SYNC_TIMEOUT.kind(), ErrorKind::Timeout);
+    assert_eq!(
+        AclCode::RT_NO_PERMISSION.kind(),
+        ErrorKind::PermissionDenied
+    );
+    assert_eq!(AclCode::RT_MEMORY_ALLOCATION.kind(), ErrorKind::OutOfMemory);
+    assert_eq!(
+        AclCode::RT_FEATURE_NOT_SUPPORT.kind(),
+        ErrorKind::NotSupported
+    );
+}
+
+#[test]
+fn r19_access_of_host_memory_for_the_device() {
+    let env = setup();
+    let lib = env.rt.acl();
+    // HostBuffer grants its device read-write access itself.
+    let hb = ascend_mem::HostBuffer::on_numa(&env.dev, MIB2, 0).unwrap();
+    let mut loc = acl::aclrtMemLocation {
+        id: 0,
+        type_: acl::ACL_MEM_LOCATION_TYPE_DEVICE,
+    };
+    let mut flags = 0u64;
+    // SAFETY: valid in/out pointers; the address is a live mapping.
+    let r = unsafe { lib.aclrtMemGetAccess(hb.as_raw(), &mut loc, &mut flags) }.unwrap();
+    assert_eq!(r, 0);
+    assert_eq!(flags, u64::from(acl::ACL_RT_MEM_ACCESS_FLAGS_READWRITE));
+    hb.write_from(b"host", 0).unwrap();
+    // Granting access again (read-only here) is accepted; the emulator keeps aclrtMapMem's
+    // default read-write access (access flags accumulate), so copies still work.
+    hb.mapping()
+        .set_device_access(&env.dev, ascend_mem::Access::Read)
+        .unwrap();
+    let mut back = [0u8; 4];
+    hb.read_into(&mut back, 0).unwrap();
+    assert_eq!(&back, b"host");
+    drop(hb);
+    env.finish();
+}
+
+#[test]
+fn concurrent_maps_claim_ranges_exclusively() {
+    let env = setup();
+    let g = env.dev.granular(MIB2).unwrap();
+    let va = ReservedVa::new(&env.dev, g.checked_mul(8).unwrap()).unwrap();
+    let mems: Vec<PhysicalMem> = (0..16)
+        .map(|_| PhysicalMem::hbm(&env.dev, g).unwrap())
+        .collect();
+    // 16 threads race for 8 slots, two per slot: exactly one of each pair wins, the other
+    // gets Overlap from the host-side claim (never a runtime error or a double map).
+    let results: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = mems
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let va = &va;
+                s.spawn(move || va.map(m, g.checked_mul(i % 8).unwrap()))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = results.iter().filter(|r| r.is_ok()).count();
+    assert_eq!(ok, 8);
+    for r in &results {
+        if let Err(e) = r {
+            assert!(matches!(e, Error::Overlap { .. }), "{e:?}");
+        }
+    }
+    assert_eq!(ascend_sim::counters().mappings, 8);
+    drop(results);
+    drop((va, mems));
+    env.finish();
+}
