@@ -6,7 +6,7 @@
 //! build-time default. Without CANN nothing is recorded and the build goes on: the emulator
 //! serves every call.
 
-include!("acl-sys/build/support.rs");
+include!("acl-sys/build/cann.rs");
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");

@@ -1,12 +1,14 @@
 //! Build script of acl-sys: records a CANN install found at build time as the loader's default
 //! directory (never fails without one) and, with the `bindgen` feature, regenerates the
-//! bindings (see `build/support.rs`).
+//! bindings (see `build/regen.rs`).
 
-include!("build/support.rs");
+include!("build/cann.rs");
+include!("build/regen.rs");
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=build/support.rs");
+    println!("cargo:rerun-if-changed=build/cann.rs");
+    println!("cargo:rerun-if-changed=build/regen.rs");
     record_build_lib_dir("ACL_SYS_BUILD_LIB_DIR", &["libascendcl.so", "libacl_rt.so"]);
     #[cfg(feature = "bindgen")]
     regenerate(&Regen {

@@ -2,11 +2,13 @@
 //! default directory and, with the `bindgen` feature, regenerates the bindings. The shared
 //! support code lives in acl-sys.
 
-include!("../acl-sys/build/support.rs");
+include!("../acl-sys/build/cann.rs");
+include!("../acl-sys/build/regen.rs");
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../acl-sys/build/support.rs");
+    println!("cargo:rerun-if-changed=../acl-sys/build/cann.rs");
+    println!("cargo:rerun-if-changed=../acl-sys/build/regen.rs");
     record_build_lib_dir("HCCL_SYS_BUILD_LIB_DIR", &["libhccl.so", "libhcomm.so"]);
     #[cfg(feature = "bindgen")]
     regenerate(&Regen {

@@ -1,33 +1,9 @@
-// Build-script support shared by the `-sys` crates (included with `include!`).
-//
-// `cann_home` finds a CANN install; with the `bindgen` feature, `regenerate` runs bindgen over
-// a header and splits its output into `bindings.rs` (types, constants, layout assertions) and
-// `functions.rs` (the extern block wrapped in the crate's `functions!` macro, which builds the
-// lazily resolved loader table). Output goes to `$OUT_DIR`; with `<PREFIX>_UPDATE_BINDINGS=1`
-// it also replaces the checked-in files under `src/`.
-
-#[allow(dead_code)]
-fn cann_home() -> Option<std::path::PathBuf> {
-    for var in ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"] {
-        if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
-            return Some(std::path::PathBuf::from(v));
-        }
-    }
-    let default = std::path::PathBuf::from("/usr/local/Ascend/ascend-toolkit/latest");
-    default.is_dir().then_some(default)
-}
-
-#[allow(dead_code)]
-fn record_build_lib_dir(env_name: &str, file_names: &[&str]) {
-    println!("cargo:rerun-if-env-changed=ASCEND_HOME_PATH");
-    println!("cargo:rerun-if-env-changed=ASCEND_TOOLKIT_HOME");
-    if let Some(home) = cann_home() {
-        let lib64 = home.join("lib64");
-        if file_names.iter().any(|f| lib64.join(f).exists()) {
-            println!("cargo:rustc-env={env_name}={}", lib64.display());
-        }
-    }
-}
+// Build-script support shared by the `-sys` crates (included with `include!`, after
+// `cann.rs`): with the `bindgen` feature, `regenerate` runs bindgen over a header and splits
+// its output into `bindings.rs` (types, constants, layout assertions) and `functions.rs` (the
+// extern block wrapped in the crate's `functions!` macro, which builds the lazily resolved
+// loader table). Output goes to `$OUT_DIR`; with `<PREFIX>_UPDATE_BINDINGS=1` it also replaces
+// the checked-in files under `src/`.
 
 #[cfg(feature = "bindgen")]
 #[allow(dead_code)]
