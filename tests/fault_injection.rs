@@ -157,10 +157,13 @@ fn hidden_symbol_is_missing_symbol_not_a_panic() {
     let _env = setup();
     fault::hide_symbol("aclrtMemExportToShareableHandleV2");
     // A fresh table, so the hidden symbol is resolved (as absent) on first use.
-    let table = acl_sys::AclLib::from_source(acl_sys::Source::InProcess {
-        name: "ascend-sim (test table)",
-        lookup: ascend_sim::lookup,
-    });
+    // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
+    let table = unsafe {
+        acl_sys::AclLib::from_source(acl_sys::Source::InProcess {
+            name: "ascend-sim (test table)",
+            lookup: ascend_sim::lookup,
+        })
+    };
     let table: &'static acl_sys::AclLib = Box::leak(Box::new(table));
     // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
     let rt = unsafe { Runtime::from_table_unchecked(table) }.unwrap();

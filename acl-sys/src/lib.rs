@@ -53,7 +53,7 @@ impl AclLib {
     /// Runs the library's initialisers; the library found on the search path is trusted.
     pub unsafe fn open() -> Result<Self, LoadError> {
         // SAFETY: forwarded to the caller.
-        unsafe { loader::open(&SPEC) }.map(Self::from_source)
+        unsafe { loader::open(&SPEC).map(|s| Self::from_source(s)) }
     }
 
     /// Opens the ACL runtime from one explicit file.
@@ -65,7 +65,7 @@ impl AclLib {
     /// As for [`AclLib::open`].
     pub unsafe fn open_path(path: &std::path::Path) -> Result<Self, LoadError> {
         // SAFETY: forwarded to the caller.
-        unsafe { loader::open_paths(&SPEC, &[path.to_path_buf()]) }.map(Self::from_source)
+        unsafe { loader::open_paths(&SPEC, &[path.to_path_buf()]).map(|s| Self::from_source(s)) }
     }
 }
 

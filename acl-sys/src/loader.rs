@@ -271,7 +271,13 @@ macro_rules! loader_table {
 
         impl $table {
             /// Wraps a source; symbols resolve on first use.
-            pub fn from_source(source: $crate::loader::Source) -> Self {
+            ///
+            /// # Safety
+            /// Every symbol the source resolves under a name of this table must be a function
+            /// with the C signature the bindings declare for that name (the table calls it as
+            /// such), and must stay valid for as long as the table is used. Libraries opened
+            /// through the `-sys` crates' loaders and the emulator's lookup meet this.
+            pub unsafe fn from_source(source: $crate::loader::Source) -> Self {
                 Self {
                     source,
                     slots: Slots { $( $name: ::std::sync::OnceLock::new(), )* },

@@ -82,10 +82,13 @@ fn in_process_source_resolves_through_the_lookup() {
             _ => std::ptr::null(),
         }
     }
-    let lib = acl_sys::AclLib::from_source(acl_sys::Source::InProcess {
-        name: "test",
-        lookup,
-    });
+    // SAFETY: the lookup returns `count`, which has the declared signature, or null.
+    let lib = unsafe {
+        acl_sys::AclLib::from_source(acl_sys::Source::InProcess {
+            name: "test",
+            lookup,
+        })
+    };
     let mut n = 0u32;
     // SAFETY: `n` is writable.
     assert_eq!(unsafe { lib.aclrtGetDeviceCount(&mut n) }, Ok(0));

@@ -54,7 +54,7 @@ impl HcclLib {
     /// Runs the libraries' initialisers; the libraries on the search path are trusted.
     pub unsafe fn open() -> Result<Self, LoadError> {
         // SAFETY: forwarded to the caller.
-        unsafe { acl_sys::loader::open(&SPEC) }.map(Self::from_source)
+        unsafe { acl_sys::loader::open(&SPEC).map(|s| Self::from_source(s)) }
     }
 
     /// Opens HCCL from explicit files (symbols are looked up in them in order).
@@ -66,7 +66,7 @@ impl HcclLib {
     /// As for [`HcclLib::open`].
     pub unsafe fn open_paths(paths: &[std::path::PathBuf]) -> Result<Self, LoadError> {
         // SAFETY: forwarded to the caller.
-        unsafe { acl_sys::loader::open_paths(&SPEC, paths) }.map(Self::from_source)
+        unsafe { acl_sys::loader::open_paths(&SPEC, paths).map(|s| Self::from_source(s)) }
     }
 }
 

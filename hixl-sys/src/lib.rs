@@ -54,7 +54,7 @@ impl HixlLib {
     /// Runs the library's initialisers; the library on the search path is trusted.
     pub unsafe fn open() -> Result<Self, LoadError> {
         // SAFETY: forwarded to the caller.
-        unsafe { acl_sys::loader::open(&SPEC) }.map(Self::from_source)
+        unsafe { acl_sys::loader::open(&SPEC).map(|s| Self::from_source(s)) }
     }
 
     /// Opens HIXL from one explicit file.
@@ -66,7 +66,9 @@ impl HixlLib {
     /// As for [`HixlLib::open`].
     pub unsafe fn open_path(path: &std::path::Path) -> Result<Self, LoadError> {
         // SAFETY: forwarded to the caller.
-        unsafe { acl_sys::loader::open_paths(&SPEC, &[path.to_path_buf()]) }.map(Self::from_source)
+        unsafe {
+            acl_sys::loader::open_paths(&SPEC, &[path.to_path_buf()]).map(|s| Self::from_source(s))
+        }
     }
 }
 

@@ -372,10 +372,14 @@ pub fn lookup(name: &str) -> *const c_void {
 pub fn acl_table() -> &'static acl_sys::AclLib {
     static T: OnceLock<acl_sys::AclLib> = OnceLock::new();
     T.get_or_init(|| {
-        acl_sys::AclLib::from_source(acl_sys::Source::InProcess {
-            name: "ascend-sim",
-            lookup,
-        })
+        // SAFETY: `lookup` returns this crate's exports, each checked at compile time against
+        // `acl_sys::fn_types`, and they live as long as the process.
+        unsafe {
+            acl_sys::AclLib::from_source(acl_sys::Source::InProcess {
+                name: "ascend-sim",
+                lookup,
+            })
+        }
     })
 }
 

@@ -226,10 +226,13 @@ fn hidden_symbols_are_missing_from_lookup() {
     assert!(!ascend_sim::lookup("aclrtMemMapNoAccess").is_null());
     fault::hide_symbol("aclrtMemMapNoAccess");
     assert!(ascend_sim::lookup("aclrtMemMapNoAccess").is_null());
-    let fresh = AclLib::from_source(acl_sys::Source::InProcess {
-        name: "sim",
-        lookup: ascend_sim::lookup,
-    });
+    // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
+    let fresh = unsafe {
+        AclLib::from_source(acl_sys::Source::InProcess {
+            name: "sim",
+            lookup: ascend_sim::lookup,
+        })
+    };
     assert!(!fresh.is_available("aclrtMemMapNoAccess"));
     // SAFETY: the call is never made; the symbol is missing.
     let r = unsafe { fresh.aclrtMemMapNoAccess(null_mut(), 0, 0, null_mut(), 0) };
