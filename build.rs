@@ -10,6 +10,7 @@ include!("acl-sys/build/cann.rs");
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=acl-sys/build/cann.rs");
     record_build_lib_dir(
         "ASCEND_BUILD_CANN_LIB_DIR",
         &["libascendcl.so", "libacl_rt.so"],

@@ -178,6 +178,9 @@ pub fn candidates(spec: &LibSpec) -> Vec<PathBuf> {
 /// An explicit path variable, when set, is the only candidate tried: a user who names a file
 /// wants that file or an error, not a silent fallback.
 ///
+/// # Errors
+/// A [`LoadError`] listing every path tried and the loader's message for each.
+///
 /// # Safety
 /// Opening a shared library runs its initialisers; the caller trusts the library found on
 /// these paths (see libloading's `Library::new`).
@@ -192,6 +195,9 @@ pub unsafe fn open(spec: &LibSpec) -> Result<Source, LoadError> {
 }
 
 /// Opens the first loadable path of `paths` (or every loadable one with `spec.open_all`).
+///
+/// # Errors
+/// A [`LoadError`] when none of `paths` opens.
 ///
 /// # Safety
 /// As for [`open`].
