@@ -29,7 +29,18 @@ fn roundtrip(rt: &Runtime) -> ascend_mem::Result<()> {
 #[test]
 fn child_entry() {
     let Some(role) = role() else { return };
-    match role.as_str() {
+    let role = match role.as_str() {
+        "from-env-logged" => {
+            tracing_subscriber::fmt()
+                .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
+                .with_writer(std::io::stdout)
+                .with_ansi(false)
+                .init();
+            "from-env"
+        }
+        other => other,
+    };
+    match role {
         "from-env" => match Runtime::from_env() {
             Ok(rt) => {
                 let kind = match rt.backend() {
@@ -41,7 +52,7 @@ fn child_entry() {
                 roundtrip(&rt).unwrap();
                 println!("RESULT ok {kind}\nEND");
             }
-            Err(e) => println!("RESULT err {:?}\n{e}\nEND", e.kind()),
+            Err(e) => println!("RESULT err {:?}\n{e}\n{e:?}\nEND", e.kind()),
         },
         other => panic!("unknown role {other}"),
     }
@@ -128,9 +139,50 @@ fn sim_backend_is_the_in_process_emulator() {
 }
 
 #[test]
-fn unknown_backend_name_is_an_error() {
-    let out = run_role("child_entry", "from-env", &[("ASCEND_MEM_BACKEND", "tpu")]);
-    assert!(result(&out).starts_with("err InvalidArgument"), "{out:?}");
+fn unknown_backend_name_is_an_error_naming_it_and_the_accepted_values() {
+    for value in ["bogus", "tpu"] {
+        let out = run_role("child_entry", "from-env", &[("ASCEND_MEM_BACKEND", value)]);
+        let r = result(&out);
+        assert!(r.starts_with("err InvalidArgument"), "{r}");
+        assert!(
+            r.contains(&format!("ASCEND_MEM_BACKEND=\"{value}\"")),
+            "names the value: {r}"
+        );
+        for accepted in ["\"cann\"", "\"sim\"", "\"emulator\""] {
+            assert!(r.contains(accepted), "lists {accepted}: {r}");
+        }
+        assert!(!r.contains("length"), "{r}");
+    }
+    // The variant carries the string itself, as given (the match ignores case and spaces).
+    let out = run_role(
+        "child_entry",
+        "from-env",
+        &[("ASCEND_MEM_BACKEND", "Bogus ")],
+    );
+    let r = result(&out);
+    assert!(r.contains("UnknownBackend { value: \"Bogus \""), "{r}");
+}
+
+/// Unset backend and `ASCEND_ACL_LIB` at the emulator's library: the info line names the
+/// emulator, not CANN.
+#[test]
+fn dlopen_path_to_the_emulator_logs_the_emulator() {
+    let Some(lib) = sim_library() else {
+        panic!("libascend_sim.so not built next to the test binary (cargo build -p ascend-sim)")
+    };
+    let lib = lib.to_string_lossy().into_owned();
+    let out = run_role(
+        "child_entry",
+        "from-env-logged",
+        &[("ASCEND_MEM_BACKEND", ""), ("ASCEND_ACL_LIB", &lib)],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(result(&out), "ok sim-dlopen", "{out:?}");
+    assert!(
+        text.contains("using the emulator's shared library") && text.contains(&lib),
+        "{text}"
+    );
+    assert!(!text.contains("using CANN"), "{text}");
 }
 
 #[test]

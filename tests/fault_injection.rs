@@ -1,28 +1,82 @@
-//! Fault injection: every VMM call of a full scenario (granularity, reserve, allocate, map,
-//! copy, export, allow-list, import, map the import, unmap, free, release) fails once, at
-//! every call index in turn. Each time the injected error must come back to the caller
-//! (from the failing step, or from the `close`/`unmap` that hands the value back, which the
-//! scenario then retries), nothing may leak (counters back to zero) and nothing may be freed,
-//! unmapped or released twice (call counts balance).
+//! Fault injection: every ACL call the safe layer makes fails once, at every call index in
+//! turn, inside one scenario that exercises all of them: device open and count, granularity,
+//! reserve, allocate, map, sync copies and fills, export, allow-list, import (with its size
+//! check), a `HostBuffer` (with its access grant), streams, async copies and fills, events
+//! (create, record, wait, query, synchronize, elapsed time), abort, and every teardown (unmap,
+//! free, release, stream and event destroy). Each time the injected error must come back to the
+//! caller (from the failing step, or from the `close`/`unmap` that hands the value back, which
+//! the scenario then retries), nothing may leak (counters back to zero) and nothing may be
+//! freed, unmapped, released or destroyed twice (call counts balance).
+//!
+//! `aclrtGetDevice` is the one call whose failure is absorbed rather than returned: it only
+//! checks whether the device is still current, and a failure means "bind again"
+//! (`aclrtSetDevice`). A separate test fails it at every index and asserts exactly that.
+//! `aclInit` runs once per table and process, so it is outside the per-run scenario.
 
 mod common;
 
-use ascend_mem::{Error, ExportFlags, Mapping, PhysicalMem, ReservedVa, Runtime, ShareKind};
+use std::time::Duration;
+
+use ascend_mem::{
+    AclCode, Error, Event, EventFlags, ExportFlags, FailureMode, HostBuffer, Mapping, PhysicalMem,
+    ReservedVa, Runtime, ShareKind, Stream, StreamFlags,
+};
 use ascend_sim::fault;
 use common::{assert_clean, setup};
 
 const INJECTED: i32 = acl_sys::ACL_ERROR_RT_DRV_INTERNAL_ERROR;
 
+/// Every status-returning ACL call the safe layer makes (except `aclInit` and the absorbed
+/// `aclrtGetDevice`, see the module docs).
 const SYMBOLS: &[&str] = &[
+    // devices
+    "aclrtSetDevice",
+    "aclrtGetDeviceCount",
+    "aclrtDeviceGetBareTgid",
+    "aclrtGetLogicDevIdByUserDevId",
+    // VMM
     "aclrtMemGetAllocationGranularity",
     "aclrtReserveMemAddress",
     "aclrtMallocPhysical",
     "aclrtMapMem",
+    "aclrtMemSetAccess",
     "aclrtMemcpy",
-    "aclrtDeviceGetBareTgid",
+    "aclrtMemset",
+    // sharing
     "aclrtMemExportToShareableHandleV2",
     "aclrtMemSetPidToShareableHandleV2",
     "aclrtMemImportFromShareableHandleV2",
+    "aclrtMemGetAllocationPropertiesFromHandle",
+    // streams and async copies
+    "aclrtCreateStreamWithConfig",
+    "aclrtSetStreamFailureMode",
+    "aclrtMemcpyAsync",
+    "aclrtMemsetAsync",
+    "aclrtStreamWaitEvent",
+    "aclrtSynchronizeStream",
+    "aclrtSynchronizeStreamWithTimeout",
+    "aclrtStreamQuery",
+    "aclrtStreamAbort",
+    // events
+    "aclrtCreateEvent",
+    "aclrtCreateEventWithFlag",
+    "aclrtRecordEvent",
+    "aclrtQueryEventStatus",
+    "aclrtSynchronizeEvent",
+    "aclrtSynchronizeEventWithTimeout",
+    "aclrtEventElapsedTime",
+    // teardown
+    "aclrtDestroyEvent",
+    "aclrtDestroyStream",
+    "aclrtUnmapMem",
+    "aclrtFreePhysical",
+    "aclrtReleaseMemAddress",
+];
+
+/// Teardown calls: a failure of one of these is retried by the scenario, which then completes.
+const TEARDOWN: &[&str] = &[
+    "aclrtDestroyEvent",
+    "aclrtDestroyStream",
     "aclrtUnmapMem",
     "aclrtFreePhysical",
     "aclrtReleaseMemAddress",
@@ -42,15 +96,21 @@ fn retry<T>(
     }
 }
 
-/// The full scenario on device 1 (a fresh device context each run, so the granularity is
-/// asked every time). Teardown uses the fallible closes and retries once.
+/// The full scenario on device 1 (a fresh device context each run, so the device is opened
+/// and the granularity asked every time). Teardown uses the fallible closes and retries once.
 fn scenario(rt: &Runtime, seen: &mut Vec<Error>) -> Result<(), Error> {
+    assert!(rt.device_count()? > 1);
     let dev = rt.device(1)?;
+
+    // VMM: reserve, allocate, map, sync copies and fills.
     let g = dev.granular(2 << 20)?;
     let va = ReservedVa::new(&dev, g.checked_mul(2).unwrap())?;
     let mem = PhysicalMem::hbm(&dev, g)?;
     let map = va.map(&mem, g.zero())?;
+    map.fill(0)?;
     map.write_from(b"fault", 0)?;
+
+    // Sharing: export, allow-list, import (size check), map the import.
     let pid = dev.bare_pid()?;
     let fh = mem.export(ShareKind::Fabric, ExportFlags::empty())?;
     fh.allow_pids(&[pid])?;
@@ -59,6 +119,49 @@ fn scenario(rt: &Runtime, seen: &mut Vec<Error>) -> Result<(), Error> {
     let mut back = [0u8; 5];
     map2.read_into(&mut back, 0)?;
     assert_eq!(&back, b"fault");
+
+    // HostBuffer: reserve, allocate host DRAM, map, grant the device access.
+    let hb = HostBuffer::new(&dev, 2 << 20)?;
+
+    // Streams, async copies and events.
+    let mut s = Stream::new(&dev)?;
+    s.set_failure_mode(FailureMode::Stop)?;
+    let t0 = Event::with_flags(&dev, EventFlags::TIME_LINE)?;
+    let t1 = Event::new(&dev)?;
+    t0.record(&mut s)?;
+    s.copy_async(&hb.as_slice(), &map2.slice(..4096)?)?;
+    s.fill_async(&map.slice(4096..8192)?, 0xAB)?;
+    t1.record(&mut s)?;
+    let mut s2 = Stream::with_config(&dev, 0, StreamFlags::empty())?;
+    s2.wait_event(&t1)?;
+    s2.synchronize_timeout(Duration::from_secs(30))?;
+    t1.synchronize()?;
+    t1.synchronize_timeout(Duration::from_secs(30))?;
+    assert!(t1.is_complete()?);
+    s.synchronize()?;
+    assert!(s.is_complete()?);
+    assert!(t1.elapsed_since(&t0)? >= 0.0);
+    let mut head = [0u8; 5];
+    hb.read_into(&mut head, 0)?;
+    assert_eq!(&head, b"fault");
+    // Abort: the next synchronize reports the discarded work once.
+    s2.abort()?;
+    match s2.synchronize() {
+        Err(e) if e.code() == Some(AclCode::RT_STREAM_ABORT) => {}
+        Err(e) => return Err(e),
+        Ok(()) => panic!("a synchronize after abort reports it"),
+    }
+
+    // Teardown, every step fallible and retried once.
+    retry(t1, Event::close, seen)?;
+    retry(t0, Event::close, seen)?;
+    retry(s2, Stream::close, seen)?;
+    retry(s, Stream::close, seen)?;
+    let hmap = hb.into_mapping();
+    let (hmem, hva) = (hmap.memory(), hmap.reservation());
+    retry(hmap, Mapping::unmap, seen)?;
+    retry(hmem, PhysicalMem::close, seen)?;
+    retry(hva, ReservedVa::close, seen)?;
     retry(map2, Mapping::unmap, seen)?;
     retry(imp, PhysicalMem::close, seen)?;
     retry(map, Mapping::unmap, seen)?;
@@ -68,18 +171,46 @@ fn scenario(rt: &Runtime, seen: &mut Vec<Error>) -> Result<(), Error> {
     Ok(())
 }
 
+fn calls_of(syms: &[&str]) -> Vec<u64> {
+    syms.iter().map(|s| fault::calls(s)).collect()
+}
+
 fn calls() -> Vec<u64> {
-    SYMBOLS.iter().map(|s| fault::calls(s)).collect()
+    calls_of(SYMBOLS)
 }
 
 fn idx(s: &str) -> usize {
     SYMBOLS.iter().position(|x| *x == s).unwrap()
 }
 
+/// Asserts that every object made in a run was torn down exactly once: `d` holds the calls
+/// of each symbol during the run, `sym` is the symbol that failed once.
+fn assert_balanced(d: &[u64], sym: &str, ctx: &str) {
+    let fail = |s: &str| u64::from(sym == s);
+    let made = |s: &str| d[idx(s)] - fail(s);
+    let pairs: [(&[&str], &str); 5] = [
+        (
+            &["aclrtMallocPhysical", "aclrtMemImportFromShareableHandleV2"],
+            "aclrtFreePhysical",
+        ),
+        (&["aclrtMapMem"], "aclrtUnmapMem"),
+        (&["aclrtReserveMemAddress"], "aclrtReleaseMemAddress"),
+        (&["aclrtCreateStreamWithConfig"], "aclrtDestroyStream"),
+        (
+            &["aclrtCreateEvent", "aclrtCreateEventWithFlag"],
+            "aclrtDestroyEvent",
+        ),
+    ];
+    for (makers, undo) in pairs {
+        let n: u64 = makers.iter().map(|m| made(m)).sum();
+        assert_eq!(d[idx(undo)], n + fail(undo), "{ctx}: {undo} count");
+    }
+}
+
 #[test]
-fn every_vmm_call_failing_once() {
+fn every_acl_call_failing_once() {
     let env = setup();
-    // Warm up (thread binding), then count each symbol's calls in a clean run.
+    // Warm up, then count each symbol's calls in a clean run.
     scenario(&env.rt, &mut Vec::new()).unwrap();
     let before = calls();
     scenario(&env.rt, &mut Vec::new()).unwrap();
@@ -88,6 +219,7 @@ fn every_vmm_call_failing_once() {
     for (si, sym) in SYMBOLS.iter().enumerate() {
         assert!(per_run[si] > 0, "{sym} is not called by the scenario");
     }
+    assert_balanced(&per_run, "", "clean run");
 
     let mut runs = 0;
     for (si, sym) in SYMBOLS.iter().enumerate() {
@@ -109,46 +241,53 @@ fn every_vmm_call_failing_once() {
                 r.as_ref().err().is_some_and(is_injected) || seen.iter().any(is_injected);
             assert!(surfaced, "{ctx}");
             // A failing teardown step was retried and the scenario completed.
-            if [
-                "aclrtUnmapMem",
-                "aclrtFreePhysical",
-                "aclrtReleaseMemAddress",
-            ]
-            .contains(sym)
-            {
+            if TEARDOWN.contains(sym) {
                 assert!(r.is_ok(), "{ctx}");
             }
 
             // Nothing leaked.
             let c = ascend_sim::counters();
             assert!(c.is_zero(), "{ctx}: leaked {c:?}");
-
-            // Nothing torn down twice: every success is undone exactly once, plus the one
-            // injected failure of a teardown call.
-            let fail = |s: &str| u64::from(*sym == s);
-            let made_phys = d[idx("aclrtMallocPhysical")] - fail("aclrtMallocPhysical")
-                + d[idx("aclrtMemImportFromShareableHandleV2")]
-                - fail("aclrtMemImportFromShareableHandleV2");
-            assert_eq!(
-                d[idx("aclrtFreePhysical")],
-                made_phys + fail("aclrtFreePhysical"),
-                "{ctx}: frees"
-            );
-            let maps = d[idx("aclrtMapMem")] - fail("aclrtMapMem");
-            assert_eq!(
-                d[idx("aclrtUnmapMem")],
-                maps + fail("aclrtUnmapMem"),
-                "{ctx}: unmaps"
-            );
-            let reserves = d[idx("aclrtReserveMemAddress")] - fail("aclrtReserveMemAddress");
-            assert_eq!(
-                d[idx("aclrtReleaseMemAddress")],
-                reserves + fail("aclrtReleaseMemAddress"),
-                "{ctx}: releases"
-            );
+            // Nothing torn down twice.
+            assert_balanced(&d, sym, &ctx);
         }
     }
     assert!(runs >= SYMBOLS.len());
+    env.finish();
+}
+
+#[test]
+fn get_device_failing_falls_back_to_set_device() {
+    let env = setup();
+    scenario(&env.rt, &mut Vec::new()).unwrap();
+    let pair = ["aclrtGetDevice", "aclrtSetDevice"];
+    let before = calls_of(&pair);
+    scenario(&env.rt, &mut Vec::new()).unwrap();
+    let per_run = calls_of(&pair)[0] - before[0];
+    let sets_per_run = calls_of(&pair)[1] - before[1];
+    assert!(
+        per_run > 0,
+        "bind checks the current device with aclrtGetDevice"
+    );
+    for n in 1..=per_run {
+        fault::clear();
+        let c0 = calls_of(&pair);
+        fault::fail_nth("aclrtGetDevice", n, INJECTED);
+        let mut seen = Vec::new();
+        let r = scenario(&env.rt, &mut seen);
+        fault::clear();
+        let d: Vec<u64> = calls_of(&pair)
+            .iter()
+            .zip(&c0)
+            .map(|(a, b)| a - b)
+            .collect();
+        let ctx = format!("aclrtGetDevice failing at call {n}: {r:?}, retried {seen:?}");
+        // Absorbed: the run succeeds with no retries, binding once more instead.
+        assert!(r.is_ok() && seen.is_empty(), "{ctx}");
+        assert_eq!(d[1], sets_per_run + 1, "{ctx}: one extra aclrtSetDevice");
+        let c = ascend_sim::counters();
+        assert!(c.is_zero(), "{ctx}: leaked {c:?}");
+    }
     env.finish();
 }
 

@@ -1,7 +1,8 @@
-//! Each VMM rule of cann-abi.md §2.7 through ascend-mem: the safe API's typed error where it
-//! checks on the host, and the runtime's code (ErrorKind and AclCode asserted) where the rule
-//! is the runtime's, driven through `ascend_mem::ffi` or the raw table when the safe API
-//! cannot express the bad input.
+//! Each VMM rule through ascend-mem, as a typed error: the safe API's own variant where it
+//! checks on the host, and the runtime's code (the `Error`'s API name, `AclCode` and
+//! `ErrorKind` asserted) where the rule is the runtime's, driven through `ascend_mem::ffi` when
+//! the safe API cannot express the bad input. The labels R1-R20 are those of the rule table in
+//! ascend-mem's crate docs; each test states its rule in words.
 
 mod common;
 
@@ -10,9 +11,9 @@ use std::ffi::c_void;
 use acl_sys as acl;
 use ascend_mem::{
     ffi, AclCode, Error, ErrorKind, ExportFlags, Location, MemAttr, MemSpec, PhysicalMem,
-    ReservedVa, ShareKind,
+    ReservedVa, ShareKind, SharedHandle,
 };
-use common::{assert_acl, setup};
+use common::{assert_acl, role, run_role, setup};
 
 const MIB2: usize = 2 << 20;
 
@@ -63,22 +64,128 @@ fn r1_reserve_size_and_flags() {
     env.finish();
 }
 
+/// R2: `alignment` of `aclrtReserveMemAddress` is reserved and must be 0. R3: `expectPtr` is
+/// NULL or a fixed address inside the product's window ([16 TiB, 24 TiB) on the emulator's
+/// A3), aligned. `ffi::va::reserve` always passes 0 and NULL; `reserve_raw` passes them as given.
 #[test]
 fn r2_r3_reserved_alignment_and_expect_ptr() {
     let env = setup();
     let lib = env.rt.acl();
-    let mut va: *mut c_void = std::ptr::null_mut();
-    // R2: alignment is reserved; ffi always passes 0, so go through the table.
-    // SAFETY: `va` is a writable slot; the call fails and allocates nothing.
-    let r = unsafe { lib.aclrtReserveMemAddress(&mut va, MIB2, 4096, std::ptr::null_mut(), 0) }
-        .unwrap();
-    assert_eq!(r, acl::ACL_ERROR_RT_PARAM_INVALID);
-    // R3: an expectPtr outside [16 TiB, 24 TiB).
-    // SAFETY: as above.
-    let r =
-        unsafe { lib.aclrtReserveMemAddress(&mut va, MIB2, 0, 0x1000 as *mut c_void, 0) }.unwrap();
-    assert_ne!(r, 0, "expectPtr 0x1000 must be rejected");
+    // R2: a non-zero alignment.
+    // SAFETY: plain values; the call fails and reserves nothing.
+    let e = unsafe { ffi::va::reserve_raw(lib, MIB2, 4096, std::ptr::null_mut(), 0) }.unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtReserveMemAddress",
+        acl::ACL_ERROR_RT_PARAM_INVALID,
+        ErrorKind::InvalidArgument,
+    );
+    assert_eq!(e.code(), Some(AclCode::RT_PARAM_INVALID));
+    // R3: an expectPtr outside the window, and one inside it but misaligned.
+    for (what, at) in [
+        ("expectPtr 0x1000", 0x1000usize),
+        ("expectPtr 16 TiB + 4 KiB", (16usize << 40) + 4096),
+    ] {
+        // SAFETY: as above.
+        let e =
+            unsafe { ffi::va::reserve_raw(lib, MIB2, 0, at as *mut c_void, 0) }.expect_err(what);
+        assert_acl(
+            &e,
+            "aclrtReserveMemAddress",
+            acl::ACL_ERROR_RT_PARAM_INVALID,
+            ErrorKind::InvalidArgument,
+        );
+    }
+    // R3: an aligned address inside the window is honoured.
+    let at = ((16usize << 40) + (64 << 30)) as *mut c_void;
+    // SAFETY: a fixed address in the emulator's window that nothing in this process uses.
+    let va = unsafe { ffi::va::reserve_raw(lib, MIB2, 0, at, 0) }.unwrap();
+    assert_eq!(va, at);
+    // SAFETY: reserved just above, nothing mapped in it.
+    unsafe { ffi::va::release(lib, va) }.unwrap();
     env.finish();
+}
+
+const GIB: usize = 1 << 30;
+
+/// R4: `aclrtReserveMemAddressNoUCMemory` exists on A3 only; `expectPtr` is required and 1 GiB
+/// aligned; `size` is a non-zero multiple of 1 GiB. (The product half, 207000 on A2, runs in
+/// a child process: the emulator reads its product once per process.)
+#[test]
+fn r4_no_uc_reservation() {
+    let env = setup();
+    let lib = env.rt.acl();
+    let base = (41usize << 40) as *mut c_void;
+    for (what, size, at) in [
+        ("expectPtr NULL", GIB, std::ptr::null_mut()),
+        ("size 2 MiB", MIB2, base),
+        ("size 1 GiB + 2 MiB", GIB + MIB2, base),
+        ("size 0", 0, base),
+        (
+            "expectPtr not 1 GiB aligned",
+            GIB,
+            (base as usize + MIB2) as *mut c_void,
+        ),
+    ] {
+        // SAFETY: plain values; every call fails and reserves nothing.
+        let e = unsafe { ffi::va::reserve_no_uc(lib, size, at, 1) }.expect_err(what);
+        let code = if size == 0 {
+            acl::ACL_ERROR_INVALID_PARAM // R1's non-zero size check comes first
+        } else {
+            acl::ACL_ERROR_RT_PARAM_INVALID
+        };
+        assert_acl(
+            &e,
+            "aclrtReserveMemAddressNoUCMemory",
+            code,
+            ErrorKind::InvalidArgument,
+        );
+    }
+    // A valid one: 2 GiB at 41 TiB.
+    // SAFETY: a fixed, 1 GiB aligned address nothing in this process uses.
+    let va = unsafe { ffi::va::reserve_no_uc(lib, 2 * GIB, base, 1) }.unwrap();
+    assert_eq!(va, base);
+    assert_eq!(ascend_sim::counters().reservations, 1);
+    // SAFETY: reserved just above, nothing mapped in it.
+    unsafe { ffi::va::release(lib, va) }.unwrap();
+    env.finish();
+}
+
+#[test]
+fn r4_no_uc_reservation_is_not_supported_on_a2() {
+    let out = run_role("child_entry", "no-uc-on-a2", &[("ASCEND_SIM_SOC", "A2")]);
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && so.contains("RESULT ok"),
+        "{so}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Child side: dispatches on the role; a no-op in a normal test run.
+#[test]
+fn child_entry() {
+    let Some(role) = role() else { return };
+    match role.as_str() {
+        "no-uc-on-a2" => {
+            let rt = ascend_mem::Runtime::emulated().unwrap();
+            let _dev = rt.device(0).unwrap();
+            // SAFETY: plain values; the call fails and reserves nothing.
+            let e =
+                unsafe { ffi::va::reserve_no_uc(rt.acl(), GIB, (41usize << 40) as *mut c_void, 1) }
+                    .unwrap_err();
+            assert_acl(
+                &e,
+                "aclrtReserveMemAddressNoUCMemory",
+                acl::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+                ErrorKind::NotSupported,
+            );
+            assert_eq!(e.code(), Some(AclCode::RT_FEATURE_NOT_SUPPORT));
+            assert!(ascend_sim::counters().is_zero());
+            println!("RESULT ok");
+        }
+        other => panic!("unknown role {other}"),
+    }
 }
 
 #[test]
@@ -369,6 +476,52 @@ fn r12_r13_export_arguments() {
     env.finish();
 }
 
+/// R14: a FABRIC export needs a current context on the calling thread
+/// (`ACL_ERROR_RT_CONTEXT_NULL` 107002); the safe API makes its device current first, so
+/// only the raw `ffi` call on a fresh thread can hit it. (The product half, FABRIC only on A3,
+/// is `sharing.rs`'s `fabric_is_not_supported_on_a2`.)
+#[test]
+fn r14_fabric_export_needs_a_current_context() {
+    let env = setup();
+    let lib = env.rt.acl();
+    let g = env.dev.granular(MIB2).unwrap();
+    let raw_mem = PhysicalMem::hbm(&env.dev, g).unwrap();
+    let safe_mem = PhysicalMem::hbm(&env.dev, g).unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // A fresh thread: nothing is current on it.
+            // SAFETY: a live handle; the call fails before exporting anything.
+            let e = unsafe {
+                ffi::share::export_v2(
+                    lib,
+                    raw_mem.as_raw(),
+                    0,
+                    acl::ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
+                )
+            }
+            .unwrap_err();
+            assert_acl(
+                &e,
+                "aclrtMemExportToShareableHandleV2",
+                acl::ACL_ERROR_RT_CONTEXT_NULL,
+                ErrorKind::InvalidArgument,
+            );
+            assert_eq!(e.code(), Some(AclCode::RT_CONTEXT_NULL));
+            // The safe API binds its device first, so the same export works from here.
+            let h = safe_mem
+                .export(ShareKind::Fabric, ExportFlags::empty())
+                .unwrap();
+            assert_eq!(h.kind(), ShareKind::Fabric);
+        });
+    });
+    // The failed raw export did not count as the allocation's one export (R15).
+    let h = raw_mem
+        .export(ShareKind::Fabric, ExportFlags::empty())
+        .unwrap();
+    drop((h, raw_mem, safe_mem));
+    env.finish();
+}
+
 #[test]
 fn r15_one_export_per_allocation() {
     let env = setup();
@@ -407,29 +560,128 @@ fn r16_r17_import_flags_and_device() {
     let h = mem
         .export(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)
         .unwrap();
-    // R16: flags != 0 (ffi always passes 0) → 100000.
-    let mut data = *h.shared().raw_data();
-    let mut out: acl::aclrtDrvMemHandle = std::ptr::null_mut();
-    // SAFETY: `data` is 128 readable bytes and `out` writable; the call fails.
-    let r = unsafe {
-        lib.aclrtMemImportFromShareableHandleV2(
-            data.as_mut_ptr().cast(),
+    // R16: flags != 0 (ffi::share::import_v2 always passes 0) → 100000.
+    // SAFETY: 128 readable bytes; the call fails and imports nothing.
+    let e = unsafe {
+        ffi::share::import_v2_flags(
+            lib,
+            &acl::aclrtMemFabricHandle {
+                data: *h.shared().raw_data(),
+            },
             acl::ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
             1,
-            &mut out,
         )
     }
-    .unwrap();
-    assert_eq!(r, acl::ACL_ERROR_INVALID_PARAM);
+    .unwrap_err();
+    assert_acl(
+        &e,
+        "aclrtMemImportFromShareableHandleV2",
+        acl::ACL_ERROR_INVALID_PARAM,
+        ErrorKind::InvalidArgument,
+    );
+    assert_eq!(e.code(), Some(AclCode::INVALID_PARAM));
     // R17: the import lands on the device we pass (made current first).
     let dev3 = env.rt.device(3).unwrap();
     let imp = h.shared().import(&dev3).unwrap();
     assert_eq!(imp.device().id(), 3);
     assert_eq!(imp.len(), mem.len());
     assert_eq!(imp.origin(), ascend_mem::Origin::Imported);
+    assert_eq!(import_device(lib, &imp), 3);
     // Imported memory cannot be re-exported.
     assert!(imp.export(ShareKind::Fabric, ExportFlags::empty()).is_err());
-    drop((imp, h, mem, dev3));
+    // A raw device change through the table does not misroute the next import: binding
+    // checks aclrtGetDevice instead of trusting its per-thread cache.
+    // SAFETY: plain integer argument.
+    assert_eq!(unsafe { lib.aclrtSetDevice(5) }.unwrap(), 0);
+    let imp2 = h.shared().import(&dev3).unwrap();
+    assert_eq!(
+        import_device(lib, &imp2),
+        3,
+        "import landed on the raw device"
+    );
+    // The same after a raw reset of the bound device (the thread has no current device).
+    // SAFETY: plain integer arguments; nothing of ours lives in device 5's default context.
+    unsafe {
+        assert_eq!(lib.aclrtResetDevice(5).unwrap(), 0);
+        assert_eq!(lib.aclrtSetDevice(3).unwrap(), 0);
+        assert_eq!(lib.aclrtResetDevice(3).unwrap(), 0);
+    }
+    let imp3 = h.shared().import(&dev3).unwrap();
+    assert_eq!(import_device(lib, &imp3), 3);
+    drop((imp, imp2, imp3, h, mem, dev3));
+    env.finish();
+}
+
+/// The device an imported allocation belongs to, as the runtime reports it.
+fn import_device(lib: &acl::AclLib, m: &PhysicalMem) -> u32 {
+    // SAFETY: a live handle.
+    let p = unsafe { ffi::phys::properties(lib, m.as_raw()) }.unwrap();
+    assert_eq!(p.location.type_, acl::ACL_MEM_LOCATION_TYPE_DEVICE);
+    p.location.id
+}
+
+/// The size in share-handle bytes comes from the sender. A forged size is a typed error:
+/// at import when it is not a whole number of the allocation's granules, at map when the
+/// runtime refuses to map that size (R10: the map size must equal the real size).
+#[test]
+fn forged_import_size_is_a_typed_error() {
+    let env = setup();
+    let g = env.dev.granular(MIB2).unwrap();
+    let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
+    let h = mem
+        .export(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)
+        .unwrap();
+    let forge = |len: usize| {
+        let mut b = h.to_bytes();
+        b[8..16].copy_from_slice(&(len as u64).to_le_bytes());
+        SharedHandle::from_bytes(&b).unwrap()
+    };
+    // Not granular: refused at import, and the imported handle is freed again.
+    let e = forge(MIB2 + 4096).import(&env.dev).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::ImportSizeMismatch {
+                claimed,
+                granule: MIB2,
+                source: None,
+                ..
+            } if claimed == MIB2 + 4096
+        ),
+        "{e:?}"
+    );
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(ascend_sim::counters().imports, 0, "the import was undone");
+    // Granular but wrong (twice the real size): the import succeeds, the map is refused.
+    let imp = forge(2 * MIB2).import(&env.dev).unwrap();
+    assert_eq!(imp.len(), 2 * MIB2);
+    let va = ReservedVa::new(&env.dev, g.checked_mul(2).unwrap()).unwrap();
+    let e = va.map(&imp, g.zero()).unwrap_err();
+    match &e {
+        Error::ImportSizeMismatch {
+            claimed,
+            source: Some(src),
+            ..
+        } => {
+            assert_eq!(*claimed, 2 * MIB2);
+            assert_acl(
+                src,
+                "aclrtMapMem",
+                acl::ACL_ERROR_RT_PARAM_INVALID,
+                ErrorKind::InvalidArgument,
+            );
+        }
+        other => panic!("expected ImportSizeMismatch from the map, got {other:?}"),
+    }
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(e.code(), Some(AclCode::RT_PARAM_INVALID));
+    assert_eq!(e.api(), Some("aclrtMapMem"));
+    assert!(std::error::Error::source(&e).is_some());
+    assert!(e.to_string().contains("0x400000"), "{e}");
+    // The true size maps, and the failed map left no claim behind.
+    let real = h.shared().import(&env.dev).unwrap();
+    let m = va.map(&real, g.zero()).unwrap();
+    drop((m, real, imp, va, h, mem));
     env.finish();
 }
 

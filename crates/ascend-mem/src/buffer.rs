@@ -126,6 +126,17 @@ macro_rules! buffer_common {
 ///
 /// Byte access copies through `aclrtMemcpy`/`aclrtMemset`: device memory may be written by the
 /// device or a peer at any time, so no `&[u8]` over it is ever handed out.
+///
+/// A view ([`MappingSlice`], from [`slice`](DeviceBuffer::slice) or
+/// [`as_slice`](DeviceBuffer::as_slice)) borrows the buffer and cannot outlive it:
+///
+/// ```compile_fail,E0505
+/// # fn f(buf: ascend_mem::DeviceBuffer) {
+/// let view = buf.as_slice();
+/// drop(buf); // error[E0505]: cannot move out of `buf` because it is borrowed
+/// view.len();
+/// # }
+/// ```
 pub struct DeviceBuffer {
     map: Mapping,
 }
@@ -134,7 +145,8 @@ impl DeviceBuffer {
     /// At least `min_bytes` of HBM on `dev`, rounded up to whole granules.
     ///
     /// # Errors
-    /// As [`ReservedVa::new`], [`PhysicalMem::alloc`] (`ACL_ERROR_BAD_ALLOC` over capacity)
+    /// As [`ReservedVa::new`], [`PhysicalMem::alloc`] (kind
+    /// [`OutOfMemory`](crate::ErrorKind::OutOfMemory) over capacity)
     /// and [`ReservedVa::map`]; whatever was made before the failure is undone.
     pub fn new(dev: &Device, min_bytes: usize) -> Result<DeviceBuffer> {
         Ok(DeviceBuffer {
@@ -158,6 +170,15 @@ buffer_common!(DeviceBuffer);
 /// Host DRAM (reachable by the device) reserved, allocated and mapped in one value.
 ///
 /// Byte access copies through ACL as for [`DeviceBuffer`]: the device or a peer may write it.
+/// Its views borrow it in the same way:
+///
+/// ```compile_fail,E0505
+/// # fn f(buf: ascend_mem::HostBuffer) {
+/// let view = buf.slice(..4096).unwrap();
+/// drop(buf); // error[E0505]: cannot move out of `buf` because it is borrowed
+/// view.len();
+/// # }
+/// ```
 pub struct HostBuffer {
     map: Mapping,
 }

@@ -15,7 +15,9 @@ use crate::runtime::Runtime;
 use crate::spec::MemSpec;
 
 thread_local! {
-    /// (table address, device id) last bound on this thread by this crate.
+    /// (table address, device id) last bound on this thread by this crate: a hint only, checked
+    /// with `aclrtGetDevice` before it is trusted (user code may change the device through the
+    /// raw table).
     static BOUND: Cell<(usize, i32)> = const { Cell::new((0, -1)) };
 }
 
@@ -31,8 +33,8 @@ pub(crate) struct DeviceCtx {
 /// One device of a [`Runtime`]: cheap to clone (an `Arc`), `Send` and `Sync`.
 ///
 /// ACL binds the current device to the calling thread; every operation of this crate binds
-/// its device first (`aclrtSetDevice`, skipped when this thread is already bound to it by us),
-/// Drop included, so handles can move between threads freely.
+/// its device first ([`Device::bind`]: `aclrtSetDevice`, skipped when `aclrtGetDevice` says it
+/// is already current), Drop included, so handles can move between threads freely.
 ///
 /// A Drop that fails cannot return its error: it logs it with `tracing::error!` and records it
 /// here, and the next fallible call on this device returns it as [`Error::Sticky`].
@@ -102,16 +104,37 @@ impl Device {
         Ok(())
     }
 
-    /// Makes this device current on the calling thread (`aclrtSetDevice`), unless this crate
-    /// already bound it here.
+    /// Makes this device current on the calling thread (`aclrtSetDevice`), unless it already is.
+    ///
+    /// "Already is" is not taken from a cache alone: when this crate bound the device on this
+    /// thread before, `aclrtGetDevice` confirms it is still current, so a raw `aclrtSetDevice`,
+    /// `aclrtSetCurrentContext` or `aclrtResetDevice` made through [`Runtime::acl`] in
+    /// between cannot make a later call (a V2 import, a stream or event creation) land on
+    /// another device. A failing `aclrtGetDevice` (no current context, or an old runtime
+    /// lacking it) just means "not current": the device is set again.
     ///
     /// # Errors
     /// An `aclrtSetDevice` failure.
     #[doc(alias = "aclrtSetDevice")]
+    #[doc(alias = "aclrtGetDevice")]
     pub fn bind(&self) -> Result<()> {
-        let key = (self.lib() as *const AclLib as usize, self.ctx.id);
+        let lib = self.lib();
+        let key = (lib as *const AclLib as usize, self.ctx.id);
         if BOUND.try_with(|b| b.get()).ok() == Some(key) {
-            return Ok(());
+            // SAFETY: out-parameter call on an opened table.
+            match unsafe { ffi::device::current(lib) } {
+                Ok(id) if id == self.ctx.id => return Ok(()),
+                Ok(other) => {
+                    tracing::debug!(
+                        expected = self.ctx.id,
+                        current = other,
+                        "current device changed behind ascend-mem; binding again"
+                    );
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "aclrtGetDevice failed; binding again");
+                }
+            }
         }
         self.force_bind()
     }

@@ -138,7 +138,8 @@ impl fmt::Display for AclCode {
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// Device or host memory, streams or events ran out (`ACL_ERROR_BAD_ALLOC`, …).
+    /// Device or host memory, streams or events ran out (`ACL_ERROR_BAD_ALLOC` 200000,
+    /// `ACL_ERROR_RT_MEMORY_ALLOCATION` 207001, `ACL_ERROR_RT_DEVICE_OOM`, …).
     OutOfMemory,
     /// An argument was rejected, by our checks or by ACL.
     InvalidArgument,
@@ -225,15 +226,35 @@ pub enum Error {
         /// The device given.
         found: i32,
     },
-    /// Two sizes that must be equal are not (e.g. a map size and the physical size, rule R10).
-    #[error("{what}: size {found:#x} does not equal {expected:#x}")]
-    SizeMismatch {
-        /// Which operation.
-        what: &'static str,
-        /// The size required.
-        expected: usize,
-        /// The size given.
-        found: usize,
+    /// Memory imported from share-handle bytes does not have the size those bytes claim: the
+    /// bytes were forged or corrupted in transit. The length in [`SharedHandle`] bytes comes
+    /// from the sender; [`SharedHandle::import`] checks it against the allocation's
+    /// granularity (read back from the imported handle), and [`ReservedVa::map`] reports the
+    /// runtime's refusal to map that size (`aclrtMapMem` checks the map size against the real
+    /// allocation) as this error, with the runtime's error as its source.
+    ///
+    /// [`SharedHandle`]: crate::SharedHandle
+    /// [`SharedHandle::import`]: crate::SharedHandle::import
+    /// [`ReservedVa::map`]: crate::ReservedVa::map
+    #[error("imported memory: the share handle bytes claim {claimed:#x} bytes, but {reason} (allocation granule {granule:#x})")]
+    ImportSizeMismatch {
+        /// The size the share-handle bytes claim.
+        claimed: usize,
+        /// The allocation granule read back from the imported handle (0 when unknown).
+        granule: usize,
+        /// What gave the mismatch away.
+        reason: &'static str,
+        /// The runtime's error, when the runtime detected it.
+        #[source]
+        source: Option<Box<Error>>,
+    },
+    /// `ASCEND_MEM_BACKEND` holds a value that names no backend.
+    #[error("ASCEND_MEM_BACKEND={value:?} is not a backend; accepted values: {accepted}")]
+    UnknownBackend {
+        /// The value found in the environment.
+        value: Box<str>,
+        /// The values this build accepts.
+        accepted: &'static str,
     },
     /// An argument our own checks reject before any C call.
     #[error("{api}: invalid {what} = {value}")]
@@ -286,7 +307,8 @@ impl Error {
             | Error::OutOfBounds { .. }
             | Error::Overlap { .. }
             | Error::WrongDevice { .. }
-            | Error::SizeMismatch { .. }
+            | Error::ImportSizeMismatch { .. }
+            | Error::UnknownBackend { .. }
             | Error::InvalidArgument { .. }
             | Error::AlreadyExported
             | Error::BadHandleBytes { .. }
@@ -295,11 +317,16 @@ impl Error {
         }
     }
 
-    /// The ACL status, when the error came from an ACL call (also through [`Error::Sticky`]).
+    /// The ACL status, when the error came from an ACL call (also through [`Error::Sticky`]
+    /// and a runtime-detected [`Error::ImportSizeMismatch`]).
     pub fn code(&self) -> Option<AclCode> {
         match self {
             Error::Acl { code, .. } => Some(*code),
             Error::Sticky { source, .. } => source.code(),
+            Error::ImportSizeMismatch {
+                source: Some(source),
+                ..
+            } => source.code(),
             _ => None,
         }
     }
@@ -311,6 +338,10 @@ impl Error {
             Error::MissingSymbol { symbol, .. } => Some(symbol),
             Error::InvalidArgument { api, .. } => Some(api),
             Error::Sticky { source, .. } => source.api(),
+            Error::ImportSizeMismatch {
+                source: Some(source),
+                ..
+            } => source.api(),
             _ => None,
         }
     }

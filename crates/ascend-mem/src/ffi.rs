@@ -190,6 +190,63 @@ pub mod va {
         Ok(va)
     }
 
+    /// `aclrtReserveMemAddress` with every argument explicit (only for tests of rules R2, R3:
+    /// `alignment` is reserved and must be 0; a non-NULL `expectPtr` must lie in the
+    /// product's fixed-address window and be aligned).
+    ///
+    /// # Errors
+    /// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+    ///
+    /// # Safety
+    /// As [`reserve`]; a fixed `expect` address must not be in use by this process.
+    pub unsafe fn reserve_raw(
+        lib: &AclLib,
+        size: usize,
+        alignment: usize,
+        expect: *mut c_void,
+        flags: u64,
+    ) -> Result<*mut c_void> {
+        let mut va = std::ptr::null_mut();
+        // SAFETY: `va` is a writable pointer slot; the rest is forwarded to the caller.
+        unsafe {
+            call!(
+                lib,
+                aclrtReserveMemAddress(&mut va, size, alignment, expect, flags)
+            )
+        }?;
+        Ok(va)
+    }
+
+    /// `aclrtReserveMemAddressNoUCMemory(&va, size, 0, expect, flags)`: a reservation at a
+    /// fixed address for memory mapped without the unified-cache path (rule R4). Only A3
+    /// products have it (others return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000);
+    /// `expectPtr` is required (not NULL) and 1 GiB aligned, and `size` a non-zero multiple
+    /// of 1 GiB. `alignment` is reserved and passed as 0. Released with [`release`].
+    ///
+    /// # Errors
+    /// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+    ///
+    /// # Safety
+    /// None beyond a valid table and an `expect` range this process does not use; the
+    /// returned range must be released with [`release`].
+    #[doc(alias = "aclrtReserveMemAddressNoUCMemory")]
+    pub unsafe fn reserve_no_uc(
+        lib: &AclLib,
+        size: usize,
+        expect: *mut c_void,
+        flags: u64,
+    ) -> Result<*mut c_void> {
+        let mut va = std::ptr::null_mut();
+        // SAFETY: `va` is a writable pointer slot; the rest is forwarded to the caller.
+        unsafe {
+            call!(
+                lib,
+                aclrtReserveMemAddressNoUCMemory(&mut va, size, 0, expect, flags)
+            )
+        }?;
+        Ok(va)
+    }
+
     /// `aclrtReleaseMemAddress`.
     ///
     /// # Errors
@@ -430,6 +487,37 @@ pub mod share {
                     (&mut d as *mut HandleData).cast(),
                     share_type,
                     0,
+                    &mut h
+                )
+            )
+        }?;
+        Ok(h)
+    }
+
+    /// `aclrtMemImportFromShareableHandleV2` with explicit flags (only for tests of rule R16:
+    /// `flags` must be 0).
+    ///
+    /// # Errors
+    /// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+    ///
+    /// # Safety
+    /// As [`import_v2`].
+    pub unsafe fn import_v2_flags(
+        lib: &AclLib,
+        data: &HandleData,
+        share_type: acl::aclrtMemSharedHandleType,
+        flags: u64,
+    ) -> Result<acl::aclrtDrvMemHandle> {
+        let mut d = *data;
+        let mut h = std::ptr::null_mut();
+        // SAFETY: `d` is 128 readable bytes (the C side only reads it); `h` is writable.
+        unsafe {
+            call!(
+                lib,
+                aclrtMemImportFromShareableHandleV2(
+                    (&mut d as *mut HandleData).cast(),
+                    share_type,
+                    flags,
                     &mut h
                 )
             )

@@ -22,20 +22,52 @@
 //! | ACL call | here |
 //! |---|---|
 //! | `aclInit` | [`Runtime::load`], `Runtime::emulated` (feature `emulator`), [`Runtime::from_env`], [`Runtime::from_library_path`] |
-//! | `aclrtSetDevice`, `aclrtGetDeviceCount` | [`Runtime::device`], [`Device::bind`], [`Runtime::device_count`] |
+//! | `aclrtSetDevice`, `aclrtGetDevice`, `aclrtGetDeviceCount` | [`Runtime::device`], [`Device::bind`], [`Runtime::device_count`] |
 //! | `aclrtMemGetAllocationGranularity` | [`Device::granularity`], [`Device::granular`], [`Device::round_up`] → [`Granular`] |
 //! | `aclrtReserveMemAddress` / `aclrtReleaseMemAddress` | [`ReservedVa::new`] / its drop, [`ReservedVa::close`] |
 //! | `aclrtMallocPhysical` / `aclrtFreePhysical` | [`PhysicalMem::alloc`], [`PhysicalMem::hbm`], [`PhysicalMem::host`] / drop, [`PhysicalMem::close`] |
 //! | `aclrtMapMem` / `aclrtUnmapMem` | [`ReservedVa::map`] / [`Mapping`]'s drop, [`Mapping::unmap`] |
+//! | `aclrtReserveMemAddressNoUCMemory` | [`ffi::va::reserve_no_uc`] (A3 only) |
+//! | `aclrtMemGetAllocationPropertiesFromHandle` | [`SharedHandle::import`] (checks the claimed size) |
 //! | `aclrtMemExportToShareableHandleV2` | [`PhysicalMem::export`] → [`FabricHandle`] |
 //! | `aclrtMemSetPidToShareableHandleV2` | [`FabricHandle::allow_pids`] |
 //! | `aclrtMemImportFromShareableHandleV2` | [`SharedHandle::import`] |
 //! | `aclrtMemSetAccess` | [`Mapping::set_device_access`] (done by [`HostBuffer::new`]) |
 //! | `aclrtMemcpy`, `aclrtMemset` | [`Mapping::read_into`], [`Mapping::write_from`], [`Mapping::fill`], [`MappingSlice::copy_from`] |
 //! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::fill_async`] |
-//! | `aclrtCreateStreamWithConfig`, `…SynchronizeStream…`, `aclrtStreamQuery`, `aclrtStreamAbort`, `aclrtSetStreamFailureMode` | [`Stream`], [`StreamPool`] |
-//! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime` | [`Event`], [`Stream::wait_event`] |
+//! | `aclrtCreateStreamWithConfig`, `…SynchronizeStream…`, `aclrtStreamQuery`, `aclrtStreamAbort`, `aclrtSetStreamFailureMode`, `aclrtDestroyStream` | [`Stream`] (drop or [`Stream::close`]), [`StreamPool`] |
+//! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime`, `aclrtDestroyEvent` | [`Event`] (drop or [`Event::close`]), [`Stream::wait_event`] |
 //! | anything else | [`Runtime::acl`] and the [`ffi`] layer |
+//!
+//! # The VMM rules, by label
+//!
+//! Docs and tests name the runtime's argument and ordering rules for the VMM calls by a short
+//! label. What each label means (the CANN ACL API reference for these calls, and where it is
+//! silent, what the runtime layers do; the emulator `ascend-sim` enforces the same rules with
+//! the same codes):
+//!
+//! | label | rule |
+//! |---|---|
+//! | R1 | `aclrtReserveMemAddress`: `size` non-zero, `flags` 0 or 1 (else `ACL_ERROR_INVALID_PARAM` 100000) |
+//! | R2 | its `alignment` is reserved and must be 0 |
+//! | R3 | its `expectPtr` is NULL, or (experimental) a fixed address inside the product's window, aligned |
+//! | R4 | `aclrtReserveMemAddressNoUCMemory`: A3 only (else `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000); `expectPtr` required and 1 GiB aligned; `size` a non-zero multiple of 1 GiB |
+//! | R5 | `aclrtMallocPhysical`: `flags` 0, `handleType` NONE, `allocationType` PINNED, `size` non-zero (else 100000) |
+//! | R6 | DDR page attributes only on host locations; UNREGISTERED and MANAGED locations refused (100000) |
+//! | R7 | `memAttr` is one of the attributes `aclrtMallocPhysical` accepts (100000) |
+//! | R8 | the physical size is a whole number of the kind's allocation granules |
+//! | R9 | `aclrtMapMem`: `flags` 0 (100000) |
+//! | R10 | `aclrtMapMem`: map size equal to the physical size, `offset` 0, address aligned, inside one reservation, not overlapping a mapping |
+//! | R11 | one device per reservation (checked on the host by [`ReservedVa::map`]) |
+//! | R12 | export of a NULL handle is refused (100000) |
+//! | R13 | export `flags` ≤ 1 and a V2 share type of DEFAULT or FABRIC (`ACL_ERROR_RT_PARAM_INVALID` 107000) |
+//! | R14 | the export out-buffer is a `uint64_t` for DEFAULT, 128 bytes for FABRIC; a FABRIC export needs a current context (`ACL_ERROR_RT_CONTEXT_NULL` 107002) and an A3 product (207000) |
+//! | R15 | one export per allocation per process; imported memory is not re-exported |
+//! | R16 | `aclrtMemImportFromShareableHandleV2`: `flags` 0, non-NULL pointers (100000) |
+//! | R17 | a V2 import lands on the calling thread's current device |
+//! | R18 | an import needs the exporter alive and its memory not freed (`ACL_ERROR_RT_INVALID_HANDLE` 107017) |
+//! | R19 | mapped host memory needs `aclrtMemSetAccess` before a device reaches it |
+//! | R20 | teardown order: unmap before the memory is freed; a reservation is released only with no mapping in it |
 //!
 //! # Does
 //!
@@ -82,6 +114,7 @@ pub mod ffi;
 mod buffer;
 mod device;
 mod error;
+mod foreign;
 mod runtime;
 mod share;
 mod spec;
@@ -92,6 +125,7 @@ pub use acl;
 pub use buffer::{DeviceBuffer, HostBuffer};
 pub use device::{Device, Granular};
 pub use error::{AclCode, Error, ErrorKind, Result};
+pub use foreign::{MappingRef, PointerInfo};
 pub use runtime::{Backend, Runtime};
 pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDLE_BYTES};
 pub use spec::{Location, MemAttr, MemSpec};

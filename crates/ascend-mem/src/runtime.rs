@@ -144,14 +144,22 @@ impl Runtime {
     }
 
     /// Picks the backend from `ASCEND_MEM_BACKEND`: `cann` ([`Runtime::load`]), `sim` or
-    /// `emulator` (`Runtime::emulated` (feature `emulator`)). Unset or empty: CANN when it loads, otherwise the
-    /// emulator, with an info line saying which.
+    /// `emulator` (`Runtime::emulated`, feature `emulator`). Unset or empty: the standard
+    /// search of [`Runtime::load`] when it finds a library (which may be the emulator's shared
+    /// library, e.g. through `ASCEND_ACL_LIB`), otherwise the in-process emulator, with an
+    /// info line naming the backend chosen.
     ///
     /// # Errors
-    /// As [`Runtime::load`] for `cann`; [`Error::InvalidArgument`] for an unknown value (its
-    /// `value` is the length of the string); without the `emulator` feature, a load error
-    /// when CANN is absent.
+    /// As [`Runtime::load`] for `cann`; [`Error::UnknownBackend`] naming the value and the
+    /// accepted values for anything else; without the `emulator` feature, a load error when
+    /// CANN is absent.
     pub fn from_env() -> Result<Runtime> {
+        #[cfg(feature = "emulator")]
+        const ACCEPTED: &str =
+            "\"cann\", \"sim\" or \"emulator\" (or unset/empty: CANN if found, else the emulator)";
+        #[cfg(not(feature = "emulator"))]
+        const ACCEPTED: &str =
+            "\"cann\" (or unset/empty); \"sim\"/\"emulator\" need ascend-mem's `emulator` feature";
         let choice = std::env::var("ASCEND_MEM_BACKEND").unwrap_or_default();
         match choice.trim().to_ascii_lowercase().as_str() {
             "cann" => Self::load(),
@@ -159,23 +167,28 @@ impl Runtime {
             "sim" | "emulator" => Self::emulated(),
             "" => match Self::load() {
                 Ok(rt) => {
-                    tracing::info!(backend = %rt.backend(), "ascend-mem: using CANN");
+                    // The search may have found the emulator's shared library: name what it is.
+                    let backend = rt.backend();
+                    if backend.is_emulator() {
+                        tracing::info!(%backend, "ascend-mem: using the emulator's shared library");
+                    } else {
+                        tracing::info!(%backend, "ascend-mem: using CANN");
+                    }
                     Ok(rt)
                 }
                 #[cfg(feature = "emulator")]
                 Err(Error::Load(e)) => {
                     tracing::info!(
                         tried = e.attempts.len(),
-                        "ascend-mem: CANN runtime not found, using the emulator (set ASCEND_MEM_BACKEND=cann to require CANN)"
+                        "ascend-mem: CANN runtime not found, using the in-process emulator (set ASCEND_MEM_BACKEND=cann to require CANN)"
                     );
                     Self::emulated()
                 }
                 Err(e) => Err(e),
             },
-            other => Err(Error::InvalidArgument {
-                api: "ASCEND_MEM_BACKEND (expected cann or sim)",
-                what: "backend name length",
-                value: other.len() as i128,
+            _ => Err(Error::UnknownBackend {
+                value: choice.into_boxed_str(),
+                accepted: ACCEPTED,
             }),
         }
     }
@@ -229,6 +242,17 @@ impl Runtime {
     }
 
     /// The raw function table (borrowed; for calls this crate does not wrap, see [`ffi`]).
+    ///
+    /// # Changing the current device or context through the raw table
+    /// ACL keeps the current device and context per thread. Every call of this crate first
+    /// makes its device current ([`Device::bind`]), and that check asks `aclrtGetDevice`
+    /// rather than trusting a cache, so a raw `aclrtSetDevice`, `aclrtSetCurrentContext` or
+    /// `aclrtResetDevice` made through this table cannot send a later call (a V2 import, a
+    /// stream or event creation) to the wrong device. What the check cannot undo is a raw
+    /// `aclrtResetDevice` or `aclrtDestroyContext` that tears down a context while this
+    /// crate's streams, events or memory on it are alive: drop those first. A raw
+    /// `aclrtSetCurrentContext` to an explicit context of the *same* device is kept (the
+    /// device matches), so streams and events made afterwards belong to that context.
     pub fn acl(&self) -> &'static AclLib {
         self.inner.lib
     }

@@ -7,7 +7,6 @@ use std::fmt;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::spec::MemSpec;
 use crate::vmm::{Origin, PhysicalMem};
 
 /// The kind of share handle (`aclrtMemSharedHandleType`).
@@ -146,33 +145,69 @@ impl SharedHandle {
         }
     }
 
-    /// Imports the shared memory onto `dev` (made current first: the V2 import uses the
-    /// calling thread's device, rule R17). Map the result like any [`PhysicalMem`].
+    /// Imports the shared memory onto `dev`. The V2 import lands on the calling thread's
+    /// current device (rule R17), so `dev` is made current first, checked with
+    /// `aclrtGetDevice` (see [`Device::bind`]). Map the result like any [`PhysicalMem`].
+    ///
+    /// The size in these bytes comes from the sender and is not trusted: after the import,
+    /// the allocation's properties are read back from the new handle
+    /// (`aclrtMemGetAllocationPropertiesFromHandle`) and the claimed size must be a whole
+    /// number of that kind's granules; [`ReservedVa::map`](crate::ReservedVa::map) then maps
+    /// exactly the claimed size, which the runtime checks against the real allocation. Either
+    /// way a forged or corrupted size is an [`Error::ImportSizeMismatch`], never a mapping of
+    /// the wrong size.
     ///
     /// # Errors
-    /// `aclrtMemImportFromShareableHandleV2` failures: the exporter is gone or freed the
-    /// memory (R18), this pid is not on the allow-list
-    /// ([`PermissionDenied`](crate::ErrorKind::PermissionDenied) or an ACL code), garbage bytes.
+    /// * `aclrtMemImportFromShareableHandleV2` failures: the exporter is gone or freed the
+    ///   memory (rule R18: `ACL_ERROR_RT_INVALID_HANDLE` 107017), this pid is not on the
+    ///   allow-list ([`PermissionDenied`](crate::ErrorKind::PermissionDenied), 207006),
+    ///   garbage bytes;
+    /// * [`Error::ImportSizeMismatch`] when the claimed size is not a multiple of the
+    ///   allocation's granule (the imported handle is freed again);
+    /// * `aclrtMemGetAllocationPropertiesFromHandle` or `aclrtMemGetAllocationGranularity`
+    ///   failures (a runtime that lacks the first, or reports it unsupported, skips the check).
     #[doc(alias = "aclrtMemImportFromShareableHandleV2")]
     pub fn import(&self, dev: &Device) -> Result<PhysicalMem> {
-        let granule = dev.granularity(MemSpec::DEVICE_HBM)?;
         let _span = tracing::debug_span!("import", dev = dev.id(), kind = ?self.kind).entered();
         dev.enter()?;
+        let lib = dev.lib();
         // SAFETY: `data` is 128 readable bytes; the runtime validates them. The handle is
-        // owned by the PhysicalMem built below.
-        let h = unsafe { ffi::share::import_v2(dev.lib(), &self.data, self.kind.raw()) }?;
-        let g = if self.len() % granule == 0 {
-            granule
-        } else {
-            0
+        // owned by the PhysicalMem built right below (freed on drop, also on the error paths).
+        let h = unsafe { ffi::share::import_v2(lib, &self.data, self.kind.raw()) }?;
+        let mem = PhysicalMem::from_handle(dev, h, self.len(), 0, Origin::Imported);
+        // On any error below, `mem` drops and frees the imported handle.
+        let granule = self.real_granule(dev, h)?;
+        if granule != 0 && self.len() % granule != 0 {
+            return Err(Error::ImportSizeMismatch {
+                claimed: self.len(),
+                granule,
+                reason: "that is not a whole number of the allocation's granules",
+                source: None,
+            });
+        }
+        Ok(mem.with_granule(granule))
+    }
+
+    /// The MINIMUM granularity of the imported allocation's kind, read back from its handle;
+    /// 0 when the runtime cannot say (no such call, or reported unsupported).
+    fn real_granule(&self, dev: &Device, h: acl::aclrtDrvMemHandle) -> Result<usize> {
+        let lib = dev.lib();
+        // SAFETY: `h` is the live handle just imported (owned by the caller's PhysicalMem).
+        let mut prop = match unsafe { ffi::phys::properties(lib, h) } {
+            Ok(p) => p,
+            Err(e) if e.kind() == crate::ErrorKind::NotSupported => {
+                tracing::debug!(error = %e, "cannot read imported properties; size unchecked");
+                return Ok(0);
+            }
+            Err(e) => return Err(e),
         };
-        Ok(PhysicalMem::from_handle(
-            dev,
-            h,
-            self.len(),
-            g,
-            Origin::Imported,
-        ))
+        // The properties name the exporter's device, which need not exist here: ask about the
+        // same kind of memory on the importing device.
+        if prop.location.type_ == acl::ACL_MEM_LOCATION_TYPE_DEVICE {
+            prop.location.id = dev.id() as u32;
+        }
+        // SAFETY: `prop` is a valid property struct; out-parameter handled by ffi.
+        unsafe { ffi::phys::granularity(lib, &prop, acl::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM) }
     }
 }
 

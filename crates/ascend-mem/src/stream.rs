@@ -393,6 +393,35 @@ impl Stream {
         Ok(())
     }
 
+    /// Waits for the queued work, then destroys the stream now, returning the error (and the
+    /// stream, still holding what its pending work uses) on failure, so the caller can see it,
+    /// retry, or drop the stream (whose `Drop` then waits and destroys regardless).
+    ///
+    /// # Errors
+    /// An `aclrtSynchronizeStream` failure (a failed or aborted task) or an
+    /// `aclrtDestroyStream` failure.
+    #[doc(alias = "aclrtDestroyStream")]
+    pub fn close(mut self) -> std::result::Result<(), (Error, Stream)> {
+        let _span = tracing::debug_span!("destroy_stream", dev = self.dev.id()).entered();
+        let r = self.dev.bind().and_then(|()| {
+            // SAFETY: the stream is live (owned by self).
+            unsafe { ffi::stream::synchronize(self.dev.lib(), self.raw) }
+        });
+        if let Err(e) = r {
+            return Err((e, self));
+        }
+        // SAFETY: we own the stream; its work is done; it is not used again (raw is nulled,
+        // so Drop skips it).
+        match unsafe { ffi::stream::destroy(self.dev.lib(), self.raw) } {
+            Ok(()) => {
+                self.raw = std::ptr::null_mut();
+                self.keep.clear();
+                Ok(())
+            }
+            Err(e) => Err((e, self)),
+        }
+    }
+
     fn destroy_now(&mut self) -> Result<()> {
         self.dev.bind()?;
         // SAFETY: we own the stream; waiting first keeps pending copies inside kept memory.
@@ -406,6 +435,9 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        if self.raw.is_null() {
+            return; // destroyed by `close`
+        }
         let _span = tracing::debug_span!("destroy_stream", dev = self.dev.id()).entered();
         match self.destroy_now() {
             Ok(()) => self.keep.clear(),
@@ -425,6 +457,19 @@ impl Drop for Stream {
 pub(crate) struct EventInner {
     dev: Device,
     raw: acl::aclrtEvent,
+    /// False once destroyed by `Event::close`.
+    live: bool,
+}
+
+impl EventInner {
+    fn destroy_now(&mut self) -> Result<()> {
+        self.dev.bind()?;
+        // SAFETY: we own the event; streams that waited on or recorded it hold this Arc, so
+        // none has pending work on it when it is dropped or closed.
+        unsafe { ffi::event::destroy(self.dev.lib(), self.raw) }?;
+        self.live = false;
+        Ok(())
+    }
 }
 
 // SAFETY: the event handle is an id, not tied to the creating thread; Drop binds `dev` first.
@@ -435,12 +480,10 @@ unsafe impl Sync for EventInner {}
 
 impl Drop for EventInner {
     fn drop(&mut self) {
-        let r = self.dev.bind().and_then(|()| {
-            // SAFETY: we own the event; streams that waited on or recorded it hold this Arc,
-            // so none has pending work on it now.
-            unsafe { ffi::event::destroy(self.dev.lib(), self.raw) }
-        });
-        if let Err(e) = r {
+        if !self.live {
+            return;
+        }
+        if let Err(e) = self.destroy_now() {
             tracing::error!(error = %e, "destroying an event failed");
             self.dev.record_sticky(e);
         }
@@ -494,6 +537,7 @@ impl Event {
             inner: Arc::new(EventInner {
                 dev: dev.clone(),
                 raw,
+                live: true,
             }),
             _not_sync: PhantomData,
         }
@@ -502,6 +546,37 @@ impl Event {
     /// The raw handle (borrowed).
     pub fn as_raw(&self) -> acl::aclrtEvent {
         self.inner.raw
+    }
+
+    /// Destroys the event now, returning the error (and the event) on failure.
+    ///
+    /// # Errors
+    /// [`Error::Busy`] while a stream that recorded or waited on it has not been synchronized
+    /// past that point; an `aclrtDestroyEvent` failure.
+    #[doc(alias = "aclrtDestroyEvent")]
+    pub fn close(self) -> std::result::Result<(), (Error, Event)> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => match inner.destroy_now() {
+                Ok(()) => Ok(()),
+                Err(e) => Err((
+                    e,
+                    Event {
+                        inner: Arc::new(inner),
+                        _not_sync: PhantomData,
+                    },
+                )),
+            },
+            Err(inner) => Err((
+                Error::Busy {
+                    what: "Event",
+                    refs: Arc::strong_count(&inner) - 1,
+                },
+                Event {
+                    inner,
+                    _not_sync: PhantomData,
+                },
+            )),
+        }
     }
 
     /// Records the current end of `stream`'s work.

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::device::{Device, Granular};
-use crate::error::{Error, Result};
+use crate::error::{AclCode, Error, Result};
 use crate::ffi;
 use crate::spec::{Location, MemSpec};
 
@@ -147,6 +147,11 @@ impl ReservedVa {
     /// reservation ([`Error::OutOfBounds`]) and not overlapping another mapping
     /// ([`Error::Overlap`]). Then claims the range and calls `aclrtMapMem`.
     ///
+    /// The map size is always the whole physical size (the runtime requires them equal, rule
+    /// R10). For imported memory that size came from the sender's share-handle bytes; when
+    /// the runtime refuses to map it, the error is [`Error::ImportSizeMismatch`] with the
+    /// runtime's error as its source.
+    ///
     /// # Errors
     /// The checks above; an `aclrtMapMem` failure with its ACL code; a sticky error.
     #[doc(alias = "aclrtMapMem")]
@@ -154,7 +159,24 @@ impl ReservedVa {
         let claim = self.claim(at.get(), phys)?;
         // SAFETY: `claim` holds [at, at + phys.len()) of this live reservation exclusively, it
         // lies inside the reservation, and `phys` is alive (we clone its Arc into the mapping).
-        unsafe { self.map_claimed(phys, claim) }
+        let r = unsafe { self.map_claimed(phys, claim) };
+        match r {
+            // Bounds, alignment and overlap were checked above, so a parameter error on an
+            // imported allocation is the runtime's size check failing: the claimed size is not
+            // the real one.
+            Err(e @ Error::Acl { code, .. })
+                if phys.inner.origin == Origin::Imported
+                    && (code == AclCode::RT_PARAM_INVALID || code == AclCode::INVALID_PARAM) =>
+            {
+                Err(Error::ImportSizeMismatch {
+                    claimed: phys.len(),
+                    granule: phys.inner.granule,
+                    reason: "the runtime refused to map that size (it checks the map size against the real allocation)",
+                    source: Some(Box::new(e)),
+                })
+            }
+            r => r,
+        }
     }
 
     /// Checks and reserves `[at, at + phys.len())` for a mapping.
@@ -398,8 +420,11 @@ impl PhysicalMem {
     /// # Errors
     /// * [`Error::InvalidArgument`]: zero size, or a DDR attribute on a device location (R6);
     /// * [`Error::Misaligned`]: `len` not a multiple of this kind's granularity (R8);
-    /// * `aclrtMallocPhysical` failures: `ACL_ERROR_BAD_ALLOC` (kind
-    ///   [`OutOfMemory`](crate::ErrorKind::OutOfMemory)) over capacity, `ACL_ERROR_INVALID_PARAM`.
+    /// * `aclrtMallocPhysical` failures. Over capacity the runtime returns an out-of-memory
+    ///   code, both of kind [`OutOfMemory`](crate::ErrorKind::OutOfMemory):
+    ///   `ACL_ERROR_RT_MEMORY_ALLOCATION` (207001, what the emulator returns) or
+    ///   `ACL_ERROR_BAD_ALLOC` (200000); match on [`Error::kind`], not the code. Rejected
+    ///   properties give `ACL_ERROR_INVALID_PARAM` (100000).
     #[doc(alias = "aclrtMallocPhysical")]
     pub fn alloc(dev: &Device, len: Granular, spec: MemSpec) -> Result<PhysicalMem> {
         if len.is_zero() {
@@ -457,6 +482,15 @@ impl PhysicalMem {
                 live: true,
             }),
         }
+    }
+
+    /// The same memory with the mapping-offset granule now known (imports learn it after the
+    /// handle exists). Only called on a fresh, unshared value.
+    pub(crate) fn with_granule(mut self, granule: usize) -> PhysicalMem {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.granule = granule;
+        }
+        self
     }
 
     /// Takes ownership of a raw handle (freed on drop).
@@ -678,7 +712,7 @@ impl Mapping {
 
     /// A view of `range` (bytes) of the mapping, borrowing it:
     ///
-    /// ```compile_fail
+    /// ```compile_fail,E0505
     /// # fn f(m: ascend_mem::Mapping) {
     /// let view = m.slice(..).unwrap();
     /// drop(m);

@@ -1,5 +1,6 @@
-/* Smoke test of libascend_sim.so from C: our own prototypes, written from the ABI facts
- * (cann-abi.md section 2), no vendor header. Exit 0 and "SMOKE OK" on success. */
+/* Smoke test of libascend_sim.so from C: our own prototypes of the ACL calls used (the
+ * signatures and struct layouts of CANN's acl/acl_rt.h, as declared in acl-sys), no vendor
+ * header. Exit 0 and "SMOKE OK" on success. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
