@@ -243,13 +243,15 @@ fn serve_connection(mut stream: TcpStream, peer: SocketAddr, shared: Arc<Shared>
                 Ok(m) => m,
                 Err(e) => return reject(&shared, peer, &e),
             };
-            let _ = send_status(&mut stream, status::SUCCESS);
+            // Close the session before answering, so a client that sees the status knows the
+            // server has let go of it.
             let removed = shared.sessions.lock().remove(&msg.channel_id);
             if let Some(s) = removed {
                 let _ = s.stream.shutdown(Shutdown::Both);
                 shared.handler.session_closed(&msg.channel_id);
                 tracing::debug!(channel = %msg.channel_id, "session closed by disconnect request");
             }
+            let _ = send_status(&mut stream, status::SUCCESS);
         }
         Some(MsgType::SendNotify) => {
             let msg: NotifyMsg = match frame.parse(MsgType::SendNotify, "notify") {

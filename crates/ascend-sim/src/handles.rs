@@ -16,6 +16,8 @@ pub(crate) enum Kind {
     Stream = 2,
     Event = 3,
     Context = 4,
+    Comm = 5,
+    Window = 6,
 }
 
 impl Kind {
@@ -25,6 +27,8 @@ impl Kind {
             Kind::Stream => "stream",
             Kind::Event => "event",
             Kind::Context => "context",
+            Kind::Comm => "HCCL communicator",
+            Kind::Window => "symmetric window",
         }
     }
 
@@ -34,6 +38,8 @@ impl Kind {
             2 => Kind::Stream,
             3 => Kind::Event,
             4 => Kind::Context,
+            5 => Kind::Comm,
+            6 => Kind::Window,
             _ => return None,
         })
     }

@@ -327,9 +327,7 @@ pub(crate) enum Ctr {
     Contexts,
     DeviceMallocs,
     HostMallocs,
-    #[allow(dead_code)] // filled by the HCCL emulation
     Comms,
-    #[allow(dead_code)] // filled by the HCCL emulation
     Windows,
 }
 

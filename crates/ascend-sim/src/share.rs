@@ -214,7 +214,7 @@ enum Exported {
 /// Lets importers take our descriptors with `pidfd_getfd` under Yama `ptrace_scope` 1 (the
 /// default on Ubuntu, where only ancestors may otherwise ptrace us). Best effort: without Yama
 /// the call fails harmlessly.
-fn allow_importers() {
+pub(crate) fn allow_importers() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: prctl with plain integer arguments; it only changes this process's ptracer
@@ -447,6 +447,15 @@ fn gone(msg: String) -> AclErr {
 }
 
 /// Obtains a descriptor for the exporter's memfd.
+pub(crate) fn obtain_fd_raw(pid: i32, fd: i32) -> Res<OwnedFd> {
+    obtain_fd(Ref {
+        pid,
+        fd,
+        ino: 0,
+        ino_mask: 0,
+    })
+}
+
 fn obtain_fd(r: Ref) -> Res<OwnedFd> {
     let me = rt::getpid();
     let raw = if r.pid == me {

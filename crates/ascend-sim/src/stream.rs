@@ -45,6 +45,15 @@ pub(crate) enum Task {
         ev: Arc<Event>,
     },
     Hold(Arc<HoldInner>),
+    /// Work of another module (the HCCL emulation).
+    Ext(Arc<dyn ExtTask>),
+}
+
+/// Stream work defined outside this module (HCCL collectives). The task blocks until done; it
+/// polls `cancelled` (true once the stream is aborted) and its own timeouts.
+pub(crate) trait ExtTask: Send + Sync {
+    /// Runs the task on the stream's thread.
+    fn run(&self, cancelled: &dyn Fn() -> bool) -> Res;
 }
 
 impl Task {
@@ -370,6 +379,7 @@ fn run_task(t: &Task, s: &Stream, deadline: Option<Instant>, epoch: u64) -> Step
                 ev.cv.wait_for(&mut st, POLL);
             }
         },
+        Task::Ext(x) => Step::Done(x.run(&|| aborted(s, epoch))),
         Task::Hold(h) => loop {
             if h.is_released() || aborted(s, epoch) {
                 return Step::Done(Ok(()));

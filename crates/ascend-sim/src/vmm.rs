@@ -270,6 +270,49 @@ impl MemState {
     }
 }
 
+/// The VMM mappings covering `[addr, addr + len)` inside one reservation, contiguous, in
+/// order: `(mapping start, physical object)`. An error text when `addr` is not in a VMM
+/// mapping or the mapped run from `addr` is shorter than `len`.
+pub(crate) fn vmm_pieces(addr: usize, len: usize) -> Result<Vec<(usize, Arc<PhysObj>)>, String> {
+    let mem = MEM.read();
+    let r = match mem.region_at(addr) {
+        Some((_, Region::Res(r))) => r,
+        Some((_, Region::Malloc(_))) => {
+            return Err(format!(
+                "{addr:#x} is aclrtMalloc/aclrtMallocHost memory, not a VMM mapping \
+                 (aclrtReserveMemAddress + aclrtMallocPhysical + aclrtMapMem)"
+            ))
+        }
+        None => {
+            return Err(format!(
+                "{addr:#x} is not inside a reservation (aclrtReserveMemAddress + aclrtMapMem)"
+            ))
+        }
+    };
+    let Some((first, _)) = r
+        .mappings
+        .range(..=addr)
+        .next_back()
+        .filter(|(mb, m)| addr - **mb < m.size)
+    else {
+        return Err(format!("{addr:#x} is reserved but not mapped"));
+    };
+    let end = addr.saturating_add(len);
+    let mut cur = *first;
+    let mut out = Vec::new();
+    while let Some(m) = r.mappings.get(&cur) {
+        out.push((cur, m.obj.clone()));
+        cur += m.size;
+        if cur >= end {
+            return Ok(out);
+        }
+    }
+    Err(format!(
+        "size {len} exceeds the physical memory mapped from {addr:#x} ({} bytes)",
+        cur - addr
+    ))
+}
+
 fn kind_name(kind: aclrtMemcpyKind) -> &'static str {
     match kind {
         ACL_MEMCPY_HOST_TO_HOST => "ACL_MEMCPY_HOST_TO_HOST",
