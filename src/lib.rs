@@ -11,6 +11,7 @@
 //! | `ascend-sim` | the host emulator implementing the same C symbols |
 
 pub use acl_sys;
+pub use ascend_fabric as fabric;
 pub use ascend_mem as mem;
 pub use ascend_mem::*;
 pub use ascend_sim as sim;

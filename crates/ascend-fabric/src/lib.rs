@@ -1,14 +1,75 @@
 //! ascend-fabric: a one-sided Fabric Mem transfer engine for Ascend, built on ascend-mem's
 //! types and wire-compatible with HIXL's FabricMem control plane.
 //!
-//! This release carries the engine's building blocks:
+//! KV-cache blocks move one-sided between NPU HBM and pooled host DRAM: each engine registers
+//! memory (exported as FABRIC share handles), peers connect over TCP and import what it offers
+//! into a VA pool, and transfers are `aclrtMemcpyAsync` copies between local registered memory
+//! and the imported peer segments, spread over a few streams and completed through events.
+//!
+//! ```text
+//! Engine ── Registry ── Registration ── Block (MappingRef or VA-pool alias, FABRIC export)
+//!   │  └─ ControlServer (offers the Registry's blocks; keepalive sessions)
+//!   ├── Channel per peer ── Import (imported PhysicalMem mapped in a VA-pool slot)
+//!   │        └─ keepalive socket (reader thread: EOF = peer lost), heartbeats
+//!   └── SlotPool ── Slot (task_stream_num streams from a StreamPool + events)
+//! TransferRequest ── Pending (slot, used registrations, channel) until observed complete
+//! ```
+//!
+//! | HIXL | here |
+//! |---|---|
+//! | `Initialize(local_engine, options)` | [`Engine::new`], [`Engine::from_hixl`] |
+//! | `MallocMem` | [`Engine::alloc_device`], [`Engine::alloc_host`] |
+//! | `RegisterMem` / `DeregisterMem` | [`Engine::register`], [`Engine::register_raw`] / [`Engine::deregister`] or drop |
+//! | `Connect` / `Disconnect` | [`Engine::connect`] / [`Engine::disconnect`] |
+//! | `TransferSync` / `TransferAsync` | [`Engine::transfer_sync`] / [`Engine::transfer_async`] |
+//! | `GetTransferStatus` | [`TransferRequest::status`], [`TransferRequest::wait`] |
+//! | `SendNotify` / `GetNotifies` | [`Engine::send_notify`] / [`Engine::take_notifies`] |
+//! | `Finalize` | dropping the last [`Engine`] clone |
+//!
+//! Building blocks, usable alone:
 //! * [`wire`]: the control-plane codec (request/response framing, heartbeat framing, JSON
 //!   messages) exactly as a C++ HIXL engine writes and reads them;
+//! * [`control`]: the control server and client calls;
 //! * [`options`]: the typed configuration and HIXL's option map read into it;
 //! * [`ranges`]: the sorted range map that checks and translates descriptor addresses.
+//!
+//! # Does
+//! * check every descriptor against local registrations and the peer's offered segments
+//!   before any copy (errors name the descriptor index and address);
+//! * keep every byte a copy touches mapped until the copy is observed complete or aborted;
+//! * detect a dead peer through its keepalive socket (EOF, as its kernel closes it) and
+//!   heartbeats, fail its in-flight transfers with [`Error::PeerLost`], abort their streams
+//!   and unmap and free its imports.
+//!
+//! # Does not
+//! * run HIXL's AICPU path (`fabric_memory.enable_aicpu_unfold` must be false) or the
+//!   HixlCS/HCCL engines;
+//! * reconnect on its own (`AutoConnect` is parsed; connect again after a peer restarts).
 #![deny(unsafe_code)]
 
+mod channel;
 pub mod control;
+mod engine;
+mod error;
 pub mod options;
+mod pool;
 pub mod ranges;
+mod registry;
+mod transfer;
 pub mod wire;
+
+pub use channel::PeerStats;
+pub use engine::Engine;
+pub use error::{Error, HixlCode, LostReason, Result, Side};
+pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
+pub use pool::SLOT as POOL_SLOT;
+pub use registry::{MemKind, Registrable, Registration};
+pub use transfer::{TransferDesc, TransferOp, TransferRequest, TransferStatus, STREAM_BUDGET};
+
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Engine>();
+    send_sync::<Registration>();
+    send_sync::<TransferRequest>();
+    send_sync::<Error>();
+};

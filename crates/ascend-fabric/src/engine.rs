@@ -1,0 +1,798 @@
+//! The engine: registrations, the control server, channels to peers and transfers.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ascend_mem::{Device, DeviceBuffer, HostBuffer, MappingSlice, ShareKind, SharedHandle};
+use parking_lot::{Condvar, Mutex, RwLock};
+
+use crate::channel::{self, Channel, ChannelMap, Counters, Import, PeerStats};
+use crate::control::{self, ControlHandler, ControlServer, ServerConfig};
+use crate::error::{Error, LostReason, Result, Side};
+use crate::options::{EngineAddr, EngineOptions, OptionError};
+use crate::pool::VaPool;
+use crate::ranges::{RangeError, RangeMap};
+use crate::registry::{Registrable, Registration, Registry};
+use crate::transfer::{
+    Pending, RegUse, ReqInner, SlotPool, TransferDesc, TransferOp, TransferRequest,
+};
+use crate::wire::{NotifyMsg, ShareHandleEntry};
+
+struct Handler {
+    registry: Arc<Registry>,
+    local: String,
+}
+
+impl ControlHandler for Handler {
+    fn share_handles(&self) -> Vec<ShareHandleEntry> {
+        self.registry.share_list()
+    }
+    fn session_opened(&self, channel_id: &str) {
+        tracing::info!(engine = %self.local, peer = channel_id, "peer connected");
+    }
+    fn session_closed(&self, channel_id: &str) {
+        tracing::info!(engine = %self.local, peer = channel_id, "peer session ended");
+    }
+}
+
+struct Monitor {
+    stop: Mutex<bool>,
+    cv: Condvar,
+}
+
+struct EngineInner {
+    addr: EngineAddr,
+    opts: EngineOptions,
+    dev: Device,
+    pool: Arc<VaPool>,
+    registry: Arc<Registry>,
+    channels: Arc<ChannelMap>,
+    slots: Arc<SlotPool>,
+    server: Mutex<Option<ControlServer>>,
+    connect_lock: Mutex<()>,
+    monitor: Arc<Monitor>,
+    monitor_thread: Mutex<Option<JoinHandle<()>>>,
+    next_req: AtomicU64,
+}
+
+/// A Fabric Mem transfer engine (HIXL's FabricMem mode, host copy path).
+///
+/// `Send + Sync` and cheap to clone (an `Arc`); every method may be called from any thread,
+/// and many threads may transfer at once. Dropping the last clone closes every channel
+/// (in-flight requests fail with [`Error::PeerLost`], reason
+/// [`LostReason::EngineShutdown`]), stops the control server and the monitor, and releases
+/// the VA pool once the last registration is gone.
+///
+/// The VA pool is per engine (HIXL's is per process): one reservation of
+/// [`EngineOptions::pool_capacity`] bytes made at creation, sub-allocated in 1 GiB slots for
+/// imported peer segments and for device aliases of foreign memory. Reserving VA costs no
+/// memory (the emulator reserves with `PROT_NONE | MAP_NORESERVE`).
+#[derive(Clone)]
+pub struct Engine {
+    inner: Arc<EngineInner>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("addr", &self.inner.addr.as_str())
+            .field("device", &self.inner.dev.id())
+            .field("peers", &self.peers())
+            .finish()
+    }
+}
+
+fn check_descs(descs: &[TransferDesc]) -> Result<u64> {
+    if descs.is_empty() {
+        return Err(Error::EmptyBatch);
+    }
+    let mut bytes = 0u64;
+    for (index, d) in descs.iter().enumerate() {
+        if d.len == 0 {
+            return Err(Error::ZeroLength { index });
+        }
+        for (side, addr) in [(Side::Local, d.local_addr), (Side::Remote, d.remote_addr)] {
+            if addr.checked_add(d.len).is_none() {
+                return Err(Error::Overflow {
+                    index,
+                    side,
+                    addr,
+                    len: d.len,
+                });
+            }
+        }
+        bytes = bytes.saturating_add(d.len);
+    }
+    Ok(bytes)
+}
+
+/// Pieces of at least this size are spread over the slot's streams.
+const SPLIT_MIN: usize = 8 << 20;
+/// ... in chunks of at least this size.
+const SPLIT_CHUNK_MIN: usize = 2 << 20;
+
+/// A piece to copy, by segment index in the local and remote maps.
+#[derive(Copy, Clone)]
+struct Piece {
+    l_idx: usize,
+    l_off: u64,
+    r_idx: usize,
+    r_off: u64,
+    len: u64,
+}
+
+impl Engine {
+    /// Starts an engine on `dev` at `local` (`ip`, `ip:port` or `[ipv6]:port`; a port makes it
+    /// listen for peers there).
+    ///
+    /// # Errors
+    /// [`Error::Option`] for a bad address or options; [`Error::Mem`] if the VA pool cannot be
+    /// reserved; [`Error::Listen`] if the port is taken.
+    pub fn new(dev: &Device, local: &str, opts: EngineOptions) -> Result<Engine> {
+        Self::with_addr(dev, EngineAddr::parse(local)?, opts)
+    }
+
+    /// Starts an engine from HIXL's option map (see [`EngineOptions::from_hixl`]).
+    ///
+    /// # Errors
+    /// As [`Engine::new`] and [`EngineOptions::from_hixl`].
+    pub fn from_hixl(
+        dev: &Device,
+        local: &str,
+        options: &BTreeMap<String, String>,
+    ) -> Result<Engine> {
+        Self::new(dev, local, EngineOptions::from_hixl(options)?)
+    }
+
+    /// Starts an engine at a parsed address.
+    ///
+    /// # Errors
+    /// As [`Engine::new`].
+    pub fn with_addr(dev: &Device, addr: EngineAddr, opts: EngineOptions) -> Result<Engine> {
+        let _span = tracing::info_span!("engine_init", addr = %addr).entered();
+        if !(1..=8).contains(&opts.task_stream_num) {
+            return Err(OptionError::Invalid {
+                key: "task_stream_num".into(),
+                value: opts.task_stream_num.to_string(),
+                reason: "must be in 1..=8".into(),
+            }
+            .into());
+        }
+        if opts.heartbeat_interval.is_zero() {
+            return Err(OptionError::Invalid {
+                key: "heartbeat_interval".into(),
+                value: "0".into(),
+                reason: "must be positive".into(),
+            }
+            .into());
+        }
+        dev.bind()?;
+        let pool = VaPool::new(dev, opts.pool_capacity)?;
+        let registry = Registry::new(dev, pool.clone());
+        let server = if addr.listens() {
+            let handler = Arc::new(Handler {
+                registry: registry.clone(),
+                local: addr.as_str().to_owned(),
+            });
+            let config = ServerConfig {
+                shared_secret: opts.shared_secret.clone(),
+                allowed_peers: opts.allowed_peers.clone(),
+            };
+            let sa = addr.socket_addr();
+            Some(
+                ControlServer::start(sa, handler, config)
+                    .map_err(|source| Error::Listen { addr: sa, source })?,
+            )
+        } else {
+            None
+        };
+        let inner = Arc::new(EngineInner {
+            slots: SlotPool::new(dev, opts.task_stream_num as usize),
+            addr,
+            dev: dev.clone(),
+            pool,
+            registry,
+            channels: Arc::new(RwLock::new(HashMap::new())),
+            server: Mutex::new(server),
+            connect_lock: Mutex::new(()),
+            monitor: Arc::new(Monitor {
+                stop: Mutex::new(false),
+                cv: Condvar::new(),
+            }),
+            monitor_thread: Mutex::new(None),
+            next_req: AtomicU64::new(1),
+            opts,
+        });
+        let t = spawn_heartbeats(
+            Arc::downgrade(&inner.channels),
+            inner.monitor.clone(),
+            inner.opts.heartbeat_interval,
+        )
+        .map_err(|source| Error::Listen {
+            addr: inner.addr.socket_addr(),
+            source,
+        })?;
+        *inner.monitor_thread.lock() = Some(t);
+        tracing::info!(addr = %inner.addr, device = dev.id(), streams = inner.opts.task_stream_num, "engine ready");
+        Ok(Engine { inner })
+    }
+
+    /// This engine's address (its identity on the wire).
+    pub fn local_addr(&self) -> &EngineAddr {
+        &self.inner.addr
+    }
+
+    /// The control server's bound address, if this engine listens.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.inner.server.lock().as_ref().map(|s| s.local_addr())
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &EngineOptions {
+        &self.inner.opts
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// Allocates device HBM that can be registered (HIXL's `MallocMem` for `MEM_DEVICE`),
+    /// rounded up to whole granules.
+    ///
+    /// # Errors
+    /// As [`DeviceBuffer::new`].
+    pub fn alloc_device(&self, size: usize) -> Result<DeviceBuffer> {
+        Ok(DeviceBuffer::new(&self.inner.dev, size)?)
+    }
+
+    /// Allocates host DRAM the device can reach and peers can import (HIXL's `MallocMem` for
+    /// `MEM_HOST`), rounded up to whole granules.
+    ///
+    /// # Errors
+    /// As [`HostBuffer::new`].
+    pub fn alloc_host(&self, size: usize) -> Result<HostBuffer> {
+        Ok(HostBuffer::new(&self.inner.dev, size)?)
+    }
+
+    /// Registers memory for transfers: peers that connect afterwards may read and write it,
+    /// and local descriptors may use it. The allocation is exported once (FABRIC, no pid
+    /// validation) and stays mapped while registered, even if the buffer is dropped. The same
+    /// range twice gives the same registration; a range overlapping another registration is an
+    /// error.
+    ///
+    /// # Errors
+    /// [`Error::RegistrationOverlap`]; [`Error::Mem`] for an export failure
+    /// ([`ascend_mem::Error::AlreadyExported`] when the memory was exported with
+    /// `PhysicalMem::export` instead of through the engine).
+    pub fn register(&self, mem: &impl Registrable) -> Result<Registration> {
+        self.register_slice(&mem.region())
+    }
+
+    /// Registers a view (see [`Engine::register`]).
+    ///
+    /// # Errors
+    /// As [`Engine::register`].
+    pub fn register_slice(&self, s: &MappingSlice<'_>) -> Result<Registration> {
+        self.inner.registry.register_slice(s)
+    }
+
+    /// Registers memory this crate did not map (foreign VMM memory of this runtime), by
+    /// address: each block is retained (`aclrtMemRetainAllocationHandle`), exported and mapped
+    /// again in the engine's VA pool, so the registration stays valid even if its owner unmaps
+    /// it. Whole blocks are offered to peers.
+    ///
+    /// # Errors
+    /// [`Error::NotShareable`] for plain host memory, `aclrtMalloc` memory or unmapped VA
+    /// (allocate with [`Engine::alloc_device`] / [`Engine::alloc_host`] instead);
+    /// [`Error::Range`] for a zero length or an overflow; as [`Engine::register`].
+    pub fn register_raw(&self, addr: u64, len: u64) -> Result<Registration> {
+        self.inner.registry.register_raw(addr, len)
+    }
+
+    /// Deregisters now.
+    ///
+    /// # Errors
+    /// [`Error::Busy`] (with the registration back) while transfers that use it are in
+    /// flight: wait for them, then retry (or drop the registration: the release is then
+    /// deferred until they finish).
+    pub fn deregister(&self, reg: Registration) -> std::result::Result<(), (Error, Registration)> {
+        self.inner.registry.deregister(reg)
+    }
+
+    /// Live registrations.
+    pub fn registrations(&self) -> usize {
+        self.inner.registry.count()
+    }
+
+    /// Connects to the engine at `remote` (`ip:port`, the peer's own address string), imports
+    /// every segment it offers into this engine's VA pool, and keeps a keepalive channel.
+    ///
+    /// # Errors
+    /// [`Error::AlreadyConnected`]; [`Error::Option`] for an address without a port;
+    /// [`Error::Control`] (unreachable, refused, malformed reply); [`Error::BadEntry`] or
+    /// [`Error::Mem`] for an entry that cannot be imported or mapped (everything imported so
+    /// far is undone); [`Error::ResourceExhausted`] when the VA pool is full.
+    pub fn connect(&self, remote: &str, timeout: Duration) -> Result<()> {
+        let _span =
+            tracing::info_span!("connect", engine = %self.inner.addr, peer = remote).entered();
+        let addr = EngineAddr::parse(remote)?;
+        if !addr.listens() {
+            return Err(OptionError::BadAddress {
+                value: remote.to_owned(),
+                reason: "a peer address needs a port",
+            }
+            .into());
+        }
+        let inner = &self.inner;
+        let _serial = inner.connect_lock.lock();
+        if inner.channels.read().contains_key(remote) {
+            return Err(Error::AlreadyConnected {
+                peer: remote.to_owned(),
+            });
+        }
+        let sa = addr.socket_addr();
+        let c = control::connect(
+            sa,
+            inner.addr.as_str(),
+            timeout,
+            inner.opts.shared_secret.as_deref(),
+        )?;
+        let mut remote_map = RangeMap::new();
+        for (index, e) in c.entries.iter().enumerate() {
+            let bad = |reason| Error::BadEntry {
+                peer: remote.to_owned(),
+                index,
+                va_addr: e.va_addr,
+                len: e.len,
+                reason,
+            };
+            let len = usize::try_from(e.len).map_err(|_| bad("length does not fit"))?;
+            if len == 0 {
+                return Err(bad("zero length"));
+            }
+            if e.va_addr.checked_add(e.len).is_none() {
+                return Err(bad("address range overflows"));
+            }
+            let mem = SharedHandle::from_parts(ShareKind::Fabric, len, e.share_handle)
+                .import(&inner.dev)
+                .inspect_err(
+                    |err| tracing::warn!(peer = remote, index, error = %err, "import failed"),
+                )?;
+            let map = inner.pool.map(&inner.dev, &mem)?;
+            remote_map
+                .insert(e.va_addr, e.len, Arc::new(Import { map }))
+                .map_err(|_| bad("overlaps another entry"))?;
+        }
+        let reader_sock = c
+            .keepalive
+            .try_clone()
+            .map_err(|source| Error::Listen { addr: sa, source })?;
+        let ch = Arc::new(Channel {
+            peer: remote.to_owned(),
+            addr: sa,
+            remote: remote_map,
+            gate: RwLock::new(None),
+            inflight: Mutex::new(HashMap::new()),
+            keepalive: Mutex::new(c.keepalive),
+            counters: Counters::default(),
+        });
+        channel::spawn_reader(
+            reader_sock,
+            Arc::downgrade(&ch),
+            Arc::downgrade(&inner.channels),
+        )
+        .map_err(|source| Error::Listen { addr: sa, source })?;
+        tracing::info!(peer = remote, segments = ch.remote.len(), "connected");
+        inner.channels.write().insert(remote.to_owned(), ch);
+        Ok(())
+    }
+
+    /// Disconnects from `remote`: in-flight transfers to it fail with [`Error::PeerLost`]
+    /// (reason [`LostReason::Disconnected`]) after their streams are aborted, a disconnect
+    /// request goes to the peer on a new connection (its result is ignored, as in HIXL), and
+    /// every import is unmapped and freed with its VA returned to the pool.
+    ///
+    /// # Errors
+    /// [`Error::NotConnected`].
+    pub fn disconnect(&self, remote: &str, timeout: Duration) -> Result<()> {
+        let _span =
+            tracing::info_span!("disconnect", engine = %self.inner.addr, peer = remote).entered();
+        let ch = self
+            .inner
+            .channels
+            .write()
+            .remove(remote)
+            .ok_or_else(|| Error::NotConnected {
+                peer: remote.to_owned(),
+            })?;
+        {
+            // New submissions fail from here; in-flight ones are aborted.
+            ch.lose(LostReason::Disconnected);
+        }
+        if let Err(e) = control::disconnect(ch.addr, self.inner.addr.as_str(), timeout) {
+            tracing::debug!(peer = remote, error = %e, "disconnect request not delivered");
+        }
+        drop(ch);
+        Ok(())
+    }
+
+    /// Whether a live channel to `remote` exists.
+    pub fn is_connected(&self, remote: &str) -> bool {
+        self.inner.channels.read().contains_key(remote)
+    }
+
+    /// Peers this engine is connected to.
+    pub fn peers(&self) -> Vec<String> {
+        self.inner.channels.read().keys().cloned().collect()
+    }
+
+    /// Counters of the channel to `remote`.
+    pub fn peer_stats(&self, remote: &str) -> Option<PeerStats> {
+        self.inner.channels.read().get(remote).map(|c| c.stats())
+    }
+
+    /// The segments `remote` offered: `(va_addr, len)` in address order.
+    pub fn remote_segments(&self, remote: &str) -> Option<Vec<(u64, u64)>> {
+        self.inner.channels.read().get(remote).map(|c| {
+            c.remote
+                .segments()
+                .iter()
+                .map(|s| (s.start, s.len))
+                .collect()
+        })
+    }
+
+    /// Channel ids of peers connected to this engine's control server.
+    pub fn sessions(&self) -> Vec<String> {
+        self.inner
+            .server
+            .lock()
+            .as_ref()
+            .map(|s| s.sessions())
+            .unwrap_or_default()
+    }
+
+    /// Control connections this engine's server closed because their request was malformed
+    /// or refused.
+    pub fn rejected_connections(&self) -> u64 {
+        self.inner
+            .server
+            .lock()
+            .as_ref()
+            .map_or(0, |s| s.rejected())
+    }
+
+    /// Sends a notify to `remote` (HIXL's `SendNotify`, on a new connection, no reply).
+    ///
+    /// # Errors
+    /// [`Error::Control`] (unreachable peer, name or message over 1024 bytes).
+    pub fn send_notify(
+        &self,
+        remote: &str,
+        name: &str,
+        msg: &str,
+        timeout: Duration,
+    ) -> Result<()> {
+        let addr = EngineAddr::parse(remote)?;
+        control::send_notify(
+            addr.socket_addr(),
+            &NotifyMsg {
+                name: name.to_owned(),
+                notify_msg: msg.to_owned(),
+            },
+            timeout,
+        )?;
+        Ok(())
+    }
+
+    /// Drains the notifies received (`GetNotifies`).
+    pub fn take_notifies(&self) -> Vec<(String, String)> {
+        self.inner
+            .server
+            .lock()
+            .as_ref()
+            .map(|s| {
+                s.take_notifies()
+                    .into_iter()
+                    .map(|n| (n.name, n.notify_msg))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Stream slots created (each `task_stream_num` streams), for diagnostics.
+    pub fn stream_slots(&self) -> usize {
+        self.inner.slots.created()
+    }
+
+    /// 1 GiB VA pool slots in use and in total.
+    pub fn pool_usage(&self) -> (usize, usize) {
+        (
+            self.inner.pool.used_slots(),
+            self.inner.pool.capacity_slots(),
+        )
+    }
+
+    /// Copies `descs` to or from `remote` and waits up to `timeout` (`TransferSync`).
+    ///
+    /// Every descriptor is checked against local registrations and the peer's segments
+    /// before any copy; pieces are split at segment boundaries and spread over the slot's
+    /// streams. On timeout the transfer is aborted.
+    ///
+    /// # Errors
+    /// [`Error::EmptyBatch`], [`Error::ZeroLength`], [`Error::Overflow`],
+    /// [`Error::NotRegistered`] (naming the descriptor and address); [`Error::NotConnected`];
+    /// [`Error::PeerLost`]; [`Error::Timeout`] (no free slot, or the copies took too long);
+    /// [`Error::Mem`] for a failed copy.
+    pub fn transfer_sync(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+        timeout: Duration,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let req = self.submit(remote, op, descs, Some(deadline))?;
+        match req.wait(Some(deadline)) {
+            Some(r) => r,
+            None => {
+                req.abort();
+                Err(Error::Timeout {
+                    what: "transfer",
+                    after: timeout,
+                })
+            }
+        }
+    }
+
+    /// Starts copying `descs` to or from `remote` and returns at once (`TransferAsync`).
+    ///
+    /// # Errors
+    /// As [`Engine::transfer_sync`] for the checks; [`Error::ResourceExhausted`] when every
+    /// stream slot is busy (HIXL fails at once too).
+    pub fn transfer_async(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+    ) -> Result<TransferRequest> {
+        let inner = self.submit(remote, op, descs, None)?;
+        Ok(TransferRequest {
+            inner,
+            peer: remote.to_owned(),
+        })
+    }
+
+    fn submit(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+        slot_deadline: Option<Instant>,
+    ) -> Result<Arc<ReqInner>> {
+        let inner = &self.inner;
+        let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
+        let bytes = check_descs(descs)?;
+        let ch = inner
+            .channels
+            .read()
+            .get(remote)
+            .cloned()
+            .ok_or_else(|| Error::NotConnected {
+                peer: remote.to_owned(),
+            })?;
+        if let Some(r) = *ch.gate.read() {
+            return Err(ch.lost_error(r));
+        }
+        let mut slot = inner.slots.acquire(slot_deadline)?;
+        let gate = ch.gate.read();
+        if let Some(r) = *gate {
+            inner.slots.release(slot);
+            return Err(ch.lost_error(r));
+        }
+        let reg = inner.registry.state.read();
+        let local = &reg.ranges;
+        let remote_map = &ch.remote;
+        // Check every descriptor before queuing anything.
+        for (index, d) in descs.iter().enumerate() {
+            let checks = [
+                (Side::Local, d.local_addr, local.covers(d.local_addr, d.len)),
+                (
+                    Side::Remote,
+                    d.remote_addr,
+                    remote_map.covers(d.remote_addr, d.len),
+                ),
+            ];
+            for (side, addr, ok) in checks {
+                if !ok {
+                    let uncovered = match side {
+                        Side::Local => local.for_each_piece(addr, d.len, |_, _| {}),
+                        Side::Remote => remote_map.for_each_piece(addr, d.len, |_, _| {}),
+                    };
+                    let uncovered = match uncovered {
+                        Err(RangeError::Unmapped { addr }) => addr,
+                        _ => addr,
+                    };
+                    inner.slots.release(slot);
+                    return Err(Error::NotRegistered {
+                        index,
+                        side,
+                        addr,
+                        len: d.len,
+                        uncovered,
+                    });
+                }
+            }
+        }
+        // Queue the pieces, coalescing ones contiguous on both sides.
+        let k = slot.streams.len();
+        let write = op == TransferOp::Write;
+        let mut regs = RegUse(Vec::new());
+        let mut used = 0u32;
+        let mut rr = 0usize;
+        let mut err: Option<Error> = None;
+        let mut pending: Option<Piece> = None;
+        let mut issue = |p: Piece, slot: &mut crate::transfer::Slot, err: &mut Option<Error>| {
+            if err.is_some() {
+                return;
+            }
+            let lseg = &local.segments()[p.l_idx];
+            let block = &lseg.value.block;
+            let lmap = block.mapping();
+            let loff = (lseg.start - block.base + p.l_off) as usize;
+            let rmap = &remote_map.segments()[p.r_idx].value.map.map;
+            let roff = p.r_off as usize;
+            let len = p.len as usize;
+            // A large piece is cut into up to `k` chunks on different streams, so one big
+            // op uses every stream of the slot (HIXL issues it whole, on one stream).
+            let parts = if len >= SPLIT_MIN && k > 1 {
+                k.min(len / SPLIT_CHUNK_MIN)
+            } else {
+                1
+            };
+            let chunk = len.div_ceil(parts).next_multiple_of(4096);
+            let r = (|| -> ascend_mem::Result<()> {
+                let mut at = 0;
+                while at < len {
+                    let n = chunk.min(len - at);
+                    let l = lmap.slice(loff + at..loff + at + n)?;
+                    let r = rmap.slice(roff + at..roff + at + n)?;
+                    let i = rr % k;
+                    let s = &mut slot.streams[i];
+                    if write {
+                        s.copy_async(&r, &l)?;
+                    } else {
+                        s.copy_async(&l, &r)?;
+                    }
+                    used |= 1 << i;
+                    rr += 1;
+                    at += n;
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                *err = Some(e.into());
+            }
+        };
+        for d in descs {
+            let mut done = 0u64;
+            let _ = local.for_each_piece(d.local_addr, d.len, |lp, lseg| {
+                regs.add(&lseg.value.reg);
+                let mut l_off = lp.offset;
+                let _ = remote_map.for_each_piece(d.remote_addr + done, lp.len, |rp, _| {
+                    let p = Piece {
+                        l_idx: lp.index,
+                        l_off,
+                        r_idx: rp.index,
+                        r_off: rp.offset,
+                        len: rp.len,
+                    };
+                    l_off += rp.len;
+                    match &mut pending {
+                        Some(q)
+                            if q.l_idx == p.l_idx
+                                && q.r_idx == p.r_idx
+                                && q.l_off + q.len == p.l_off
+                                && q.r_off + q.len == p.r_off =>
+                        {
+                            q.len += p.len
+                        }
+                        _ => {
+                            if let Some(q) = pending.replace(p) {
+                                issue(q, &mut slot, &mut err);
+                            }
+                        }
+                    }
+                });
+                done += lp.len;
+            });
+        }
+        if let Some(q) = pending.take() {
+            issue(q, &mut slot, &mut err);
+        }
+        drop(reg);
+        let id = inner.next_req.fetch_add(1, Ordering::Relaxed);
+        let mut p = Pending {
+            slot,
+            used,
+            regs,
+            channel: ch.clone(),
+            slots: inner.slots.clone(),
+            write,
+            bytes,
+            descs: descs.len() as u64,
+        };
+        if err.is_none() {
+            if let Err(e) = p.record() {
+                err = Some(e);
+            }
+        }
+        let req = ReqInner::new(id, p);
+        ch.inflight.lock().insert(id, Arc::downgrade(&req));
+        drop(gate);
+        if let Some(e) = err {
+            req.fail(e);
+            // The failure is the submission's result.
+            return match req.wait(None) {
+                Some(Err(e)) => Err(e),
+                _ => Err(Error::Aborted),
+            };
+        }
+        Ok(req)
+    }
+}
+
+fn spawn_heartbeats(
+    channels: Weak<ChannelMap>,
+    monitor: Arc<Monitor>,
+    every: Duration,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("fabric-heartbeat".into())
+        .spawn(move || loop {
+            {
+                let mut stop = monitor.stop.lock();
+                if !*stop {
+                    monitor.cv.wait_for(&mut stop, every);
+                }
+                if *stop {
+                    return;
+                }
+            }
+            let Some(map) = channels.upgrade() else {
+                return;
+            };
+            let chans: Vec<Arc<Channel>> = map.read().values().cloned().collect();
+            for ch in chans {
+                let r = control::send_heartbeat(&mut ch.keepalive.lock());
+                if let Err(e) = r {
+                    tracing::warn!(peer = %ch.peer, error = %e, "heartbeat failed");
+                    channel::lose(&map, &ch, LostReason::HeartbeatFailed);
+                }
+            }
+        })
+}
+
+impl Drop for EngineInner {
+    fn drop(&mut self) {
+        let _span = tracing::info_span!("engine_shutdown", addr = %self.addr).entered();
+        *self.monitor.stop.lock() = true;
+        self.monitor.cv.notify_all();
+        if let Some(t) = self.monitor_thread.lock().take() {
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
+        }
+        // As HIXL's Finalize: no disconnect request; peers see the keepalive socket close.
+        let chans: Vec<Arc<Channel>> = self.channels.write().drain().map(|(_, c)| c).collect();
+        for ch in chans {
+            ch.lose(LostReason::EngineShutdown);
+        }
+        drop(self.server.lock().take());
+    }
+}

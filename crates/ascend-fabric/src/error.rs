@@ -1,0 +1,305 @@
+//! The engine's error type and HIXL's status codes.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::control::{self, ClientError};
+use crate::options::OptionError;
+use crate::ranges::RangeError;
+use crate::wire::WireError;
+
+/// A HIXL status code (`hixl::Status`, a `uint32_t`; cann-abi §4.1).
+///
+/// A newtype, not an enum: a C++ peer may send codes we have never seen.
+#[repr(transparent)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HixlCode(pub u32);
+
+impl HixlCode {
+    /// `SUCCESS`.
+    pub const SUCCESS: HixlCode = HixlCode(control::status::SUCCESS);
+    /// `PARAM_INVALID`: bad argument, bad option, unknown request.
+    pub const PARAM_INVALID: HixlCode = HixlCode(control::status::PARAM_INVALID);
+    /// `TIMEOUT`.
+    pub const TIMEOUT: HixlCode = HixlCode(control::status::TIMEOUT);
+    /// `NOT_CONNECTED`.
+    pub const NOT_CONNECTED: HixlCode = HixlCode(control::status::NOT_CONNECTED);
+    /// `ALREADY_CONNECTED`.
+    pub const ALREADY_CONNECTED: HixlCode = HixlCode(control::status::ALREADY_CONNECTED);
+    /// `UNSUPPORTED`.
+    pub const UNSUPPORTED: HixlCode = HixlCode(control::status::UNSUPPORTED);
+    /// `RESOURCE_EXHAUSTED`.
+    pub const RESOURCE_EXHAUSTED: HixlCode = HixlCode(control::status::RESOURCE_EXHAUSTED);
+    /// `FAILED`.
+    pub const FAILED: HixlCode = HixlCode(control::status::FAILED);
+
+    /// The C++ name of a known code.
+    pub fn name(self) -> Option<&'static str> {
+        Some(match self {
+            Self::SUCCESS => "SUCCESS",
+            Self::PARAM_INVALID => "PARAM_INVALID",
+            Self::TIMEOUT => "TIMEOUT",
+            Self::NOT_CONNECTED => "NOT_CONNECTED",
+            Self::ALREADY_CONNECTED => "ALREADY_CONNECTED",
+            Self::UNSUPPORTED => "UNSUPPORTED",
+            Self::RESOURCE_EXHAUSTED => "RESOURCE_EXHAUSTED",
+            Self::FAILED => "FAILED",
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for HixlCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(n) => write!(f, "{n} ({})", self.0),
+            None => write!(f, "HIXL status {}", self.0),
+        }
+    }
+}
+
+/// Why a channel to a peer ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LostReason {
+    /// The keepalive socket reached EOF or failed: the peer process died or closed it.
+    KeepaliveClosed,
+    /// A heartbeat could not be sent.
+    HeartbeatFailed,
+    /// This engine disconnected ([`Engine::disconnect`](crate::Engine::disconnect)).
+    Disconnected,
+    /// This engine is shutting down.
+    EngineShutdown,
+}
+
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            LostReason::KeepaliveClosed => "the keepalive socket closed (peer gone)",
+            LostReason::HeartbeatFailed => "a heartbeat could not be sent",
+            LostReason::Disconnected => "disconnected by this engine",
+            LostReason::EngineShutdown => "the engine shut down",
+        })
+    }
+}
+
+/// Which side of a descriptor an address check is about.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// `local_addr`.
+    Local,
+    /// `remote_addr`.
+    Remote,
+}
+
+impl fmt::Display for Side {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Side::Local => "local",
+            Side::Remote => "remote",
+        })
+    }
+}
+
+/// An engine error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An ACL call or a host-side check of ascend-mem failed.
+    #[error(transparent)]
+    Mem(#[from] ascend_mem::Error),
+    /// A bad option or engine address.
+    #[error(transparent)]
+    Option(#[from] OptionError),
+    /// A control-plane exchange with a peer failed.
+    #[error(transparent)]
+    Control(#[from] ClientError),
+    /// A frame could not be built or parsed.
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    /// A range could not be inserted or resolved.
+    #[error(transparent)]
+    Range(#[from] RangeError),
+    /// The control server could not start.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The engine address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An address that is not VMM memory of this runtime (plain heap memory, `aclrtMalloc`
+    /// memory, or unmapped VA) was given for registration.
+    #[error(
+        "register: {addr:#x} (+{len:#x}) is not fabric-shareable VMM memory ({reason}); allocate \
+         it with Engine::alloc_device / Engine::alloc_host or ascend-mem's DeviceBuffer / HostBuffer"
+    )]
+    NotShareable {
+        /// The address.
+        addr: u64,
+        /// The length.
+        len: u64,
+        /// What the runtime said.
+        reason: String,
+    },
+    /// A registration overlaps another one with a different range.
+    #[error("register: [{addr:#x}, +{len:#x}) overlaps the registration at {existing:#x}")]
+    RegistrationOverlap {
+        /// Start.
+        addr: u64,
+        /// Length.
+        len: u64,
+        /// Start of the existing registration.
+        existing: u64,
+    },
+    /// A transfer was given no descriptors.
+    #[error("transfer: the descriptor list is empty")]
+    EmptyBatch,
+    /// A descriptor of length zero.
+    #[error("transfer: descriptor {index} has length 0")]
+    ZeroLength {
+        /// Index of the descriptor.
+        index: usize,
+    },
+    /// A descriptor whose range overflows the address space.
+    #[error("transfer: descriptor {index}: {side} address {addr:#x} + {len:#x} overflows")]
+    Overflow {
+        /// Index of the descriptor.
+        index: usize,
+        /// Which address.
+        side: Side,
+        /// The address.
+        addr: u64,
+        /// The length.
+        len: u64,
+    },
+    /// A descriptor's range is not (entirely) registered locally or offered by the peer.
+    #[error(
+        "transfer: descriptor {index}: {side} range [{addr:#x}, +{len:#x}) is not registered \
+         (first uncovered address {uncovered:#x})"
+    )]
+    NotRegistered {
+        /// Index of the descriptor.
+        index: usize,
+        /// Which address.
+        side: Side,
+        /// Start of the descriptor's range on that side.
+        addr: u64,
+        /// Its length.
+        len: u64,
+        /// The first address not covered.
+        uncovered: u64,
+    },
+    /// No channel to that peer.
+    #[error("{peer}: not connected")]
+    NotConnected {
+        /// The peer's engine address.
+        peer: String,
+    },
+    /// A channel to that peer exists already.
+    #[error("{peer}: already connected")]
+    AlreadyConnected {
+        /// The peer's engine address.
+        peer: String,
+    },
+    /// The peer was lost while the operation was pending (or before it started).
+    #[error("{peer}: peer lost: {reason}")]
+    PeerLost {
+        /// The peer's engine address.
+        peer: String,
+        /// What happened.
+        reason: LostReason,
+    },
+    /// The resource is in use by in-flight transfers.
+    #[error("{what} is in use by {in_flight} in-flight transfer(s)")]
+    Busy {
+        /// What.
+        what: &'static str,
+        /// How many transfers use it.
+        in_flight: usize,
+    },
+    /// A wait ran out.
+    #[error("{what}: timed out after {after:?}")]
+    Timeout {
+        /// What was waited for.
+        what: &'static str,
+        /// The time given.
+        after: Duration,
+    },
+    /// Streams or VA ran out.
+    #[error("{what} exhausted ({detail})")]
+    ResourceExhausted {
+        /// Which resource.
+        what: &'static str,
+        /// Numbers.
+        detail: String,
+    },
+    /// A peer offered an unusable share-handle list.
+    #[error("{peer}: share-handle entry {index} ({va_addr:#x}, +{len:#x}) is unusable: {reason}")]
+    BadEntry {
+        /// The peer.
+        peer: String,
+        /// Index of the entry.
+        index: usize,
+        /// Its address.
+        va_addr: u64,
+        /// Its length.
+        len: u64,
+        /// Why.
+        reason: &'static str,
+    },
+    /// The transfer request was aborted (dropped or its sync wait timed out).
+    #[error("transfer aborted")]
+    Aborted,
+    /// The outcome of this request was already returned by an earlier call.
+    #[error("the result of this transfer was already reported: {0}")]
+    AlreadyReported(String),
+    /// A call or argument this engine does not support.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+impl Error {
+    /// The HIXL status this error corresponds to.
+    pub fn status(&self) -> HixlCode {
+        match self {
+            Error::Mem(e) => match e.kind() {
+                ascend_mem::ErrorKind::InvalidArgument => HixlCode::PARAM_INVALID,
+                ascend_mem::ErrorKind::Timeout => HixlCode::TIMEOUT,
+                ascend_mem::ErrorKind::NotSupported => HixlCode::UNSUPPORTED,
+                ascend_mem::ErrorKind::OutOfMemory => HixlCode::RESOURCE_EXHAUSTED,
+                _ => HixlCode::FAILED,
+            },
+            Error::Option(OptionError::Unsupported(_)) => HixlCode::UNSUPPORTED,
+            Error::Option(_) => HixlCode::PARAM_INVALID,
+            Error::Control(e) => HixlCode(e.status()),
+            Error::Wire(_) => HixlCode::PARAM_INVALID,
+            Error::Range(_) => HixlCode::PARAM_INVALID,
+            Error::Listen { .. } => HixlCode::FAILED,
+            Error::NotShareable { .. }
+            | Error::RegistrationOverlap { .. }
+            | Error::EmptyBatch
+            | Error::ZeroLength { .. }
+            | Error::Overflow { .. }
+            | Error::NotRegistered { .. }
+            | Error::BadEntry { .. }
+            | Error::AlreadyReported(_) => HixlCode::PARAM_INVALID,
+            Error::NotConnected { .. } => HixlCode::NOT_CONNECTED,
+            Error::AlreadyConnected { .. } => HixlCode::ALREADY_CONNECTED,
+            Error::PeerLost { .. } => HixlCode::NOT_CONNECTED,
+            Error::Busy { .. } | Error::Aborted => HixlCode::FAILED,
+            Error::Timeout { .. } => HixlCode::TIMEOUT,
+            Error::ResourceExhausted { .. } => HixlCode::RESOURCE_EXHAUSTED,
+            Error::Unsupported(_) => HixlCode::UNSUPPORTED,
+        }
+    }
+
+    /// Whether this is [`Error::PeerLost`].
+    pub fn is_peer_lost(&self) -> bool {
+        matches!(self, Error::PeerLost { .. })
+    }
+}
+
+/// The engine's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,149 @@
+//! The engine's VA pool: one reservation made up front, sub-allocated first-fit in whole,
+//! 1 GiB-aligned slots (as HIXL's `VirtualMemoryManager`). Imported segments and device
+//! aliases of foreign memory are mapped into slots.
+
+use std::sync::Arc;
+
+use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
+use parking_lot::Mutex;
+
+use crate::error::{Error, Result};
+
+/// Slot size and alignment.
+pub const SLOT: u64 = 1 << 30;
+
+pub(crate) struct VaPool {
+    va: ReservedVa,
+    /// One bit per slot, set = used.
+    bits: Mutex<Vec<u64>>,
+    slots: usize,
+}
+
+impl std::fmt::Debug for VaPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VaPool")
+            .field("base", &self.va.as_raw())
+            .field("slots", &self.slots)
+            .field("used", &self.used_slots())
+            .finish()
+    }
+}
+
+/// A run of slots; returned to the pool on drop.
+pub(crate) struct VaSlot {
+    pool: Arc<VaPool>,
+    first: usize,
+    n: usize,
+}
+
+impl Drop for VaSlot {
+    fn drop(&mut self) {
+        let mut bits = self.pool.bits.lock();
+        for i in self.first..self.first + self.n {
+            bits[i / 64] &= !(1u64 << (i % 64));
+        }
+    }
+}
+
+/// A mapping in a pool slot. Field order: the mapping (unmap) goes before the slot returns.
+pub(crate) struct SlotMapping {
+    pub(crate) map: Mapping,
+    _slot: VaSlot,
+}
+
+impl VaPool {
+    /// Reserves `capacity` bytes (rounded down to whole slots, at least one).
+    pub(crate) fn new(dev: &Device, capacity: u64) -> Result<Arc<VaPool>> {
+        let slots = (capacity / SLOT).max(1) as usize;
+        let bytes = usize::try_from(slots as u64 * SLOT).map_err(|_| Error::ResourceExhausted {
+            what: "VA pool",
+            detail: format!("capacity {capacity:#x} does not fit the address space"),
+        })?;
+        let va = ReservedVa::new(dev, dev.granular(bytes)?)?;
+        Ok(Arc::new(VaPool {
+            va,
+            bits: Mutex::new(vec![0; slots.div_ceil(64)]),
+            slots,
+        }))
+    }
+
+    pub(crate) fn used_slots(&self) -> usize {
+        self.bits
+            .lock()
+            .iter()
+            .map(|w| w.count_ones() as usize)
+            .sum()
+    }
+
+    pub(crate) fn capacity_slots(&self) -> usize {
+        self.slots
+    }
+
+    /// First fit: `len` bytes rounded up to whole slots.
+    fn alloc(self: &Arc<Self>, len: u64) -> Result<VaSlot> {
+        let n = len.div_ceil(SLOT).max(1) as usize;
+        let mut bits = self.bits.lock();
+        let used = |b: &Vec<u64>, i: usize| b[i / 64] & (1u64 << (i % 64)) != 0;
+        let mut run = 0;
+        for i in 0..self.slots {
+            if used(&bits, i) {
+                run = 0;
+                continue;
+            }
+            run += 1;
+            if run == n {
+                let first = i + 1 - n;
+                for j in first..=i {
+                    bits[j / 64] |= 1u64 << (j % 64);
+                }
+                return Ok(VaSlot {
+                    pool: self.clone(),
+                    first,
+                    n,
+                });
+            }
+        }
+        Err(Error::ResourceExhausted {
+            what: "VA pool",
+            detail: format!(
+                "no run of {n} free 1 GiB slot(s) among {} ({} used)",
+                self.slots,
+                bits.iter().map(|w| w.count_ones()).sum::<u32>()
+            ),
+        })
+    }
+
+    /// Maps all of `mem` at a fresh slot.
+    pub(crate) fn map(self: &Arc<Self>, dev: &Device, mem: &PhysicalMem) -> Result<SlotMapping> {
+        let slot = self.alloc(mem.len() as u64)?;
+        let at = dev.granular(slot.first * SLOT as usize)?;
+        let map = self.va.map(mem, at)?;
+        Ok(SlotMapping { map, _slot: slot })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_fit_reuses_freed_slots() {
+        let rt = ascend_mem::Runtime::emulated().unwrap();
+        let dev = rt.device(0).unwrap();
+        let pool = VaPool::new(&dev, 8 * SLOT).unwrap();
+        let a = pool.alloc(1).unwrap();
+        let b = pool.alloc(SLOT + 1).unwrap();
+        assert_eq!((a.first, b.first, b.n), (0, 1, 2));
+        drop(a);
+        let c = pool.alloc(SLOT).unwrap();
+        assert_eq!(c.first, 0);
+        let d = pool.alloc(5 * SLOT).unwrap();
+        assert_eq!(d.first, 3);
+        assert!(matches!(
+            pool.alloc(1),
+            Err(Error::ResourceExhausted { .. })
+        ));
+        drop((b, c, d));
+        assert_eq!(pool.used_slots(), 0);
+    }
+}

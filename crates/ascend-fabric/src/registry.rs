@@ -1,0 +1,461 @@
+//! Local memory registrations: what peers may read and write, and what local descriptor
+//! addresses resolve to.
+//!
+//! A registration covers `[addr, addr + len)` of one or more *blocks* (whole allocations as
+//! mapped). Each block is exported once (FABRIC, `DISABLE_PID_VALIDATION`) and offered to peers
+//! whole, as HIXL does: an importer maps exactly the allocation's size. Blocks are shared
+//! between registrations and live as long as any registration (or in-flight transfer) uses
+//! them. Memory of ascend-mem buffers is kept mapped through a [`MappingRef`]; foreign VMM
+//! memory is retained (`aclrtMemRetainAllocationHandle`) and mapped again into the engine's VA
+//! pool, so copies never touch a range its owner may unmap.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use ascend_mem::{
+    Access, Device, DeviceBuffer, ExportFlags, HostBuffer, Mapping, MappingRef, MappingSlice,
+    PhysicalMem, ShareKind, SharedHandle,
+};
+use parking_lot::RwLock;
+
+use crate::error::{Error, Result};
+use crate::pool::{SlotMapping, VaPool};
+use crate::ranges::{RangeError, RangeMap};
+use crate::wire::ShareHandleEntry;
+
+/// Where registered memory lives (HIXL's `MemType`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MemKind {
+    /// Device HBM (`MEM_DEVICE`).
+    Device,
+    /// Host DRAM the device can reach (`MEM_HOST`).
+    Host,
+}
+
+/// Memory that can be registered with an engine: ascend-mem buffers, mappings, and views of
+/// them. Plain host memory (`Vec`, `Box`, the stack) cannot be: peers could never import it.
+pub trait Registrable {
+    /// The byte range to register.
+    fn region(&self) -> MappingSlice<'_>;
+}
+
+impl Registrable for DeviceBuffer {
+    fn region(&self) -> MappingSlice<'_> {
+        self.as_slice()
+    }
+}
+
+impl Registrable for HostBuffer {
+    fn region(&self) -> MappingSlice<'_> {
+        self.as_slice()
+    }
+}
+
+impl Registrable for Mapping {
+    fn region(&self) -> MappingSlice<'_> {
+        self.as_slice()
+    }
+}
+
+impl Registrable for MappingSlice<'_> {
+    fn region(&self) -> MappingSlice<'_> {
+        *self
+    }
+}
+
+pub(crate) enum BlockMap {
+    /// An ascend-mem mapping, kept mapped.
+    Held(MappingRef),
+    /// A foreign allocation mapped again in the engine's VA pool.
+    Alias(SlotMapping),
+}
+
+/// One allocation as mapped in this process, exported once.
+pub(crate) struct Block {
+    /// The address peers see (the owner's mapping).
+    pub(crate) base: u64,
+    pub(crate) len: u64,
+    pub(crate) host: bool,
+    map: BlockMap,
+    shared: SharedHandle,
+}
+
+impl Block {
+    /// The mapping copies go through; it maps the whole block from its start.
+    pub(crate) fn mapping(&self) -> &Mapping {
+        match &self.map {
+            BlockMap::Held(m) => m.mapping(),
+            BlockMap::Alias(s) => &s.map,
+        }
+    }
+}
+
+pub(crate) struct RegInner {
+    pub(crate) id: u64,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) kind: MemKind,
+    /// Transfers submitted and not yet observed complete that use this registration.
+    pub(crate) in_flight: AtomicUsize,
+    _blocks: Vec<Arc<Block>>,
+}
+
+/// A local segment: part of a registration inside one block.
+#[derive(Clone)]
+pub(crate) struct LocalSeg {
+    pub(crate) reg: Arc<RegInner>,
+    pub(crate) block: Arc<Block>,
+}
+
+#[derive(Default)]
+pub(crate) struct RegState {
+    pub(crate) ranges: RangeMap<LocalSeg>,
+    exact: HashMap<(u64, u64), (u64, Weak<RegHandle>)>,
+    blocks: BTreeMap<u64, Weak<Block>>,
+}
+
+pub(crate) struct Registry {
+    dev: Device,
+    pool: Arc<VaPool>,
+    pub(crate) state: RwLock<RegState>,
+    next_id: AtomicU64,
+}
+
+struct RegHandle {
+    reg: Arc<RegInner>,
+    registry: Weak<Registry>,
+}
+
+impl Drop for RegHandle {
+    fn drop(&mut self) {
+        if let Some(r) = self.registry.upgrade() {
+            r.remove(&self.reg);
+        }
+    }
+}
+
+/// A registered range. Cheap to clone: clones are the same registration.
+///
+/// Registering the same range again returns the same registration. When the last clone is
+/// dropped (or [`Engine::deregister`](crate::Engine::deregister) succeeds) the range is no
+/// longer offered to new peers nor accepted in new descriptors. Transfers already submitted
+/// keep the memory (and this registration's bookkeeping) alive until they are observed
+/// complete, so dropping a registration never frees memory under a copy:
+/// [`Engine::deregister`](crate::Engine::deregister) reports [`Error::Busy`] instead while
+/// transfers use it, and a plain drop defers the release.
+#[derive(Clone)]
+pub struct Registration {
+    h: Arc<RegHandle>,
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration")
+            .field("addr", &format_args!("{:#x}", self.h.reg.addr))
+            .field("len", &self.h.reg.len)
+            .field("kind", &self.h.reg.kind)
+            .finish()
+    }
+}
+
+impl PartialEq for Registration {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.h.reg, &other.h.reg)
+    }
+}
+impl Eq for Registration {}
+
+impl Registration {
+    /// First registered address.
+    pub fn addr(&self) -> u64 {
+        self.h.reg.addr
+    }
+
+    /// Registered length.
+    pub fn len(&self) -> u64 {
+        self.h.reg.len
+    }
+
+    /// Always false.
+    pub fn is_empty(&self) -> bool {
+        self.h.reg.len == 0
+    }
+
+    /// Device or host memory.
+    pub fn kind(&self) -> MemKind {
+        self.h.reg.kind
+    }
+
+    /// Transfers currently using this registration.
+    pub fn in_flight(&self) -> usize {
+        self.h.reg.in_flight.load(Ordering::Acquire)
+    }
+}
+
+fn not_shareable(addr: u64, len: u64, e: impl std::fmt::Display) -> Error {
+    Error::NotShareable {
+        addr,
+        len,
+        reason: e.to_string(),
+    }
+}
+
+impl Registry {
+    pub(crate) fn new(dev: &Device, pool: Arc<VaPool>) -> Arc<Registry> {
+        Arc::new(Registry {
+            dev: dev.clone(),
+            pool,
+            state: RwLock::new(RegState::default()),
+            next_id: AtomicU64::new(1),
+        })
+    }
+
+    /// The export list offered to connecting peers: every block of every live registration.
+    pub(crate) fn share_list(&self) -> Vec<ShareHandleEntry> {
+        let st = self.state.read();
+        st.blocks
+            .values()
+            .filter_map(Weak::upgrade)
+            .map(|b| ShareHandleEntry {
+                va_addr: b.base,
+                len: b.len,
+                share_handle: *b.shared.raw_data(),
+            })
+            .collect()
+    }
+
+    /// Number of live registrations.
+    pub(crate) fn count(&self) -> usize {
+        self.state
+            .read()
+            .exact
+            .values()
+            .filter(|(_, w)| w.strong_count() > 0)
+            .count()
+    }
+
+    fn existing(
+        st: &mut RegState,
+        addr: u64,
+        len: u64,
+    ) -> std::result::Result<Option<Registration>, Error> {
+        if let Some((id, w)) = st.exact.get(&(addr, len)) {
+            if let Some(h) = w.upgrade() {
+                return Ok(Some(Registration { h }));
+            }
+            // Being dropped right now: finish its removal here.
+            let id = *id;
+            Self::remove_locked(st, id, addr, len);
+        }
+        let end = addr
+            .checked_add(len)
+            .ok_or(Error::Range(RangeError::Overflow { addr, len }))?;
+        let i = st.ranges.segments().partition_point(|s| s.end() <= addr);
+        if let Some(s) = st.ranges.segments().get(i) {
+            if s.start < end {
+                return Err(Error::RegistrationOverlap {
+                    addr,
+                    len,
+                    existing: s.value.reg.addr,
+                });
+            }
+        }
+        Ok(None)
+    }
+
+    /// Registers a view of an ascend-mem mapping.
+    pub(crate) fn register_slice(self: &Arc<Self>, s: &MappingSlice<'_>) -> Result<Registration> {
+        let addr = s.as_raw() as u64;
+        let len = s.len() as u64;
+        if len == 0 {
+            return Err(Error::Range(RangeError::Empty { addr }));
+        }
+        let map = s.mapping();
+        if !std::ptr::eq(map.device().runtime().acl(), self.dev.runtime().acl()) {
+            return Err(Error::Mem(ascend_mem::Error::WrongDevice {
+                what: "register: the memory belongs to another runtime",
+                expected: self.dev.id(),
+                found: map.device().id(),
+            }));
+        }
+        let _span = tracing::debug_span!("register", addr, len).entered();
+        let mut st = self.state.write();
+        if let Some(r) = Self::existing(&mut st, addr, len)? {
+            return Ok(r);
+        }
+        let base = map.as_raw() as u64;
+        let block = match st.blocks.get(&base).and_then(Weak::upgrade) {
+            Some(b) => b,
+            None => {
+                let shared = map
+                    .memory()
+                    .export_cached(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)?;
+                let b = Arc::new(Block {
+                    base,
+                    len: map.len() as u64,
+                    host: map.is_host(),
+                    map: BlockMap::Held(map.hold()),
+                    shared,
+                });
+                st.blocks.insert(base, Arc::downgrade(&b));
+                b
+            }
+        };
+        let kind = if block.host {
+            MemKind::Host
+        } else {
+            MemKind::Device
+        };
+        Ok(self.insert(&mut st, addr, len, kind, vec![block]))
+    }
+
+    /// Registers foreign VMM memory by address, block by block.
+    pub(crate) fn register_raw(self: &Arc<Self>, addr: u64, len: u64) -> Result<Registration> {
+        if len == 0 {
+            return Err(Error::Range(RangeError::Empty { addr }));
+        }
+        let end = addr
+            .checked_add(len)
+            .ok_or(Error::Range(RangeError::Overflow { addr, len }))?;
+        let _span = tracing::debug_span!("register", addr, len, foreign = true).entered();
+        let mut st = self.state.write();
+        if let Some(r) = Self::existing(&mut st, addr, len)? {
+            return Ok(r);
+        }
+        let mut blocks = Vec::new();
+        let mut cur = addr;
+        while cur < end {
+            let (base, size) = self
+                .dev
+                .address_range(cur as usize)
+                .map_err(|e| not_shareable(addr, len, e))?;
+            let (base, size) = (base as u64, size as u64);
+            if size == 0 || base > cur || base + size <= cur {
+                return Err(not_shareable(addr, len, "the runtime reported no block"));
+            }
+            let block = match st.blocks.get(&base).and_then(Weak::upgrade) {
+                Some(b) => b,
+                None => {
+                    let b = Arc::new(self.foreign_block(base, size, addr, len)?);
+                    st.blocks.insert(base, Arc::downgrade(&b));
+                    b
+                }
+            };
+            blocks.push(block);
+            cur = base + size;
+        }
+        let kind = if blocks[0].host {
+            MemKind::Host
+        } else {
+            MemKind::Device
+        };
+        Ok(self.insert(&mut st, addr, len, kind, blocks))
+    }
+
+    fn foreign_block(&self, base: u64, size: u64, addr: u64, len: u64) -> Result<Block> {
+        let mem = PhysicalMem::retain(&self.dev, base as usize)
+            .map_err(|e| not_shareable(addr, len, e))?;
+        let shared = mem.export_cached(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)?;
+        let alias = self.pool.map(&self.dev, &mem)?;
+        let host = mem.is_host();
+        if host {
+            alias.map.set_device_access(&self.dev, Access::ReadWrite)?;
+        }
+        Ok(Block {
+            base,
+            len: size,
+            host,
+            map: BlockMap::Alias(alias),
+            shared,
+        })
+    }
+
+    fn insert(
+        self: &Arc<Self>,
+        st: &mut RegState,
+        addr: u64,
+        len: u64,
+        kind: MemKind,
+        blocks: Vec<Arc<Block>>,
+    ) -> Registration {
+        let reg = Arc::new(RegInner {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            addr,
+            len,
+            kind,
+            in_flight: AtomicUsize::new(0),
+            _blocks: blocks.clone(),
+        });
+        let end = addr + len;
+        for b in &blocks {
+            let s = addr.max(b.base);
+            let e = end.min(b.base + b.len);
+            // Overlap was excluded above and blocks do not overlap each other.
+            if let Err(e) = st.ranges.insert(
+                s,
+                e - s,
+                LocalSeg {
+                    reg: reg.clone(),
+                    block: b.clone(),
+                },
+            ) {
+                tracing::error!(error = %e, "registry segments overlap (bug)");
+            }
+        }
+        let h = Arc::new(RegHandle {
+            reg: reg.clone(),
+            registry: Arc::downgrade(self),
+        });
+        st.exact.insert((addr, len), (reg.id, Arc::downgrade(&h)));
+        tracing::debug!(addr, len, ?kind, blocks = blocks.len(), "registered");
+        Registration { h }
+    }
+
+    fn remove_locked(st: &mut RegState, id: u64, addr: u64, len: u64) {
+        let starts: Vec<u64> = st
+            .ranges
+            .segments()
+            .iter()
+            .filter(|s| s.value.reg.id == id)
+            .map(|s| s.start)
+            .collect();
+        for s in starts {
+            st.ranges.remove(s);
+        }
+        if st.exact.get(&(addr, len)).is_some_and(|(i, _)| *i == id) {
+            st.exact.remove(&(addr, len));
+        }
+        st.blocks.retain(|_, w| w.strong_count() > 0);
+    }
+
+    pub(crate) fn remove(&self, reg: &RegInner) {
+        let mut st = self.state.write();
+        Self::remove_locked(&mut st, reg.id, reg.addr, reg.len);
+        drop(st);
+        tracing::debug!(addr = reg.addr, len = reg.len, "deregistered");
+    }
+
+    /// Deregisters now unless transfers use it.
+    pub(crate) fn deregister(
+        &self,
+        reg: Registration,
+    ) -> std::result::Result<(), (Error, Registration)> {
+        let _span =
+            tracing::debug_span!("deregister", addr = reg.addr(), len = reg.len()).entered();
+        let mut st = self.state.write();
+        let n = reg.h.reg.in_flight.load(Ordering::Acquire);
+        if n > 0 {
+            drop(st);
+            return Err((
+                Error::Busy {
+                    what: "registration",
+                    in_flight: n,
+                },
+                reg,
+            ));
+        }
+        Self::remove_locked(&mut st, reg.h.reg.id, reg.h.reg.addr, reg.h.reg.len);
+        Ok(())
+    }
+}
