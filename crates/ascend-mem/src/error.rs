@@ -171,6 +171,17 @@ pub enum Error {
         /// `aclGetRecentErrMsg()` read right after the failure on the same thread (may be empty).
         msg: Box<str>,
     },
+    /// An HCCL call returned a non-zero `HcclResult` (see [`crate::hccl`]).
+    #[error("{api} failed with {code}: {msg}")]
+    Hccl {
+        /// The C function, e.g. `"HcclCommSymWinRegister"`.
+        api: &'static str,
+        /// The returned status.
+        code: crate::hccl::HcclCode,
+        /// The library's text for the failure, read right after it on the same thread (the
+        /// emulator's message, else `aclGetRecentErrMsg()`, else `HcclGetErrorString`).
+        msg: Box<str>,
+    },
     /// The loaded library does not export a function (an older CANN).
     #[error("{lib} lacks {symbol}; CANN too old for this call?")]
     MissingSymbol {
@@ -301,6 +312,7 @@ impl Error {
     pub fn kind(&self) -> ErrorKind {
         match self {
             Error::Acl { code, .. } => code.kind(),
+            Error::Hccl { code, .. } => code.kind(),
             Error::MissingSymbol { .. } => ErrorKind::NotSupported,
             Error::Load(_) => ErrorKind::Unavailable,
             Error::Misaligned { .. }
@@ -331,10 +343,19 @@ impl Error {
         }
     }
 
+    /// The HCCL status, when the error came from an HCCL call (also through [`Error::Sticky`]).
+    pub fn hccl_code(&self) -> Option<crate::hccl::HcclCode> {
+        match self {
+            Error::Hccl { code, .. } => Some(*code),
+            Error::Sticky { source, .. } => source.hccl_code(),
+            _ => None,
+        }
+    }
+
     /// The C function that failed, when the error came from an ACL call or a missing symbol.
     pub fn api(&self) -> Option<&'static str> {
         match self {
-            Error::Acl { api, .. } => Some(api),
+            Error::Acl { api, .. } | Error::Hccl { api, .. } => Some(api),
             Error::MissingSymbol { symbol, .. } => Some(symbol),
             Error::InvalidArgument { api, .. } => Some(api),
             Error::Sticky { source, .. } => source.api(),

@@ -8,6 +8,8 @@
 //! DeviceCtx <── VaInner   <──┐
 //! DeviceCtx <── PhysInner <──┴── Mapping <── DeviceBuffer / HostBuffer, Stream (pending copies)
 //!               PhysInner <───── FabricHandle          (arrow: holds an Arc)
+//! DeviceCtx <── CommInner <───── hccl::SymWindow (which also holds its Mapping),
+//!                                Stream (pending collectives, with their Mappings and windows)
 //! ```
 //!
 //! [`ReservedVa`] and [`PhysicalMem`] are thin handles over `Arc`s; a [`Mapping`] holds a clone
@@ -37,7 +39,8 @@
 //! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::fill_async`] |
 //! | `aclrtCreateStreamWithConfig`, `…SynchronizeStream…`, `aclrtStreamQuery`, `aclrtStreamAbort`, `aclrtSetStreamFailureMode`, `aclrtDestroyStream` | [`Stream`] (drop or [`Stream::close`]), [`StreamPool`] |
 //! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime`, `aclrtDestroyEvent` | [`Event`] (drop or [`Event::close`]), [`Stream::wait_event`] |
-//! | anything else | [`Runtime::acl`] and the [`ffi`] layer |
+//! | `HcclGetRootInfo`, `HcclCommInitRootInfoConfig`, `HcclCommDestroy`, `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclBroadcast`, `HcclBarrier`, `HcclCommSymWin{Register,Deregister,Get}`, … | the [`hccl`] module: [`hccl::RootInfo`], [`hccl::CommConfig`], [`hccl::Comm`] (collectives), [`hccl::SymWindow`]; its own table there |
+//! | anything else | [`Runtime::acl`] and the [`ffi`] layer; [`Runtime::hccl`] for HCCL |
 //!
 //! # The VMM rules, by label
 //!
@@ -76,6 +79,9 @@
 //! * check what the host can know before calling C (granularity, bounds, overlap, device,
 //!   sizes), with typed errors carrying the numbers, and still surface the runtime's own code
 //!   (with its `aclGetRecentErrMsg` text) when it rejects something;
+//! * run HCCL collectives typed by element type on this crate's memory, and register VMM
+//!   mappings as symmetric windows ([`hccl`]), with the stream keeping everything a queued
+//!   collective uses alive;
 //! * tear down in the order the runtime needs, from `Drop` (which never panics and records a
 //!   failure as a sticky error on the device) or from explicit `close`/`unmap` calls that
 //!   hand the value back on failure.
@@ -85,7 +91,10 @@
 //! * finalize ACL (`aclFinalize` is process-wide; the library stays loaded);
 //! * give host references into device-visible memory, or async copies into borrowed host
 //!   slices (those are `unsafe`, see [`Stream::write_async_unchecked`]);
-//! * wrap HCCL, kernels, contexts, or the deprecated V1 share calls (use [`ffi`]/[`Runtime::acl`]).
+//! * wrap kernels, contexts, the deprecated V1 share calls (use [`ffi`]/[`Runtime::acl`]), or
+//!   HCCL beyond communicators, the four collectives, barriers and symmetric windows (use
+//!   [`Runtime::hccl`] with [`hccl::Comm::as_raw`]);
+//! * load libhccl in a process that never makes an HCCL communicator.
 //!
 //! # Example
 //!
@@ -115,6 +124,7 @@ mod buffer;
 mod device;
 mod error;
 mod foreign;
+pub mod hccl;
 mod runtime;
 mod share;
 mod spec;

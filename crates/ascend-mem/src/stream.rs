@@ -79,6 +79,8 @@ fn timeout_ms(d: Duration) -> i32 {
 enum Keep {
     Map(#[allow(dead_code)] Arc<MapInner>),
     Event(#[allow(dead_code)] Arc<EventInner>),
+    /// Anything else pending work uses (an HCCL communicator, a symmetric window).
+    Other(#[allow(dead_code)] Arc<dyn std::any::Any + Send + Sync>),
 }
 
 /// A queue of device work (`aclrtCreateStreamWithConfig`); destroyed on drop after waiting
@@ -231,6 +233,16 @@ impl Stream {
         unsafe { ffi::stream::wait_event(self.dev.lib(), self.raw, event.inner.raw) }?;
         self.keep.push(Keep::Event(event.inner.clone()));
         Ok(())
+    }
+
+    /// Keeps `map` alive until this stream is synchronized past the work just queued.
+    pub(crate) fn keep_mapping(&mut self, map: &Arc<MapInner>) {
+        self.keep.push(Keep::Map(map.clone()));
+    }
+
+    /// Keeps `obj` alive until this stream is synchronized past the work just queued.
+    pub(crate) fn keep_other(&mut self, obj: Arc<dyn std::any::Any + Send + Sync>) {
+        self.keep.push(Keep::Other(obj));
     }
 
     fn same_runtime(&self, other: &Device, what: &'static str) -> Result<()> {

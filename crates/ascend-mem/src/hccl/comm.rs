@@ -1,0 +1,523 @@
+//! [`Comm`]: a communicator, and the stream-ordered collectives.
+#![allow(unsafe_code)]
+
+use std::ffi::{c_char, CStr};
+use std::fmt;
+use std::sync::{Arc, Weak};
+
+use hccl_sys::{HcclComm, HcclLib};
+use parking_lot::Mutex;
+
+use super::config::{CommConfig, RootInfo};
+use super::table::{self, hcall};
+use super::types::{HcclType, ReduceOp};
+use super::window::WinInner;
+use super::HcclCode;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::stream::Stream;
+use crate::vmm::MappingSlice;
+
+pub(crate) struct CommInner {
+    pub(crate) dev: Device,
+    pub(crate) h: &'static HcclLib,
+    pub(crate) raw: HcclComm,
+    pub(crate) rank: u32,
+    pub(crate) size: u32,
+    /// `hcclSymWinMaxMemSizePerRank` in bytes, as configured.
+    pub(crate) sym_max: u64,
+    /// Serialises the HCCL calls made on this communicator through the safe API.
+    pub(crate) lock: Mutex<()>,
+    /// The windows registered through [`SymWindow::register`](super::SymWindow::register).
+    pub(crate) windows: Mutex<Vec<Weak<WinInner>>>,
+    /// False once destroyed by [`Comm::close`].
+    live: bool,
+}
+
+// SAFETY: the communicator handle is an id, not tied to the thread that made it; every call
+// this crate makes on it binds `dev` on the calling thread first (HCCL, like ACL, works on the
+// thread's current device), Drop included.
+unsafe impl Send for CommInner {}
+// SAFETY: HCCL does not document concurrent calls on one communicator, so every call made
+// through a shared `&CommInner` (collective enqueue, window register/deregister/lookup, rank
+// and name queries) holds `lock`; the other fields are immutable or behind their own lock.
+unsafe impl Sync for CommInner {}
+
+impl CommInner {
+    fn destroy_now(&mut self) -> Result<()> {
+        self.dev.bind()?;
+        // SAFETY: we own the communicator; every window holds this Arc and so has already
+        // deregistered, and every stream with queued collectives on it holds this Arc too,
+        // so none is pending; it is not used again.
+        unsafe { hcall!(self.h, self.dev.lib(), HcclCommDestroy(self.raw)) }?;
+        self.live = false;
+        Ok(())
+    }
+}
+
+impl Drop for CommInner {
+    fn drop(&mut self) {
+        if !self.live {
+            return;
+        }
+        let _span = tracing::debug_span!("hccl_comm_destroy", rank = self.rank).entered();
+        if let Err(e) = self.destroy_now() {
+            tracing::error!(error = %e, "destroying an HCCL communicator failed");
+            self.dev.record_sticky(e);
+        }
+    }
+}
+
+/// An HCCL communicator: this process's rank of a group of `size` ranks
+/// (`HcclCommInitRootInfoConfig`); destroyed (`HcclCommDestroy`) when the last owner goes.
+///
+/// Owners are this handle, every [`SymWindow`](super::SymWindow) registered on it, and every
+/// [`Stream`] with collectives of it not yet synchronized, so dropping the handle early is
+/// safe: the destroy waits for them. [`Comm::close`] destroys now and reports failure.
+///
+/// `Send + Sync`: calls made through it take an internal lock (HCCL does not document
+/// concurrent calls on one communicator) and bind the device first. Note that a call that
+/// waits for the other ranks (window registration) holds the lock while it waits.
+///
+/// Collectives are stream-ordered: they are queued on a [`Stream`] of the communicator's
+/// device and run when the stream reaches them; their failures surface at the stream's
+/// synchronize and through [`Comm::async_error`]. Every rank must call the same collectives in
+/// the same order with matching arguments.
+pub struct Comm {
+    pub(crate) inner: Arc<CommInner>,
+}
+
+impl fmt::Debug for Comm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Comm")
+            .field("device", &self.inner.dev.id())
+            .field("rank", &self.inner.rank)
+            .field("size", &self.inner.size)
+            .field("raw", &self.inner.raw)
+            .finish()
+    }
+}
+
+/// Same runtime and device id (two `Runtime` values over one table share the device).
+pub(crate) fn same_device(a: &Device, b: &Device) -> bool {
+    std::ptr::eq(a.lib(), b.lib()) && a.id() == b.id()
+}
+
+/// The number of `T` elements in `s`, checking it is a whole number.
+fn elems<T: HcclType>(s: &MappingSlice<'_>, api: &'static str, what: &'static str) -> Result<u64> {
+    let size = std::mem::size_of::<T>();
+    if s.len() % size != 0 {
+        return Err(Error::InvalidArgument {
+            api,
+            what,
+            value: s.len() as i128,
+        });
+    }
+    Ok((s.len() / size) as u64)
+}
+
+fn length_mismatch(api: &'static str, what: &'static str, value: u64) -> Error {
+    Error::InvalidArgument {
+        api,
+        what,
+        value: i128::from(value),
+    }
+}
+
+impl Comm {
+    /// Joins the communicator described by `root` as rank `rank` of `size`, on `dev`
+    /// (`HcclCommInitRootInfoConfig`). Every rank must call it (each with its own rank);
+    /// it returns once all have joined.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for `size` 0 or `rank >= size`, and for a config
+    /// [`CommConfig::to_raw`] rejects; [`Error::Load`] when HCCL cannot be opened;
+    /// `HcclCommInitRootInfoConfig` failures ([`Error::Hccl`]): `E_PARA` for a bad root info
+    /// or config, `E_TIMEOUT` when a rank never joins (after the exec timeout, or
+    /// `HCCL_CONNECT_TIMEOUT`).
+    #[doc(alias = "HcclCommInitRootInfoConfig")]
+    #[doc(alias = "HcclCommInitRootInfo")]
+    pub fn init(
+        dev: &Device,
+        root: &RootInfo,
+        rank: u32,
+        size: u32,
+        config: &CommConfig,
+    ) -> Result<Comm> {
+        if size == 0 {
+            return Err(Error::InvalidArgument {
+                api: "HcclCommInitRootInfoConfig",
+                what: "nRanks",
+                value: 0,
+            });
+        }
+        if rank >= size {
+            return Err(Error::InvalidArgument {
+                api: "HcclCommInitRootInfoConfig",
+                what: "rank (must be below nRanks)",
+                value: i128::from(rank),
+            });
+        }
+        let cfg = config.to_raw()?;
+        let h = table::table(dev.runtime())?;
+        let root = root.to_raw();
+        dev.enter()?;
+        let mut raw: HcclComm = std::ptr::null_mut();
+        let _span = tracing::debug_span!("hccl_comm_init", rank, size).entered();
+        // SAFETY: `root` and `cfg` are live C structs of the declared layouts, `raw` is a
+        // writable out-slot; the device is current on this thread.
+        unsafe {
+            hcall!(
+                h,
+                dev.lib(),
+                HcclCommInitRootInfoConfig(size, &root, rank, &cfg, &mut raw)
+            )
+        }?;
+        let comm = Comm {
+            inner: Arc::new(CommInner {
+                dev: dev.clone(),
+                h,
+                raw,
+                rank,
+                size,
+                sym_max: config.sym_window_max_per_rank_bytes(),
+                lock: Mutex::new(()),
+                windows: Mutex::new(Vec::new()),
+                live: true,
+            }),
+        };
+        Ok(comm)
+    }
+
+    /// This rank (as passed to [`Comm::init`]).
+    pub fn rank(&self) -> u32 {
+        self.inner.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> u32 {
+        self.inner.size
+    }
+
+    /// The device this rank runs on.
+    pub fn device(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// The raw handle (borrowed: do not destroy it).
+    pub fn as_raw(&self) -> HcclComm {
+        self.inner.raw
+    }
+
+    /// The symmetric-window maximum per rank, in bytes, from the config.
+    pub fn sym_window_max_per_rank(&self) -> u64 {
+        self.inner.sym_max
+    }
+
+    /// Runs `f` with the device bound and the communicator locked.
+    pub(crate) fn with_raw<R>(
+        &self,
+        f: impl FnOnce(&'static HcclLib, HcclComm) -> Result<R>,
+    ) -> Result<R> {
+        self.inner.dev.enter()?;
+        let _g = self.inner.lock.lock();
+        f(self.inner.h, self.inner.raw)
+    }
+
+    /// The rank count as the library reports it (`HcclGetRankSize`).
+    ///
+    /// # Errors
+    /// An `HcclGetRankSize` failure.
+    #[doc(alias = "HcclGetRankSize")]
+    pub fn query_size(&self) -> Result<u32> {
+        self.with_raw(|h, raw| {
+            let mut n = 0u32;
+            // SAFETY: live communicator; `n` is writable.
+            unsafe { hcall!(h, self.inner.dev.lib(), HcclGetRankSize(raw, &mut n)) }?;
+            Ok(n)
+        })
+    }
+
+    /// This rank as the library reports it (`HcclGetRankId`).
+    ///
+    /// # Errors
+    /// An `HcclGetRankId` failure.
+    #[doc(alias = "HcclGetRankId")]
+    pub fn query_rank(&self) -> Result<u32> {
+        self.with_raw(|h, raw| {
+            let mut r = 0u32;
+            // SAFETY: live communicator; `r` is writable.
+            unsafe { hcall!(h, self.inner.dev.lib(), HcclGetRankId(raw, &mut r)) }?;
+            Ok(r)
+        })
+    }
+
+    /// The communicator's name (`HcclGetCommName`): the config's, or one the library made.
+    ///
+    /// # Errors
+    /// An `HcclGetCommName` failure.
+    #[doc(alias = "HcclGetCommName")]
+    pub fn name(&self) -> Result<String> {
+        self.with_raw(|h, raw| {
+            let mut buf = [0 as c_char; hccl_sys::COMM_NAME_MAX_LENGTH as usize + 1];
+            // SAFETY: live communicator; `buf` holds at least the 128 bytes HCCL writes.
+            unsafe {
+                hcall!(
+                    h,
+                    self.inner.dev.lib(),
+                    HcclGetCommName(raw, buf.as_mut_ptr())
+                )
+            }?;
+            let last = buf.len() - 1;
+            buf[last] = 0;
+            // SAFETY: NUL-terminated (the last byte is 0).
+            let s = unsafe { CStr::from_ptr(buf.as_ptr()) };
+            Ok(s.to_string_lossy().into_owned())
+        })
+    }
+
+    /// The first asynchronous error of this communicator (`HcclGetCommAsyncError`), if any: a
+    /// collective that failed on a stream (`E_TIMEOUT`, `E_REMOTE` for a dead or destroyed
+    /// peer, `E_PARA` for ranks that disagree on a collective, …).
+    ///
+    /// # Errors
+    /// An `HcclGetCommAsyncError` failure.
+    #[doc(alias = "HcclGetCommAsyncError")]
+    pub fn async_error(&self) -> Result<Option<HcclCode>> {
+        self.with_raw(|h, raw| {
+            let mut code = 0;
+            // SAFETY: live communicator; `code` is writable.
+            unsafe {
+                hcall!(
+                    h,
+                    self.inner.dev.lib(),
+                    HcclGetCommAsyncError(raw, &mut code)
+                )
+            }?;
+            Ok((code != 0).then_some(HcclCode(code)))
+        })
+    }
+
+    /// Queues `call` on `stream` after checking that the stream and every buffer belong to
+    /// this communicator's device; then keeps the buffers' mappings, the windows holding them
+    /// and the communicator alive until the stream is synchronized.
+    fn enqueue(
+        &self,
+        api: &'static str,
+        stream: &mut Stream,
+        bufs: &[&MappingSlice<'_>],
+        call: impl FnOnce(
+            &'static HcclLib,
+            HcclComm,
+            acl::aclrtStream,
+        ) -> std::result::Result<hccl_sys::HcclResult, hccl_sys::MissingSymbol>,
+    ) -> Result<()> {
+        let dev = &self.inner.dev;
+        if !same_device(stream.device(), dev) {
+            return Err(Error::WrongDevice {
+                what: api,
+                expected: dev.id(),
+                found: stream.device().id(),
+            });
+        }
+        for b in bufs {
+            let d = b.mapping().device();
+            if !same_device(d, dev) {
+                return Err(Error::WrongDevice {
+                    what: api,
+                    expected: dev.id(),
+                    found: d.id(),
+                });
+            }
+        }
+        dev.enter()?;
+        {
+            let _g = self.inner.lock.lock();
+            let r = call(self.inner.h, self.inner.raw, stream.as_raw());
+            table::check(self.inner.h, dev.lib(), api, r)?;
+        }
+        for b in bufs {
+            stream.keep_mapping(b.map_inner());
+        }
+        for w in self.windows_holding(bufs) {
+            stream.keep_other(w);
+        }
+        stream.keep_other(self.inner.clone());
+        Ok(())
+    }
+
+    /// The live windows registered on this communicator over the mappings of `bufs`.
+    fn windows_holding(&self, bufs: &[&MappingSlice<'_>]) -> Vec<Arc<WinInner>> {
+        let mut wins = self.inner.windows.lock();
+        wins.retain(|w| w.strong_count() > 0);
+        wins.iter()
+            .filter_map(Weak::upgrade)
+            .filter(|w| bufs.iter().any(|b| w.holds(b)))
+            .collect()
+    }
+
+    /// Gathers every rank's `send` into `recv` on every rank, in rank order
+    /// (`HcclAllGather`): `recv` holds `size × send` elements of `T`.
+    ///
+    /// Takes the symmetric path (no staging copy) when on every rank both buffers lie in
+    /// registered [`SymWindow`](super::SymWindow)s; otherwise HCCL stages through its buffer.
+    /// `send` may be this rank's part of `recv` (in place).
+    ///
+    /// # Errors
+    /// Checked before any C call: [`Error::InvalidArgument`] when a length is not a whole
+    /// number of elements or `recv` is not `size ×` `send`; [`Error::WrongDevice`] for a
+    /// stream or buffer of another device. Then `HcclAllGather` failures ([`Error::Hccl`]);
+    /// failures while it runs surface at the stream's synchronize.
+    #[doc(alias = "HcclAllGather")]
+    pub fn all_gather<T: HcclType>(
+        &self,
+        send: &MappingSlice<'_>,
+        recv: &MappingSlice<'_>,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const API: &str = "HcclAllGather";
+        let count = elems::<T>(send, API, "send length in bytes (not whole elements)")?;
+        let got = elems::<T>(recv, API, "receive length in bytes (not whole elements)")?;
+        if Some(got) != count.checked_mul(u64::from(self.size())) {
+            return Err(length_mismatch(
+                API,
+                "receive length in elements (must be rank size × send length)",
+                got,
+            ));
+        }
+        let (s, r) = (send.as_raw(), recv.as_raw());
+        self.enqueue(API, stream, &[send, recv], |h, comm, st| {
+            // SAFETY: both ranges lie in live mappings of this device that the stream keeps
+            // alive until synchronized; the lengths match `count` as checked above.
+            unsafe { h.HcclAllGather(s, r, count, T::DATA_TYPE.0, comm, st) }
+        })
+    }
+
+    /// Reduces `send` (`size ×` `recv` elements) across ranks with `op` and scatters the
+    /// result: rank `r` receives block `r` (`HcclReduceScatter`).
+    ///
+    /// # Errors
+    /// As [`Comm::all_gather`], with `send` required to be `size ×` `recv`.
+    #[doc(alias = "HcclReduceScatter")]
+    pub fn reduce_scatter<T: HcclType>(
+        &self,
+        send: &MappingSlice<'_>,
+        recv: &MappingSlice<'_>,
+        op: ReduceOp,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const API: &str = "HcclReduceScatter";
+        let count = elems::<T>(recv, API, "receive length in bytes (not whole elements)")?;
+        let got = elems::<T>(send, API, "send length in bytes (not whole elements)")?;
+        if Some(got) != count.checked_mul(u64::from(self.size())) {
+            return Err(length_mismatch(
+                API,
+                "send length in elements (must be rank size × receive length)",
+                got,
+            ));
+        }
+        let (s, r) = (send.as_raw(), recv.as_raw());
+        self.enqueue(API, stream, &[send, recv], |h, comm, st| {
+            // SAFETY: as in `all_gather`.
+            unsafe { h.HcclReduceScatter(s, r, count, T::DATA_TYPE.0, op.raw(), comm, st) }
+        })
+    }
+
+    /// Reduces `send` across ranks with `op` into `recv` on every rank (`HcclAllReduce`);
+    /// `send` and `recv` have the same length and may be the same range (in place).
+    ///
+    /// # Errors
+    /// As [`Comm::all_gather`], with equal lengths required.
+    #[doc(alias = "HcclAllReduce")]
+    pub fn all_reduce<T: HcclType>(
+        &self,
+        send: &MappingSlice<'_>,
+        recv: &MappingSlice<'_>,
+        op: ReduceOp,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const API: &str = "HcclAllReduce";
+        let count = elems::<T>(send, API, "send length in bytes (not whole elements)")?;
+        let got = elems::<T>(recv, API, "receive length in bytes (not whole elements)")?;
+        if got != count {
+            return Err(length_mismatch(
+                API,
+                "receive length in elements (must equal the send length)",
+                got,
+            ));
+        }
+        let (s, r) = (send.as_raw(), recv.as_raw());
+        self.enqueue(API, stream, &[send, recv], |h, comm, st| {
+            // SAFETY: as in `all_gather`.
+            unsafe { h.HcclAllReduce(s, r, count, T::DATA_TYPE.0, op.raw(), comm, st) }
+        })
+    }
+
+    /// Copies `root`'s `buf` into `buf` on every other rank (`HcclBroadcast`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for `root >= size` or a length that is not whole
+    /// elements; otherwise as [`Comm::all_gather`].
+    #[doc(alias = "HcclBroadcast")]
+    pub fn broadcast<T: HcclType>(
+        &self,
+        buf: &MappingSlice<'_>,
+        root: u32,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const API: &str = "HcclBroadcast";
+        if root >= self.size() {
+            return Err(length_mismatch(
+                API,
+                "root (must be below the rank size)",
+                u64::from(root),
+            ));
+        }
+        let count = elems::<T>(buf, API, "length in bytes (not whole elements)")?;
+        let b = buf.as_raw();
+        self.enqueue(API, stream, &[buf], |h, comm, st| {
+            // SAFETY: as in `all_gather`.
+            unsafe { h.HcclBroadcast(b, count, T::DATA_TYPE.0, root, comm, st) }
+        })
+    }
+
+    /// Queues a barrier of all ranks on `stream` (`HcclBarrier`).
+    ///
+    /// # Errors
+    /// [`Error::WrongDevice`] for a stream of another device; an `HcclBarrier` failure.
+    #[doc(alias = "HcclBarrier")]
+    pub fn barrier(&self, stream: &mut Stream) -> Result<()> {
+        self.enqueue("HcclBarrier", stream, &[], |h, comm, st| {
+            // SAFETY: live communicator and stream.
+            unsafe { h.HcclBarrier(comm, st) }
+        })
+    }
+
+    /// Destroys the communicator now (`HcclCommDestroy`), returning the error and the
+    /// communicator on failure.
+    ///
+    /// # Errors
+    /// [`Error::Busy`] while a [`SymWindow`](super::SymWindow) on it or a stream with
+    /// unsynchronized collectives of it holds it; an `HcclCommDestroy` failure.
+    #[doc(alias = "HcclCommDestroy")]
+    pub fn close(self) -> std::result::Result<(), (Error, Comm)> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(mut inner) => match inner.destroy_now() {
+                Ok(()) => Ok(()),
+                Err(e) => Err((
+                    e,
+                    Comm {
+                        inner: Arc::new(inner),
+                    },
+                )),
+            },
+            Err(inner) => Err((
+                Error::Busy {
+                    what: "Comm",
+                    refs: Arc::strong_count(&inner) - 1,
+                },
+                Comm { inner },
+            )),
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! HCCL: communicators, stream-ordered collectives and symmetric windows over VMM memory.
+//!
+//! ```text
+//! DeviceCtx <── CommInner <──┬── SymWindow ──> MapInner (the registered Mapping)
+//!                            └── Stream (unsynchronized collectives; also their buffers'
+//!                                        MapInners and the SymWindows holding them)
+//! ```
+//!
+//! | HCCL call | here |
+//! |---|---|
+//! | `HcclGetRootInfo` | [`RootInfo::generate`]; bytes out and in: [`RootInfo::to_bytes`], [`RootInfo::from_bytes`] |
+//! | `HcclCommConfigInit` (inline in C) | [`CommConfig::to_raw`] (via [`hccl_sys::comm_config_init`]) |
+//! | `HcclCommInitRootInfoConfig` | [`Comm::init`] |
+//! | `HcclCommDestroy` | [`Comm`]'s drop (after its windows and pending collectives), [`Comm::close`] |
+//! | `HcclGetRankSize`, `HcclGetRankId`, `HcclGetCommName` | [`Comm::size`]/[`Comm::query_size`], [`Comm::rank`]/[`Comm::query_rank`], [`Comm::name`] |
+//! | `HcclGetCommAsyncError` | [`Comm::async_error`] |
+//! | `HcclBarrier` | [`Comm::barrier`] |
+//! | `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclBroadcast` | [`Comm::all_gather`], [`Comm::reduce_scatter`], [`Comm::all_reduce`], [`Comm::broadcast`] |
+//! | `HcclCommSymWinRegister` | [`SymWindow::register`], [`SymWindow::register_mapping`] |
+//! | `HcclCommSymWinDeregister` | [`SymWindow`]'s drop, [`SymWindow::close`] |
+//! | `HcclCommSymWinGet` | [`Comm::window_of`], [`Comm::window_of_raw`], [`SymWindow::is_registered`] |
+//! | anything else | [`Runtime::hccl`](crate::Runtime::hccl) (the raw table) with [`Comm::as_raw`] |
+//!
+//! # Which library
+//! Chosen per [`Runtime`](crate::Runtime) on first use and cached, so a process that never
+//! makes a communicator never loads libhccl: the in-process emulator
+//! (`Runtime::emulated`) serves HCCL in process too (`ascend_sim::hccl_table`); the emulator's
+//! shared library opened as the ACL runtime (`ASCEND_ACL_LIB=…/libascend_sim.so`) is opened
+//! again as the HCCL library (it exports the `Hccl*` symbols), unless `ASCEND_HCCL_LIB` names
+//! another file; real CANN uses [`hccl_sys::hccl`] (`ASCEND_HCCL_LIB`, then `libhccl.so` and
+//! `libhcomm.so` from `$ASCEND_HOME_PATH/lib64`, …).
+//!
+//! # Typed collectives
+//! Buffers are [`MappingSlice`](crate::MappingSlice)s (of a [`Mapping`](crate::Mapping) or a
+//! [`DeviceBuffer`](crate::DeviceBuffer)); the element type is a type parameter
+//! ([`HcclType`]: the integers up to 128 bits, `f32`, `f64`, [`half::f16`], [`half::bf16`]),
+//! so counts are derived from byte lengths and checked (whole elements, `size ×` relations,
+//! same device) before any C call. Every collective is queued on a [`Stream`](crate::Stream),
+//! which keeps the buffers' mappings, the windows holding them and the communicator alive
+//! until it is synchronized: dropping any of them early is safe.
+//!
+//! ```no_run
+//! # fn main() -> ascend_mem::Result<()> {
+//! use ascend_mem::hccl::{Comm, CommConfig, RootInfo, SymWindow};
+//! use ascend_mem::{DeviceBuffer, Runtime, Stream};
+//! # let (rank, size) = (0u32, 1u32);
+//! # fn from_rank0(b: &[u8]) -> Vec<u8> { b.to_vec() }
+//! let rt = Runtime::from_env()?;
+//! let dev = rt.device(rank as i32)?;
+//! // Rank 0 makes the root info; every rank gets its bytes out of band.
+//! let root = if rank == 0 { Some(RootInfo::generate(&dev)?) } else { None };
+//! let bytes = from_rank0(root.as_ref().map(|r| &r.to_bytes()[..]).unwrap_or(&[]));
+//! let root = RootInfo::from_bytes(&bytes)?;
+//! let comm = Comm::init(&dev, &root, rank, size, &CommConfig::new().sym_window_max_per_rank_gb(1))?;
+//! let buf = DeviceBuffer::new(&dev, (size as usize + 1) * 4096)?;
+//! let win = SymWindow::register_mapping(&comm, buf.mapping())?; // every rank, same size
+//! let (send, recv) = (buf.slice(..4096)?, buf.slice(4096..(size as usize + 1) * 4096)?);
+//! let mut stream = Stream::new(&dev)?;
+//! comm.all_gather::<f32>(&send, &recv, &mut stream)?; // symmetric: both in windows
+//! stream.synchronize()?;
+//! win.close().map_err(|(e, _)| e)?; // every rank
+//! # Ok(()) }
+//! ```
+
+mod code;
+mod comm;
+mod config;
+pub(crate) mod table;
+mod types;
+mod window;
+
+pub use code::HcclCode;
+pub use comm::Comm;
+pub use config::{CommConfig, Deterministic, OpExpansion, RootInfo, DEFAULT_SYM_WINDOW_MAX_GB};
+pub use half;
+pub use hccl_sys;
+pub use types::{as_bytes, from_bytes, DataType, HcclType, ReduceOp};
+pub use window::SymWindow;
+
+/// Compile-time checks of the handles' thread-safety promises (see each type's docs: `Comm`
+/// and `SymWindow` are `Send + Sync` because every call through them holds the
+/// communicator's lock and binds the device first).
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Comm>();
+    send_sync::<SymWindow>();
+    send_sync::<RootInfo>();
+    send_sync::<CommConfig>();
+    send_sync::<HcclCode>();
+};

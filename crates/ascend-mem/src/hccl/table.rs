@@ -1,0 +1,133 @@
+//! Which HCCL function table a [`Runtime`] uses, and turning `HcclResult`s into [`Error`]s.
+//!
+//! * the in-process emulator (`Runtime::emulated`) → `ascend_sim::hccl_table()`;
+//! * the emulator's shared library opened as the ACL runtime (`ASCEND_ACL_LIB=…/libascend_sim.so`)
+//!   → the same file opened again as the HCCL table (it exports every `Hccl*` symbol), unless
+//!   `ASCEND_HCCL_LIB` names another file;
+//! * real CANN → [`hccl_sys::hccl()`]: `libhccl.so` plus `libhcomm.so` from the standard search
+//!   path (`ASCEND_HCCL_LIB`, `$ASCEND_HOME_PATH/lib64`, …).
+//!
+//! The table is chosen on first use (the first [`RootInfo::generate`](super::RootInfo::generate)
+//! or [`Comm`](super::Comm) init, or [`Runtime::hccl`]) and cached for the process: a process
+//! that never makes a communicator never loads libhccl.
+#![allow(unsafe_code)]
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::sync::OnceLock;
+
+use acl::AclLib;
+use hccl_sys::{HcclLib, HcclResult};
+use parking_lot::Mutex;
+
+use super::HcclCode;
+use crate::error::{Error, Result};
+use crate::runtime::{Backend, Runtime};
+
+/// Tables chosen so far, keyed by the address of the ACL table they serve.
+fn chosen() -> &'static Mutex<HashMap<usize, &'static HcclLib>> {
+    static M: OnceLock<Mutex<HashMap<usize, &'static HcclLib>>> = OnceLock::new();
+    M.get_or_init(Default::default)
+}
+
+fn load_err(e: &hccl_sys::LoadError) -> Error {
+    Error::Load(Box::new(e.clone()))
+}
+
+fn choose(rt: &Runtime) -> Result<&'static HcclLib> {
+    #[cfg(feature = "emulator")]
+    if std::ptr::eq(rt.acl(), ascend_sim::acl_table()) {
+        return Ok(ascend_sim::hccl_table());
+    }
+    let explicit = std::env::var_os(hccl_sys::SPEC.path_var).is_some_and(|p| !p.is_empty());
+    if let (Backend::EmulatorDl { .. }, false) = (rt.backend(), explicit) {
+        if let acl::Source::Dl(libs) = rt.acl().source() {
+            let paths: Vec<_> = libs.iter().map(|(p, _)| p.clone()).collect();
+            // SAFETY: the file is the emulator's shared library, already trusted (and opened)
+            // as this runtime's ACL library; it exports the HCCL symbols with the signatures
+            // hccl-sys declares. Leaked: handles made through it may live as long as the process.
+            let lib = unsafe { HcclLib::open_paths(&paths) }.map_err(|e| load_err(&e))?;
+            return Ok(Box::leak(Box::new(lib)));
+        }
+    }
+    hccl_sys::hccl().map_err(load_err)
+}
+
+/// The HCCL table serving `rt` (see the module docs), chosen once per ACL table.
+pub(crate) fn table(rt: &Runtime) -> Result<&'static HcclLib> {
+    let key = rt.acl() as *const AclLib as usize;
+    let mut m = chosen().lock();
+    if let Some(t) = m.get(&key) {
+        return Ok(t);
+    }
+    let t = choose(rt)?;
+    tracing::debug!(source = %t.source().describe(), "HCCL table chosen");
+    m.insert(key, t);
+    Ok(t)
+}
+
+impl Runtime {
+    /// The raw HCCL function table this runtime's communicators call through (borrowed; for
+    /// calls the [`hccl`](crate::hccl) module does not wrap). Chosen and opened on first use:
+    /// see [`crate::hccl`] for which library serves which backend.
+    ///
+    /// # Errors
+    /// [`Error::Load`] when the HCCL libraries cannot be opened (the message lists every
+    /// path tried).
+    pub fn hccl(&self) -> Result<&'static HcclLib> {
+        table(self)
+    }
+}
+
+/// The text for a failure of `code`, read right after it on the same thread: the in-process
+/// emulator's message; else `aclGetRecentErrMsg()` (HCCL reports through ACL's error manager);
+/// else `HcclGetErrorString(code)`.
+pub(crate) fn message(h: &HcclLib, acl: &AclLib, code: HcclResult) -> Box<str> {
+    #[cfg(feature = "emulator")]
+    if std::ptr::eq(h, ascend_sim::hccl_table()) {
+        if let Some(m) = ascend_sim::hccl_last_error_message() {
+            return m.into_boxed_str();
+        }
+    }
+    let m = crate::ffi::recent_error_message(acl);
+    if !m.is_empty() {
+        return m;
+    }
+    // SAFETY: takes a plain value and returns a static string or null.
+    match unsafe { h.HcclGetErrorString(code) } {
+        Ok(p) if !p.is_null() => {
+            // SAFETY: a non-null result is a static NUL-terminated string.
+            let s = unsafe { CStr::from_ptr(p) };
+            s.to_string_lossy().into_owned().into_boxed_str()
+        }
+        _ => Box::from(""),
+    }
+}
+
+/// Turns the result of an HCCL table call into our `Result`, reading the message on failure.
+pub(crate) fn check(
+    h: &HcclLib,
+    acl: &AclLib,
+    api: &'static str,
+    r: std::result::Result<HcclResult, hccl_sys::MissingSymbol>,
+) -> Result<()> {
+    match r {
+        Ok(0) => Ok(()),
+        Ok(code) => Err(Error::Hccl {
+            api,
+            code: HcclCode(code),
+            msg: message(h, acl, code),
+        }),
+        Err(m) => Err(m.into()),
+    }
+}
+
+/// `hcall!(h, acl, HcclFoo(a, b))`: calls through the HCCL table and checks the status with
+/// the C name. Must be used inside an `unsafe` block (the table methods are `unsafe`).
+macro_rules! hcall {
+    ($h:expr, $acl:expr, $f:ident ( $($arg:expr),* $(,)? )) => {{
+        let h: &::hccl_sys::HcclLib = $h;
+        $crate::hccl::table::check(h, $acl, stringify!($f), h.$f($($arg),*))
+    }};
+}
+pub(crate) use hcall;

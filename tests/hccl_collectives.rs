@@ -1,0 +1,406 @@
+//! The collectives through the safe API, against references computed here: every collective
+//! (AllGather, Broadcast, ReduceScatter, AllReduce) × every data type with a Rust type × every
+//! reduce op × {staged, symmetric} × {1, 2, 4} ranks (ranks as threads). The path is chosen by
+//! the memory alone (unregistered buffers stage; buffers in registered windows on every rank go
+//! symmetric) and checked with the emulator's statistics. Also: in-place forms, large
+//! collectives that stage in chunks, collectives and buffers dropped before the stream
+//! synchronizes, and a measurement (ignored) of symmetric vs staged AllGather.
+
+mod common;
+mod hccl_util;
+
+use std::time::{Duration, Instant};
+
+use ascend_mem::hccl::{as_bytes, from_bytes, half, CommConfig, ReduceOp, SymWindow};
+use ascend_mem::{DeviceBuffer, MappingSlice};
+use common::setup;
+use hccl_util::*;
+
+/// Elements per rank in the matrix (odd: no alignment luck).
+const COUNT: usize = 67;
+
+/// Where a rank's collectives read and write: `send` and `recv` each hold at least
+/// `n × COUNT` elements of the widest type.
+struct Area<'a> {
+    send: MappingSlice<'a>,
+    recv: MappingSlice<'a>,
+}
+
+fn write<T: Elem>(s: &MappingSlice<'_>, v: &[T]) {
+    s.write_from(as_bytes(v), 0).unwrap();
+}
+
+fn read<T: Elem>(s: &MappingSlice<'_>) -> Vec<T> {
+    let mut b = vec![0u8; s.len()];
+    s.read_into(&mut b, 0).unwrap();
+    from_bytes(&b)
+}
+
+/// Every collective and op for `T` on one rank; returns how many collectives ran.
+fn collectives_of<T: Elem>(r: &mut Rank<'_>, a: &Area<'_>) -> u64 {
+    let (n, me) = (r.n, r.rank);
+    let sz = std::mem::size_of::<T>();
+    let ctx = |what: &str| format!("{} {what}, rank {me} of {n}", T::NAME);
+    let mut ops = 0;
+
+    // AllGather: every rank's COUNT elements, in rank order.
+    let send = a.send.slice(..COUNT * sz).unwrap();
+    let recv = a.recv.slice(..n as usize * COUNT * sz).unwrap();
+    write(
+        &send,
+        &(0..COUNT).map(|i| T::gen(me, i)).collect::<Vec<T>>(),
+    );
+    recv.fill(0).unwrap();
+    r.comm.all_gather::<T>(&send, &recv, &mut r.stream).unwrap();
+    r.stream.synchronize().unwrap();
+    let want: Vec<T> = (0..n)
+        .flat_map(|q| (0..COUNT).map(move |i| T::gen(q, i)))
+        .collect();
+    assert_eq!(read::<T>(&recv), want, "{}", ctx("AllGather"));
+    ops += 1;
+
+    // Broadcast from the last rank.
+    let root = n - 1;
+    let buf = a.recv.slice(..COUNT * sz).unwrap();
+    write(&buf, &(0..COUNT).map(|i| T::gen(me, i)).collect::<Vec<T>>());
+    r.comm.broadcast::<T>(&buf, root, &mut r.stream).unwrap();
+    r.stream.synchronize().unwrap();
+    let want: Vec<T> = (0..COUNT).map(|i| T::gen(root, i)).collect();
+    assert_eq!(read::<T>(&buf), want, "{}", ctx("Broadcast"));
+    ops += 1;
+
+    for op in ReduceOp::ALL {
+        // ReduceScatter: rank r gets block r of the reduction of every rank's n × COUNT.
+        let send = a.send.slice(..n as usize * COUNT * sz).unwrap();
+        let recv = a.recv.slice(..COUNT * sz).unwrap();
+        write(
+            &send,
+            &(0..n as usize * COUNT)
+                .map(|j| T::gen(me, j))
+                .collect::<Vec<T>>(),
+        );
+        recv.fill(0).unwrap();
+        r.comm
+            .reduce_scatter::<T>(&send, &recv, op, &mut r.stream)
+            .unwrap();
+        r.stream.synchronize().unwrap();
+        let want: Vec<T> = (0..COUNT)
+            .map(|i| reduced::<T>(op, n, me as usize * COUNT + i))
+            .collect();
+        assert_eq!(
+            read::<T>(&recv),
+            want,
+            "{}",
+            ctx(&format!("ReduceScatter {op:?}"))
+        );
+
+        // AllReduce.
+        let send = a.send.slice(..COUNT * sz).unwrap();
+        let recv = a.recv.slice(..COUNT * sz).unwrap();
+        write(
+            &send,
+            &(0..COUNT).map(|i| T::gen(me, i)).collect::<Vec<T>>(),
+        );
+        recv.fill(0).unwrap();
+        r.comm
+            .all_reduce::<T>(&send, &recv, op, &mut r.stream)
+            .unwrap();
+        r.stream.synchronize().unwrap();
+        let want: Vec<T> = (0..COUNT).map(|i| reduced::<T>(op, n, i)).collect();
+        assert_eq!(
+            read::<T>(&recv),
+            want,
+            "{}",
+            ctx(&format!("AllReduce {op:?}"))
+        );
+        ops += 2;
+    }
+    ops
+}
+
+/// Every type with a Rust type (fp8/hif8 have none).
+fn every_type(r: &mut Rank<'_>, a: &Area<'_>) -> u64 {
+    collectives_of::<i8>(r, a)
+        + collectives_of::<i16>(r, a)
+        + collectives_of::<i32>(r, a)
+        + collectives_of::<i64>(r, a)
+        + collectives_of::<i128>(r, a)
+        + collectives_of::<u8>(r, a)
+        + collectives_of::<u16>(r, a)
+        + collectives_of::<u32>(r, a)
+        + collectives_of::<u64>(r, a)
+        + collectives_of::<f32>(r, a)
+        + collectives_of::<f64>(r, a)
+        + collectives_of::<half::f16>(r, a)
+        + collectives_of::<half::bf16>(r, a)
+}
+
+/// A large AllReduce (1.2 MB of f32, above the 1 MB HCCL buffer: staged in chunks) and an
+/// in-place AllGather and AllReduce. Returns how many collectives ran.
+fn large_and_in_place(r: &mut Rank<'_>, a: &Area<'_>) -> u64 {
+    let (n, me) = (r.n, r.rank);
+    const BIG: usize = 300_000;
+    let send = a.send.slice(..BIG * 4).unwrap();
+    let recv = a.recv.slice(..BIG * 4).unwrap();
+    write(
+        &send,
+        &(0..BIG).map(|i| f32::gen(me, i)).collect::<Vec<_>>(),
+    );
+    r.comm
+        .all_reduce::<f32>(&send, &recv, ReduceOp::Sum, &mut r.stream)
+        .unwrap();
+    r.stream.synchronize().unwrap();
+    let got = read::<f32>(&recv);
+    for i in (0..BIG).step_by(997).chain([BIG - 1]) {
+        assert_eq!(
+            got[i],
+            reduced::<f32>(ReduceOp::Sum, n, i),
+            "big AllReduce [{i}]"
+        );
+    }
+
+    // In place: this rank's block of the receive buffer is the send buffer.
+    let recv = a.recv.slice(..n as usize * COUNT * 4).unwrap();
+    let mine = recv
+        .slice(me as usize * COUNT * 4..(me as usize + 1) * COUNT * 4)
+        .unwrap();
+    recv.fill(0).unwrap();
+    write(
+        &mine,
+        &(0..COUNT).map(|i| f32::gen(me, i)).collect::<Vec<_>>(),
+    );
+    r.comm
+        .all_gather::<f32>(&mine, &recv, &mut r.stream)
+        .unwrap();
+    r.stream.synchronize().unwrap();
+    let want: Vec<f32> = (0..n)
+        .flat_map(|q| (0..COUNT).map(move |i| f32::gen(q, i)))
+        .collect();
+    assert_eq!(read::<f32>(&recv), want, "in-place AllGather");
+
+    let buf = a.send.slice(..COUNT * 8).unwrap();
+    write(
+        &buf,
+        &(0..COUNT).map(|i| i64::gen(me, i)).collect::<Vec<_>>(),
+    );
+    r.comm
+        .all_reduce::<i64>(&buf, &buf, ReduceOp::Max, &mut r.stream)
+        .unwrap();
+    r.stream.synchronize().unwrap();
+    let want: Vec<i64> = (0..COUNT).map(|i| reduced(ReduceOp::Max, n, i)).collect();
+    assert_eq!(read::<i64>(&buf), want, "in-place AllReduce");
+    3
+}
+
+/// The whole matrix on `n` ranks: first on unregistered buffers (staged), then on buffers in
+/// a registered window (symmetric), with the emulator's statistics showing which path ran.
+fn matrix(n: u32) {
+    let env = setup();
+    let cfg = test_config();
+    let t0 = Instant::now();
+    let per_rank = ranks(&env.rt, n, &cfg, |r| {
+        let bytes = (n as usize * COUNT * 16).max(300_000 * 4);
+        // Staged: plain device buffers, never registered.
+        let send = DeviceBuffer::new(&r.dev, bytes).unwrap();
+        let recv = DeviceBuffer::new(&r.dev, bytes).unwrap();
+        r.barrier.wait();
+        if r.rank == 0 {
+            ascend_sim::reset_hccl_stats();
+        }
+        r.barrier.wait();
+        let area = Area {
+            send: send.as_slice(),
+            recv: recv.as_slice(),
+        };
+        let staged_ops = every_type(r, &area) + large_and_in_place(r, &area);
+        r.barrier.wait();
+        let staged = ascend_sim::hccl_stats();
+        r.barrier.wait();
+        if r.rank == 0 {
+            ascend_sim::reset_hccl_stats();
+        }
+        // Symmetric: one window over one buffer holding both areas (same size on every rank).
+        let both = DeviceBuffer::new(&r.dev, 2 * bytes).unwrap();
+        let win = SymWindow::register_mapping(&r.comm, both.mapping()).unwrap();
+        r.barrier.wait();
+        let area = Area {
+            send: both.slice(..bytes).unwrap(),
+            recv: both.slice(bytes..).unwrap(),
+        };
+        let sym_ops = every_type(r, &area) + large_and_in_place(r, &area);
+        r.barrier.wait();
+        let sym = ascend_sim::hccl_stats();
+        win.close().map_err(|(e, _)| e).unwrap();
+        (staged_ops, staged, sym_ops, sym)
+    });
+    let (ops, staged, sym_ops, sym) = per_rank[0];
+    assert_eq!(ops, sym_ops);
+    let total = ops * u64::from(n);
+    assert_eq!(
+        (staged.staged_ops, staged.symmetric_ops),
+        (total, 0),
+        "{n} ranks, unregistered buffers: every collective staged ({staged:?})"
+    );
+    assert!(staged.staged_bytes_copied > 0 && staged.symmetric_bytes_copied == 0);
+    assert_eq!(
+        (sym.symmetric_ops, sym.staged_ops),
+        (total, 0),
+        "{n} ranks, buffers in windows: every collective symmetric ({sym:?})"
+    );
+    assert!(sym.symmetric_bytes_copied > 0 && sym.staged_bytes_copied == 0);
+    eprintln!(
+        "{n} ranks: {total} collectives per path in {:?}; staged {staged:?}; symmetric {sym:?}",
+        t0.elapsed()
+    );
+    env.finish();
+}
+
+#[test]
+fn matrix_1_rank() {
+    matrix(1);
+}
+
+#[test]
+fn matrix_2_ranks() {
+    matrix(2);
+}
+
+#[test]
+fn matrix_4_ranks() {
+    matrix(4);
+}
+
+/// Dropping the window, the communicator and the buffers right after queueing collectives is
+/// safe: the stream holds them; the deregistration (collective) and the destroy run at the
+/// stream's synchronize, on every rank.
+#[test]
+fn dropping_everything_before_the_stream_synchronizes() {
+    let env = setup();
+    let n = 2;
+    let cfg = test_config();
+    let root = ascend_mem::hccl::RootInfo::generate(&env.dev).unwrap();
+    std::thread::scope(|s| {
+        for rank in 0..n {
+            let (rt, root, cfg) = (&env.rt, &root, &cfg);
+            s.spawn(move || {
+                let dev = rt.device(rank as i32).unwrap();
+                let comm = ascend_mem::hccl::Comm::init(&dev, root, rank, n, cfg).unwrap();
+                let mut stream = ascend_mem::Stream::new(&dev).unwrap();
+                let buf = DeviceBuffer::new(&dev, 2 << 20).unwrap();
+                let win = SymWindow::register_mapping(&comm, buf.mapping()).unwrap();
+                let out = DeviceBuffer::new(&dev, 2 << 20).unwrap();
+                let keep = out.mapping().hold();
+                let send = buf.slice(..COUNT * 4).unwrap();
+                let recv = buf.slice(4096..4096 + n as usize * COUNT * 4).unwrap();
+                write(
+                    &send,
+                    &(0..COUNT).map(|i| f32::gen(rank, i)).collect::<Vec<_>>(),
+                );
+                let hold = ascend_sim::testing::hold_stream(stream.as_raw());
+                comm.all_gather::<f32>(&send, &recv, &mut stream).unwrap();
+                stream
+                    .copy_async(&keep.slice(..recv.len()).unwrap(), &recv)
+                    .unwrap();
+                drop(win);
+                drop(comm);
+                drop(buf);
+                drop(out);
+                // Still registered: the stream holds the window until it synchronizes.
+                assert!(ascend_sim::counters().windows >= 1);
+                drop(hold);
+                stream.synchronize().unwrap();
+                let got = read::<f32>(&keep.slice(..n as usize * COUNT * 4).unwrap());
+                let want: Vec<f32> = (0..n)
+                    .flat_map(|q| (0..COUNT).map(move |i| f32::gen(q, i)))
+                    .collect();
+                assert_eq!(got, want, "rank {rank}");
+                drop(keep);
+                drop(stream);
+                dev.check_sticky().unwrap();
+            });
+        }
+    });
+    let c = ascend_sim::counters();
+    assert_eq!((c.comms, c.windows), (0, 0), "{c}");
+    env.finish();
+}
+
+/// Symmetric vs staged AllGather, 4 ranks × 8 MiB per rank of fp32, measured in one run:
+/// bytes copied (the emulator's statistics) and time per collective.
+///
+/// `cargo test --release --test hccl_collectives -- --ignored --nocapture measure`
+#[test]
+#[ignore = "measurement: cargo test --release --test hccl_collectives -- --ignored --nocapture measure"]
+fn measure_symmetric_vs_staged_allgather() {
+    const N: u32 = 4;
+    const PER_RANK: usize = 8 << 20;
+    const ITERS: usize = 10;
+    let env = setup();
+    let cfg = CommConfig::new()
+        .sym_window_max_per_rank_gb(1)
+        .exec_timeout(Duration::from_secs(60));
+    let res = ranks(&env.rt, N, &cfg, |r| {
+        let count = PER_RANK / 4;
+        let total = PER_RANK * N as usize;
+        let data: Vec<f32> = (0..count)
+            .map(|i| (r.rank as usize * count + i) as f32)
+            .collect();
+        let want: Vec<f32> = (0..N as usize * count).map(|i| i as f32).collect();
+        let plain_send = DeviceBuffer::new(&r.dev, PER_RANK).unwrap();
+        let plain_recv = DeviceBuffer::new(&r.dev, total).unwrap();
+        let win_buf = DeviceBuffer::new(&r.dev, PER_RANK + total).unwrap();
+        let win = SymWindow::register_mapping(&r.comm, win_buf.mapping()).unwrap();
+        let mut out = Vec::new();
+        for (name, send, recv) in [
+            ("staged", plain_send.as_slice(), plain_recv.as_slice()),
+            (
+                "symmetric",
+                win_buf.slice(..PER_RANK).unwrap(),
+                win_buf.slice(PER_RANK..PER_RANK + total).unwrap(),
+            ),
+        ] {
+            write(&send, &data);
+            // Warm up (first touch of the pages), then measure.
+            r.comm
+                .all_gather::<f32>(&send, &recv, &mut r.stream)
+                .unwrap();
+            r.stream.synchronize().unwrap();
+            r.barrier.wait();
+            if r.rank == 0 {
+                ascend_sim::reset_hccl_stats();
+            }
+            r.barrier.wait();
+            let t0 = Instant::now();
+            for _ in 0..ITERS {
+                r.comm
+                    .all_gather::<f32>(&send, &recv, &mut r.stream)
+                    .unwrap();
+            }
+            r.stream.synchronize().unwrap();
+            let dt = t0.elapsed() / ITERS as u32;
+            r.barrier.wait();
+            let st = ascend_sim::hccl_stats();
+            r.barrier.wait();
+            assert_eq!(read::<f32>(&recv), want, "{name}");
+            out.push((name, dt, st));
+        }
+        win.close().map_err(|(e, _)| e).unwrap();
+        out
+    });
+    println!(
+        "AllGather, {N} ranks (threads) x {} MiB per rank of fp32, mean of {ITERS}:",
+        PER_RANK >> 20
+    );
+    for i in 0..2 {
+        let (name, _, st) = res[0][i];
+        let worst = res.iter().map(|r| r[i].1).max().unwrap();
+        let bytes = st.staged_bytes_copied + st.symmetric_bytes_copied;
+        let ops = st.staged_ops + st.symmetric_ops;
+        println!(
+            "  {name:>9}: {:6.1} MiB copied per collective (all ranks), {:7.2} ms per collective (slowest rank); {ops} ops",
+            bytes as f64 / ops as f64 * f64::from(N) / (1 << 20) as f64,
+            worst.as_secs_f64() * 1e3
+        );
+    }
+    env.finish();
+}
