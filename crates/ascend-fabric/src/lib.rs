@@ -49,6 +49,7 @@
 
 mod channel;
 pub mod control;
+pub mod cs;
 mod engine;
 mod error;
 pub mod options;

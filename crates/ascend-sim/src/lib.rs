@@ -203,6 +203,54 @@
 //! | `HCCL_EXEC_TIMEOUT` | collective timeout (s) when the config has no exec timeout | 120 |
 //! | `ASCEND_SIM_HCCL_TIMEOUT_MS` | overrides every HCCL timeout (ms), for tests | unset |
 //! | `ASCEND_SIM_HCCL_PATH` | `staged` disables the symmetric path | `auto` |
+//!
+//! # HIXL client/server emulation
+//! Every symbol of [`hixl_sys::SYMBOLS`] (the `HixlCS*` C API) is exported with the signature of
+//! [`hixl_sys::fn_types`], in-process ([`hixl_table`], [`hixl_lookup`]) and from the shared
+//! library (`ASCEND_HIXL_LIB=…/libascend_sim.so`). Every export catches panics (`HIXL_FAILED`),
+//! counts calls and can be failed ([`hixl_fault`]); a failing call records
+//! [`hixl_last_error_message`] (`"HixlCSX: text (HIXL_Y)"`, this thread). Handles are tagged ids,
+//! never dereferenced: NULL, unknown, stale or wrong-kind handles → `HIXL_PARAM_INVALID`.
+//!
+//! **Servers** listen on `server_ip:server_port` from `HixlCSServerListen` (port 0: never; the
+//! backlog is ignored; a second listen → `HIXL_PARAM_INVALID`; a port in use → `HIXL_FAILED`).
+//! Endpoints: protocol `HCCS` or `UB_MEM` work, other protocols → `HIXL_UNSUPPORTED`, RESERVED
+//! (an endpoint left as `EndpointDescInit` made it) → `HIXL_PARAM_INVALID`; the configs may be
+//! NULL and their `global_resource_config` is ignored. `HixlCSServerRegMem` checks that
+//! `CommMem` is real emulated memory of its type (DEVICE: a VMM mapping of device memory or an
+//! `aclrtMalloc` block; HOST: a VMM mapping of host memory or an `aclrtMallocHost` block), with
+//! a non-NULL tag not used on that server and no overlap with a registration, else
+//! `HIXL_PARAM_INVALID`. Destroy closes the connections and unregisters the rest.
+//!
+//! **Clients** (`HixlCSClientCreate`: both endpoints supported and of one protocol, port
+//! 1..=65535) connect over loopback TCP: `HixlCSClientConnect` retries a refused connection
+//! until `timeout_ms` (→ `HIXL_TIMEOUT`, e.g. nobody listens), exchanges a hello (a server
+//! without an endpoint of the client's protocol → `HIXL_PARAM_INVALID`; connected twice →
+//! `HIXL_ALREADY_CONNECTED`) and prefetches the memory list. `HixlCSClientGetRemoteMem` asks the
+//! server again and returns arrays owned by the library until the next call or destroy; a gone
+//! server → `HIXL_NOT_CONNECTED`. Each server block is reached through the emulator's sharing:
+//! for VMM memory the client takes each physical allocation's memfd from the server process
+//! (`pidfd_getfd`, `dup` in-process; the server called `PR_SET_PTRACER_ANY`), checks its inode
+//! and maps it privately, so copies are one-sided and the mapping keeps the memory alive;
+//! `aclrtMalloc`/`aclrtMallocHost` blocks (anonymous memory, no memfd) are reached with
+//! `process_vm_readv`/`process_vm_writev` on the server's pid (unregister before freeing them).
+//!
+//! **Batches** (put: local → remote, get: remote → local) are checked at the call: not connected
+//! → `HIXL_NOT_CONNECTED`; `list_num` 0, NULL list, a descriptor of length 0 or with NULL
+//! buffers, a remote range in no block of the list, a local range outside the client's
+//! registrations (`HixlCSClientRegMem`), a timeout of 0 → `HIXL_PARAM_INVALID`; over 4096
+//! outstanding async batches → `HIXL_RESOURCE_EXHAUSTED`. One worker thread per client runs
+//! batches in order, re-checking the local ranges under the address table's read lock (freed
+//! memory fails the batch, never faults). Sync calls wait up to `timeout_ms`: a batch not started
+//! by then is dropped (`HIXL_TIMEOUT`), a failed copy → `HIXL_FAILED`. An async batch's handle
+//! reports WAITING (queued or running), COMPLETED, FAILED, or TIMEOUT when it did not start within
+//! `ASCEND_SIM_HIXL_ASYNC_TIMEOUT_MS` (default 60 s; [`hixl_testing::set_async_timeout`]; it then
+//! never runs); after a finished status the handle is forgotten (querying it again →
+//! `HIXL_PARAM_INVALID`). **`HixlCSClientDestroy` with batches in flight** (queued before their
+//! deadline, or running) **is refused with `HIXL_FAILED`** and changes nothing; finished but
+//! unqueried batches are dropped. [`hixl_testing::hold`] keeps every worker from starting a batch.
+//! [`hixl_counters`] counts live servers, clients, registrations on either side, imported blocks
+//! and unqueried async batches; all return to zero after destroy.
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use std::ffi::{c_char, c_void, CStr};
@@ -214,6 +262,7 @@ mod rt;
 mod device;
 mod handles;
 mod hccl;
+mod hixl;
 mod share;
 mod stream;
 mod vmm;
@@ -222,6 +271,10 @@ pub use device::*;
 pub use hccl::{
     hccl_last_error_message, hccl_lookup, hccl_recent_error_message, hccl_stats, hccl_table,
     reset_hccl_stats, HcclStats,
+};
+pub use hixl::{
+    fault as hixl_fault, hixl_counters, hixl_last_error_message, hixl_lookup, hixl_table,
+    testing as hixl_testing, HixlCounters,
 };
 pub use share::*;
 pub use stream::*;
