@@ -8,7 +8,7 @@ use crate::options::OptionError;
 use crate::ranges::RangeError;
 use crate::wire::WireError;
 
-/// A HIXL status code (`hixl::Status`, a `uint32_t`; cann-abi §4.1).
+/// A HIXL status code (`hixl::Status`, a `uint32_t`).
 ///
 /// A newtype, not an enum: a C++ peer may send codes we have never seen.
 #[repr(transparent)]

@@ -4,8 +4,9 @@
 //! [`acl_sys::fn_types`], so the same loader tables work against it in-process ([`acl_table`],
 //! [`lookup`]) or as a shared library (`libascend_sim.so`, e.g. `ASCEND_ACL_LIB=…/libascend_sim.so`),
 //! which also lets C programs run on it. There is no NPU: "device memory" is host memory, but the
-//! emulator enforces the real argument rules (`cann-abi.md` §2.7) and returns the real codes, so
-//! it is a test bed rather than an "accept anything" stub.
+//! emulator enforces the real argument rules (stated in words in ascend-mem's crate docs, "The
+//! VMM rules, by label") and returns the real codes, so it is a test bed rather than an "accept
+//! anything" stub.
 //!
 //! # Model
 //! * **Handles** (physical memory, streams, events, contexts) are tagged ids looked up in
@@ -55,7 +56,7 @@
 //! allocated on touch, and the caps bound what can be touched).
 //!
 //! # Codes
-//! Rules with a code confirmed in the open ACL/runtime layers (`cann-abi.md` §2.7):
+//! Rules with a code confirmed in the open ACL/runtime layers:
 //! R1, R5, R6, R7, R9, R12, R16 and null out-pointers → `ACL_ERROR_INVALID_PARAM` 100000;
 //! R13 (export flags > 1, V2 share type ∉ {1, 2}) → `ACL_ERROR_RT_PARAM_INVALID` 107000 (V1
 //! `handleType` ≠ NONE → 100000); R14 FABRIC export without a current context →
@@ -119,7 +120,7 @@
 //! marks it destroyed for its peers, deregisters its remaining windows locally (no collective
 //! step) and frees everything; it is not collective.
 //!
-//! **Config** (`cann-abi.md` §3.2, read as `CommConfig::Load` does): `size` from offset 0
+//! **Config** (read as the library's `CommConfig::Load` does): `size` from offset 0
 //! (below 24 → `HCCL_E_PARA`), `min(size, 2240)` bytes copied over a copy initialised like
 //! `HcclCommConfigInit`, magic ≠ `0xF0F0F0F0` → `HCCL_E_PARA`, fields applied by version: ≥ 1
 //! `hcclBufferSize` (NOT_SET → `HCCL_BUFFSIZE` or 200 MB; 0 → `HCCL_E_PARA`) and
@@ -163,7 +164,7 @@
 //! 4 thread ranks × 8 MiB fp32 AllGather, 2 CPUs): staged 288 MiB and ≈ 26 ms, symmetric
 //! 128 MiB and ≈ 9 ms per collective.
 //!
-//! **Symmetric windows** (`cann-abi.md` §3.4). `HcclCommSymWinRegister` checks, without
+//! **Symmetric windows**. `HcclCommSymWinRegister` checks, without
 //! communicating: NULL `comm`/`addr`/`winHandle` → `HCCL_E_PTR`; `flag` ≠ 1 → `HCCL_E_PARA`;
 //! `size` 0 → `HCCL_E_PARA`; `ASCEND_SIM_SOC=A2` → `HCCL_E_NOT_SUPPORT`; op expansion mode
 //! other than 0 or 2 → `HCCL_E_NOT_SUPPORT`; `size` > `hcclSymWinMaxMemSizePerRank` GB →

@@ -178,7 +178,7 @@ impl SymWindow {
             let mut w: HcclCommSymWindow = std::ptr::null_mut();
             // SAFETY: live communicator; `addr..addr+len` lies in a live mapping that the
             // window keeps alive below; `w` is a writable out-slot; flag 1 is the only value
-            // HCCL accepts (cann-abi §3.4 rule 1).
+            // HCCL accepts (registration flag rule: only 1 is accepted).
             unsafe {
                 hcall!(
                     h,

@@ -1,4 +1,4 @@
-//! `HcclCommConfig` read the way the library reads it (`cann-abi.md` §3.2), plus environment
+//! `HcclCommConfig` read the way the library reads it, plus environment
 //! defaults.
 
 use std::time::Duration;

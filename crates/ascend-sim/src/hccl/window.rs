@@ -1,4 +1,4 @@
-//! Symmetric windows (`cann-abi.md` §3.4) and the symmetric heap.
+//! Symmetric windows and the symmetric heap.
 //!
 //! The heap of a communicator is one `PROT_NONE|MAP_NORESERVE` reservation of
 //! `rank_size × hcclSymWinMaxMemSizePerRank` GB, made at the first registration. Rank `r`'s
