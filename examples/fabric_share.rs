@@ -5,6 +5,8 @@
 //! hex on the child's stdin. The child imports the handle, maps it, writes a pattern and exits.
 //! The parent then verifies the pattern in its own mapping. Exits 0 only on success.
 
+mod common;
+
 use std::io::{BufRead, Write};
 use std::process::{Command, ExitCode, Stdio};
 
@@ -93,18 +95,9 @@ fn child() -> Result<bool, Box<dyn std::error::Error>> {
     Ok(true)
 }
 
-/// Logs to stderr (`RUST_LOG`, default `info`: shows which backend `from_env` picked).
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 fn main() -> ExitCode {
-    init_logging();
+    // Logs to stderr (`RUST_LOG`, default `info`: shows which backend `from_env` picked).
+    common::init_logging("info");
     let is_child = std::env::args().nth(1).as_deref() == Some("child");
     let r = if is_child { child() } else { parent() };
     match r {

@@ -16,6 +16,8 @@
 //! something fails. Runs on whatever `Runtime::from_env()` picks: CANN when installed,
 //! otherwise the emulator (`ASCEND_ACL_LIB=…/libascend_sim.so` takes the dlopen path).
 
+mod common;
+
 use std::process::{Command, ExitCode};
 use std::time::Duration;
 
@@ -193,18 +195,9 @@ fn launch() -> AnyResult<bool> {
     Ok(job.success())
 }
 
-/// Logs to stderr (`RUST_LOG`, default `warn`).
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 fn main() -> ExitCode {
-    init_logging();
+    // Logs to stderr (`RUST_LOG`, default `warn`).
+    common::init_logging("warn");
     let (who, r) = if RankEnv::is_set() {
         let rank = std::env::var("RANK").unwrap_or_default();
         (format!("rank {rank}"), rank_main())

@@ -5,6 +5,8 @@
 //! `ASCEND_ACL_LIB=target/debug/libascend_sim.so` takes the dlopen path to the emulator;
 //! `ASCEND_MEM_BACKEND=sim|cann` forces a backend. Exits 0 only when the bytes verify.
 
+mod common;
+
 use std::process::ExitCode;
 
 use ascend_mem::{Backend, MemSpec, PhysicalMem, ReservedVa, Runtime, Stream};
@@ -73,18 +75,9 @@ fn run() -> ascend_mem::Result<bool> {
     Ok(ok)
 }
 
-/// Logs to stderr (`RUST_LOG`, default `info`: shows which backend `from_env` picked).
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
-}
-
 fn main() -> ExitCode {
-    init_logging();
+    // Logs to stderr (`RUST_LOG`, default `info`: shows which backend `from_env` picked).
+    common::init_logging("info");
     match run() {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => {

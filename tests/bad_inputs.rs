@@ -36,6 +36,15 @@ fn g(env: &Env, n: usize) -> ascend_mem::Granular {
     env.dev.granular(n * MIB2).unwrap()
 }
 
+/// `aclrtMallocPhysical` of 2 MiB with device-0 HBM properties as changed by `edit` (rows
+/// expect it to fail).
+fn malloc_hbm_with(env: &Env, edit: fn(&mut acl::aclrtPhysicalMemProp)) -> Result<(), Error> {
+    let mut p = MemSpec::DEVICE_HBM.to_prop(0);
+    edit(&mut p);
+    // SAFETY: a valid prop struct; the row expects the call to fail.
+    unsafe { ffi::phys::malloc(env.rt.acl(), MIB2, &p) }.map(|_| ())
+}
+
 const INVALID: &[i32] = &[acl::ACL_ERROR_INVALID_PARAM];
 const RT_INVALID: &[i32] = &[acl::ACL_ERROR_RT_PARAM_INVALID];
 
@@ -166,46 +175,26 @@ fn rows() -> Vec<Row> {
         ),
         (
             "ffi: handle type POSIX",
-            |env| {
-                let p = acl::aclrtPhysicalMemProp {
-                    handleType: acl::ACL_MEM_HANDLE_TYPE_POSIX,
-                    ..MemSpec::DEVICE_HBM.to_prop(0)
-                };
-                // SAFETY: valid prop; must fail.
-                unsafe { ffi::phys::malloc(env.rt.acl(), MIB2, &p) }.map(|_| ())
-            },
+            |env| malloc_hbm_with(env, |p| p.handleType = acl::ACL_MEM_HANDLE_TYPE_POSIX),
             Acl("aclrtMallocPhysical", INVALID, ErrorKind::InvalidArgument),
         ),
         (
             "ffi: rejected memAttr ACL_HBM_MEM",
-            |env| {
-                let p = acl::aclrtPhysicalMemProp {
-                    memAttr: acl::ACL_HBM_MEM,
-                    ..MemSpec::DEVICE_HBM.to_prop(0)
-                };
-                // SAFETY: valid prop; must fail.
-                unsafe { ffi::phys::malloc(env.rt.acl(), MIB2, &p) }.map(|_| ())
-            },
+            |env| malloc_hbm_with(env, |p| p.memAttr = acl::ACL_HBM_MEM),
             Acl("aclrtMallocPhysical", INVALID, ErrorKind::InvalidArgument),
         ),
         (
             "ffi: location UNREGISTERED",
             |env| {
-                let mut p = MemSpec::DEVICE_HBM.to_prop(0);
-                p.location.type_ = acl::ACL_MEM_LOCATION_TYPE_UNREGISTERED;
-                // SAFETY: valid prop; must fail.
-                unsafe { ffi::phys::malloc(env.rt.acl(), MIB2, &p) }.map(|_| ())
+                malloc_hbm_with(env, |p| {
+                    p.location.type_ = acl::ACL_MEM_LOCATION_TYPE_UNREGISTERED
+                })
             },
             Acl("aclrtMallocPhysical", INVALID, ErrorKind::InvalidArgument),
         ),
         (
             "ffi: location type 99",
-            |env| {
-                let mut p = MemSpec::DEVICE_HBM.to_prop(0);
-                p.location.type_ = 99;
-                // SAFETY: valid prop; must fail.
-                unsafe { ffi::phys::malloc(env.rt.acl(), MIB2, &p) }.map(|_| ())
-            },
+            |env| malloc_hbm_with(env, |p| p.location.type_ = 99),
             Acl(
                 "aclrtMallocPhysical",
                 &[

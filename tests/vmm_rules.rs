@@ -21,6 +21,24 @@ fn prop(dev: i32) -> acl::aclrtPhysicalMemProp {
     MemSpec::DEVICE_HBM.to_prop(dev)
 }
 
+/// A raw FABRIC export (flags 0) of `handle` through `ffi`, which the caller expects to fail.
+fn raw_fabric_export(lib: &acl::AclLib, handle: acl::aclrtDrvMemHandle) -> Error {
+    // SAFETY: `handle` is null (refused before use) or a live handle; the call fails before
+    // exporting anything.
+    unsafe { ffi::share::export_v2(lib, handle, 0, acl::ACL_MEM_SHARE_HANDLE_TYPE_FABRIC) }
+        .unwrap_err()
+}
+
+/// Asserts `e` is `aclrtMemExportToShareableHandleV2` refusing its arguments with `code`.
+fn assert_export_refused(e: &Error, code: i32) {
+    assert_acl(
+        e,
+        "aclrtMemExportToShareableHandleV2",
+        code,
+        ErrorKind::InvalidArgument,
+    );
+}
+
 #[test]
 fn r1_reserve_size_and_flags() {
     let env = setup();
@@ -432,41 +450,17 @@ fn r12_r13_export_arguments() {
     let g = env.dev.granular(MIB2).unwrap();
     let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
     // R12: NULL handle → 100000.
-    // SAFETY: a null handle is rejected before use.
-    let e = unsafe {
-        ffi::share::export_v2(
-            lib,
-            std::ptr::null_mut(),
-            0,
-            acl::ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
-        )
-    }
-    .unwrap_err();
-    assert_acl(
-        &e,
-        "aclrtMemExportToShareableHandleV2",
-        acl::ACL_ERROR_INVALID_PARAM,
-        ErrorKind::InvalidArgument,
-    );
+    let e = raw_fabric_export(lib, std::ptr::null_mut());
+    assert_export_refused(&e, acl::ACL_ERROR_INVALID_PARAM);
     // R13: share type 3 → 107000 (unrepresentable in ShareKind).
     // SAFETY: live handle; must fail.
     let e = unsafe { ffi::share::export_v2(lib, mem.as_raw(), 0, 3) }.unwrap_err();
-    assert_acl(
-        &e,
-        "aclrtMemExportToShareableHandleV2",
-        acl::ACL_ERROR_RT_PARAM_INVALID,
-        ErrorKind::InvalidArgument,
-    );
+    assert_export_refused(&e, acl::ACL_ERROR_RT_PARAM_INVALID);
     // R13: flags > 1 through the safe API (unknown bits are kept by from_bits_retain).
     let e = mem
         .export(ShareKind::Fabric, ExportFlags::from_bits_retain(2))
         .unwrap_err();
-    assert_acl(
-        &e,
-        "aclrtMemExportToShareableHandleV2",
-        acl::ACL_ERROR_RT_PARAM_INVALID,
-        ErrorKind::InvalidArgument,
-    );
+    assert_export_refused(&e, acl::ACL_ERROR_RT_PARAM_INVALID);
     // A failed export does not count as the one export (R15).
     let h = mem
         .export(ShareKind::Default, ExportFlags::empty())
@@ -490,22 +484,8 @@ fn r14_fabric_export_needs_a_current_context() {
     std::thread::scope(|s| {
         s.spawn(|| {
             // A fresh thread: nothing is current on it.
-            // SAFETY: a live handle; the call fails before exporting anything.
-            let e = unsafe {
-                ffi::share::export_v2(
-                    lib,
-                    raw_mem.as_raw(),
-                    0,
-                    acl::ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
-                )
-            }
-            .unwrap_err();
-            assert_acl(
-                &e,
-                "aclrtMemExportToShareableHandleV2",
-                acl::ACL_ERROR_RT_CONTEXT_NULL,
-                ErrorKind::InvalidArgument,
-            );
+            let e = raw_fabric_export(lib, raw_mem.as_raw());
+            assert_export_refused(&e, acl::ACL_ERROR_RT_CONTEXT_NULL);
             assert_eq!(e.code(), Some(AclCode::RT_CONTEXT_NULL));
             // The safe API binds its device first, so the same export works from here.
             let h = safe_mem
@@ -536,17 +516,8 @@ fn r15_one_export_per_allocation() {
         .unwrap_err();
     assert!(matches!(e, Error::AlreadyExported), "{e:?}");
     // The runtime's own check of the same rule.
-    // SAFETY: live handle; must fail.
-    let e = unsafe {
-        ffi::share::export_v2(lib, mem.as_raw(), 0, acl::ACL_MEM_SHARE_HANDLE_TYPE_FABRIC)
-    }
-    .unwrap_err();
-    assert_acl(
-        &e,
-        "aclrtMemExportToShareableHandleV2",
-        acl::ACL_ERROR_RT_PARAM_INVALID,
-        ErrorKind::InvalidArgument,
-    );
+    let e = raw_fabric_export(lib, mem.as_raw());
+    assert_export_refused(&e, acl::ACL_ERROR_RT_PARAM_INVALID);
     drop((h, mem));
     env.finish();
 }

@@ -380,6 +380,26 @@ impl From<acl::MissingSymbol> for Error {
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The body of every `close(self)`: when `inner` has no other owner, tears it down with
+/// `teardown`, giving `inner` back with the error if that fails; otherwise gives it back with
+/// [`Error::Busy`] naming `what` and the number of other owners.
+pub(crate) fn close_last<T>(
+    inner: std::sync::Arc<T>,
+    what: &'static str,
+    teardown: impl FnOnce(&mut T) -> Result<()>,
+) -> std::result::Result<(), (Error, std::sync::Arc<T>)> {
+    match std::sync::Arc::try_unwrap(inner) {
+        Ok(mut inner) => teardown(&mut inner).map_err(|e| (e, std::sync::Arc::new(inner))),
+        Err(inner) => Err((
+            Error::Busy {
+                what,
+                refs: std::sync::Arc::strong_count(&inner) - 1,
+            },
+            inner,
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

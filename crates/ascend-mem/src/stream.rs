@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{close_last, Error, Result};
 use crate::ffi;
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
 
@@ -73,6 +73,19 @@ pub enum FailureMode {
 /// A timeout in the milliseconds ACL takes: saturated at `i32::MAX` (about 24 days).
 fn timeout_ms(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+}
+
+/// Checks that `len` bytes fit at the start of a side of `size` bytes.
+fn fits(len: usize, size: usize, what: &'static str) -> Result<()> {
+    if len > size {
+        return Err(Error::OutOfBounds {
+            what,
+            offset: 0,
+            len,
+            size,
+        });
+    }
+    Ok(())
 }
 
 /// What a stream keeps alive for its pending work.
@@ -265,14 +278,7 @@ impl Stream {
     /// runtimes; an `aclrtMemcpyAsync` failure.
     #[doc(alias = "aclrtMemcpyAsync")]
     pub fn copy_async(&mut self, dst: &MappingSlice<'_>, src: &MappingSlice<'_>) -> Result<()> {
-        if src.len() > dst.len() {
-            return Err(Error::OutOfBounds {
-                what: "aclrtMemcpyAsync: destination",
-                offset: 0,
-                len: src.len(),
-                size: dst.len(),
-            });
-        }
+        fits(src.len(), dst.len(), "aclrtMemcpyAsync: destination")?;
         self.same_runtime(dst.mapping().device(), "aclrtMemcpyAsync dst")?;
         self.same_runtime(src.mapping().device(), "aclrtMemcpyAsync src")?;
         if src.is_empty() {
@@ -338,14 +344,7 @@ impl Stream {
         src: *const u8,
         len: usize,
     ) -> Result<()> {
-        if len > dst.len() {
-            return Err(Error::OutOfBounds {
-                what: "aclrtMemcpyAsync: destination",
-                offset: 0,
-                len,
-                size: dst.len(),
-            });
-        }
+        fits(len, dst.len(), "aclrtMemcpyAsync: destination")?;
         self.dev.enter()?;
         // SAFETY: `dst` lies inside a live mapping kept alive below; `src` forwarded to the
         // caller.
@@ -379,14 +378,7 @@ impl Stream {
         len: usize,
         src: &MappingSlice<'_>,
     ) -> Result<()> {
-        if len > src.len() {
-            return Err(Error::OutOfBounds {
-                what: "aclrtMemcpyAsync: source",
-                offset: 0,
-                len,
-                size: src.len(),
-            });
-        }
+        fits(len, src.len(), "aclrtMemcpyAsync: source")?;
         self.dev.enter()?;
         // SAFETY: `src` lies inside a live mapping kept alive below; `dst` forwarded to the
         // caller.
@@ -567,28 +559,15 @@ impl Event {
     /// past that point; an `aclrtDestroyEvent` failure.
     #[doc(alias = "aclrtDestroyEvent")]
     pub fn close(self) -> std::result::Result<(), (Error, Event)> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => match inner.destroy_now() {
-                Ok(()) => Ok(()),
-                Err(e) => Err((
-                    e,
-                    Event {
-                        inner: Arc::new(inner),
-                        _not_sync: PhantomData,
-                    },
-                )),
-            },
-            Err(inner) => Err((
-                Error::Busy {
-                    what: "Event",
-                    refs: Arc::strong_count(&inner) - 1,
-                },
+        close_last(self.inner, "Event", |inner| inner.destroy_now()).map_err(|(e, inner)| {
+            (
+                e,
                 Event {
                     inner,
                     _not_sync: PhantomData,
                 },
-            )),
-        }
+            )
+        })
     }
 
     /// Records the current end of `stream`'s work.

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::device::{Device, Granular};
-use crate::error::{AclCode, Error, Result};
+use crate::error::{close_last, AclCode, Error, Result};
 use crate::ffi;
 use crate::spec::{Location, MemSpec};
 
@@ -281,24 +281,8 @@ impl ReservedVa {
     /// [`Error::Busy`] while a mapping or clone holds it; an `aclrtReleaseMemAddress` failure.
     #[doc(alias = "aclrtReleaseMemAddress")]
     pub fn close(self) -> std::result::Result<(), (Error, ReservedVa)> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => match inner.release_now() {
-                Ok(()) => Ok(()),
-                Err(e) => Err((
-                    e,
-                    ReservedVa {
-                        inner: Arc::new(inner),
-                    },
-                )),
-            },
-            Err(inner) => Err((
-                Error::Busy {
-                    what: "ReservedVa",
-                    refs: Arc::strong_count(&inner) - 1,
-                },
-                ReservedVa { inner },
-            )),
-        }
+        close_last(self.inner, "ReservedVa", |inner| inner.release_now())
+            .map_err(|(e, inner)| (e, ReservedVa { inner }))
     }
 }
 
@@ -544,24 +528,8 @@ impl PhysicalMem {
     /// failure.
     #[doc(alias = "aclrtFreePhysical")]
     pub fn close(self) -> std::result::Result<(), (Error, PhysicalMem)> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => match inner.free_now() {
-                Ok(()) => Ok(()),
-                Err(e) => Err((
-                    e,
-                    PhysicalMem {
-                        inner: Arc::new(inner),
-                    },
-                )),
-            },
-            Err(inner) => Err((
-                Error::Busy {
-                    what: "PhysicalMem",
-                    refs: Arc::strong_count(&inner) - 1,
-                },
-                PhysicalMem { inner },
-            )),
-        }
+        close_last(self.inner, "PhysicalMem", |inner| inner.free_now())
+            .map_err(|(e, inner)| (e, PhysicalMem { inner }))
     }
 }
 
@@ -805,24 +773,8 @@ impl Mapping {
     /// stream first); an `aclrtUnmapMem` failure.
     #[doc(alias = "aclrtUnmapMem")]
     pub fn unmap(self) -> std::result::Result<(), (Error, Mapping)> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => match inner.unmap_now() {
-                Ok(()) => Ok(()),
-                Err(e) => Err((
-                    e,
-                    Mapping {
-                        inner: Arc::new(inner),
-                    },
-                )),
-            },
-            Err(inner) => Err((
-                Error::Busy {
-                    what: "Mapping",
-                    refs: Arc::strong_count(&inner) - 1,
-                },
-                Mapping { inner },
-            )),
-        }
+        close_last(self.inner, "Mapping", |inner| inner.unmap_now())
+            .map_err(|(e, inner)| (e, Mapping { inner }))
     }
 }
 

@@ -1,67 +1,14 @@
 //! The emulator's HCCL as a shared library: `HcclLib::open_paths` on `libascend_sim.so`
 //! (what `ASCEND_HCCL_LIB=…/libascend_sim.so` does), a one-rank symmetric AllGather through it.
 
+mod sim_cdylib;
+
 use std::ffi::c_void;
-use std::path::PathBuf;
-use std::process::Command;
 use std::ptr::null_mut;
-use std::sync::OnceLock;
 
 use acl_sys::*;
 use hccl_sys::*;
-
-/// A freshly built `libascend_sim.so`.
-///
-/// The `.so` next to the test binary is never trusted as is (it may predate the sources), and
-/// it is not rebuilt in place either: a `cargo build -p ascend-sim` into the same target dir
-/// resolves features for that one package, rebuilds the crate's unhashed `libascend_sim.rlib`
-/// with another hash, and breaks every later step of the running `cargo test` that links it.
-/// So the cargo running the tests (`CARGO`) builds the library, once per test process, into
-/// its own directory inside the target dir this test binary lives in (which is
-/// `CARGO_TARGET_DIR` when that is set), with the same profile; cargo decides freshness, and
-/// after the first build this is a no-op.
-fn lib_path() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().unwrap();
-            let profile_dir = exe.parent().unwrap().parent().unwrap();
-            let profile = profile_dir
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned();
-            let target_dir = profile_dir.parent().unwrap().join("ascend-sim-cdylib");
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-            let mut cmd = Command::new(cargo);
-            cmd.args(["build", "-p", "ascend-sim", "--lib", "--target-dir"])
-                .arg(&target_dir)
-                .current_dir(env!("CARGO_MANIFEST_DIR"));
-            match profile.as_str() {
-                "debug" => {}
-                "release" => {
-                    cmd.arg("--release");
-                }
-                other => {
-                    cmd.args(["--profile", other]);
-                }
-            }
-            let out = cmd.output().expect("run cargo build -p ascend-sim");
-            assert!(
-                out.status.success(),
-                "cargo build -p ascend-sim failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let lib = target_dir.join(&profile).join("libascend_sim.so");
-            assert!(
-                lib.exists(),
-                "{} not found after `cargo build -p ascend-sim`",
-                lib.display()
-            );
-            lib
-        })
-        .clone()
-}
+use sim_cdylib::lib_path;
 
 #[test]
 fn hccl_through_the_shared_library() {

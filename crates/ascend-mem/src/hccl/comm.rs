@@ -14,7 +14,7 @@ use super::types::{HcclType, ReduceOp};
 use super::window::WinInner;
 use super::HcclCode;
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{close_last, Error, Result};
 use crate::stream::Stream;
 use crate::vmm::MappingSlice;
 
@@ -115,6 +115,9 @@ fn elems<T: HcclType>(s: &MappingSlice<'_>, api: &'static str, what: &'static st
     }
     Ok((s.len() / size) as u64)
 }
+
+const SEND_NOT_WHOLE: &str = "send length in bytes (not whole elements)";
+const RECV_NOT_WHOLE: &str = "receive length in bytes (not whole elements)";
 
 fn length_mismatch(api: &'static str, what: &'static str, value: u64) -> Error {
     Error::InvalidArgument {
@@ -346,6 +349,23 @@ impl Comm {
         Ok(())
     }
 
+    /// The per-rank element count of a gather or scatter: the whole elements of `part`,
+    /// after checking that `whole` holds rank size × that many (`mismatch` names the failure).
+    fn per_rank_count<T: HcclType>(
+        &self,
+        api: &'static str,
+        (part, part_what): (&MappingSlice<'_>, &'static str),
+        (whole, whole_what): (&MappingSlice<'_>, &'static str),
+        mismatch: &'static str,
+    ) -> Result<u64> {
+        let count = elems::<T>(part, api, part_what)?;
+        let got = elems::<T>(whole, api, whole_what)?;
+        if Some(got) != count.checked_mul(u64::from(self.size())) {
+            return Err(length_mismatch(api, mismatch, got));
+        }
+        Ok(count)
+    }
+
     /// The live windows registered on this communicator over the mappings of `bufs`.
     fn windows_holding(&self, bufs: &[&MappingSlice<'_>]) -> Vec<Arc<WinInner>> {
         let mut wins = self.inner.windows.lock();
@@ -376,15 +396,12 @@ impl Comm {
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclAllGather";
-        let count = elems::<T>(send, API, "send length in bytes (not whole elements)")?;
-        let got = elems::<T>(recv, API, "receive length in bytes (not whole elements)")?;
-        if Some(got) != count.checked_mul(u64::from(self.size())) {
-            return Err(length_mismatch(
-                API,
-                "receive length in elements (must be rank size × send length)",
-                got,
-            ));
-        }
+        let count = self.per_rank_count::<T>(
+            API,
+            (send, SEND_NOT_WHOLE),
+            (recv, RECV_NOT_WHOLE),
+            "receive length in elements (must be rank size × send length)",
+        )?;
         let (s, r) = (send.as_raw(), recv.as_raw());
         self.enqueue(API, stream, &[send, recv], |h, comm, st| {
             // SAFETY: both ranges lie in live mappings of this device that the stream keeps
@@ -407,15 +424,12 @@ impl Comm {
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclReduceScatter";
-        let count = elems::<T>(recv, API, "receive length in bytes (not whole elements)")?;
-        let got = elems::<T>(send, API, "send length in bytes (not whole elements)")?;
-        if Some(got) != count.checked_mul(u64::from(self.size())) {
-            return Err(length_mismatch(
-                API,
-                "send length in elements (must be rank size × receive length)",
-                got,
-            ));
-        }
+        let count = self.per_rank_count::<T>(
+            API,
+            (recv, RECV_NOT_WHOLE),
+            (send, SEND_NOT_WHOLE),
+            "send length in elements (must be rank size × receive length)",
+        )?;
         let (s, r) = (send.as_raw(), recv.as_raw());
         self.enqueue(API, stream, &[send, recv], |h, comm, st| {
             // SAFETY: as in `all_gather`.
@@ -437,8 +451,8 @@ impl Comm {
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclAllReduce";
-        let count = elems::<T>(send, API, "send length in bytes (not whole elements)")?;
-        let got = elems::<T>(recv, API, "receive length in bytes (not whole elements)")?;
+        let count = elems::<T>(send, API, SEND_NOT_WHOLE)?;
+        let got = elems::<T>(recv, API, RECV_NOT_WHOLE)?;
         if got != count {
             return Err(length_mismatch(
                 API,
@@ -501,23 +515,7 @@ impl Comm {
     /// unsynchronized collectives of it holds it; an `HcclCommDestroy` failure.
     #[doc(alias = "HcclCommDestroy")]
     pub fn close(self) -> std::result::Result<(), (Error, Comm)> {
-        match Arc::try_unwrap(self.inner) {
-            Ok(mut inner) => match inner.destroy_now() {
-                Ok(()) => Ok(()),
-                Err(e) => Err((
-                    e,
-                    Comm {
-                        inner: Arc::new(inner),
-                    },
-                )),
-            },
-            Err(inner) => Err((
-                Error::Busy {
-                    what: "Comm",
-                    refs: Arc::strong_count(&inner) - 1,
-                },
-                Comm { inner },
-            )),
-        }
+        close_last(self.inner, "Comm", |inner| inner.destroy_now())
+            .map_err(|(e, inner)| (e, Comm { inner }))
     }
 }
