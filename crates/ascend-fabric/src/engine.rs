@@ -111,9 +111,9 @@ fn check_descs(descs: &[TransferDesc]) -> Result<u64> {
 }
 
 /// Pieces of at least this size are spread over the slot's streams.
-const SPLIT_MIN: usize = 8 << 20;
+const SPLIT_MIN: usize = 1 << 20;
 /// ... in chunks of at least this size.
-const SPLIT_CHUNK_MIN: usize = 2 << 20;
+const SPLIT_CHUNK_MIN: usize = 256 << 10;
 
 /// A piece to copy, by segment index in the local and remote maps.
 #[derive(Copy, Clone)]
@@ -365,7 +365,7 @@ impl Engine {
                 )?;
             let map = inner.pool.map(&inner.dev, &mem)?;
             remote_map
-                .insert(e.va_addr, e.len, Arc::new(Import { map }))
+                .insert(e.va_addr, e.len, Import { map })
                 .map_err(|_| bad("overlaps another entry"))?;
         }
         let reader_sock = c
@@ -375,6 +375,7 @@ impl Engine {
         let ch = Arc::new(Channel {
             peer: remote.to_owned(),
             addr: sa,
+            remote_index: channel::SegIndex::new(&remote_map),
             remote: remote_map,
             gate: RwLock::new(None),
             inflight: Mutex::new(HashMap::new()),
@@ -445,6 +446,17 @@ impl Engine {
                 .map(|s| (s.start, s.len))
                 .collect()
         })
+    }
+
+    /// Where `remote_addr` (an address `remote` offered) is mapped in this process, for
+    /// diagnostics and benchmarks (e.g. a `memcpy` between the very buffers a transfer uses).
+    /// The address stays valid while the channel is connected. `None` when not connected or
+    /// the address lies in no offered segment.
+    pub fn peer_mapped_addr(&self, remote: &str, remote_addr: u64) -> Option<u64> {
+        let chans = self.inner.channels.read();
+        let ch = chans.get(remote)?;
+        let seg = &ch.remote.segments()[ch.remote.find(remote_addr)?];
+        Some(seg.value.map.map.as_raw() as u64 + (remote_addr - seg.start))
     }
 
     /// Channel ids of peers connected to this engine's control server.
@@ -598,41 +610,109 @@ impl Engine {
         let reg = inner.registry.state.read();
         let local = &reg.ranges;
         let remote_map = &ch.remote;
-        // Check every descriptor before queuing anything.
+        // Check and translate every descriptor before queuing anything: one lookup per side
+        // (the local pieces, then the remote ones), merged into pieces that lie in one local
+        // and one remote segment each.
+        let mut pieces: Vec<Piece> = Vec::with_capacity(descs.len());
+        let mut regs = RegUse(Vec::new());
+        let mut lp: Vec<(usize, u64, u64)> = Vec::new();
+        let mut rp: Vec<(usize, u64, u64)> = Vec::new();
         for (index, d) in descs.iter().enumerate() {
-            let checks = [
-                (Side::Local, d.local_addr, local.covers(d.local_addr, d.len)),
-                (
-                    Side::Remote,
-                    d.remote_addr,
-                    remote_map.covers(d.remote_addr, d.len),
-                ),
-            ];
-            for (side, addr, ok) in checks {
-                if !ok {
-                    let uncovered = match side {
-                        Side::Local => local.for_each_piece(addr, d.len, |_, _| {}),
-                        Side::Remote => remote_map.for_each_piece(addr, d.len, |_, _| {}),
-                    };
-                    let uncovered = match uncovered {
-                        Err(RangeError::Unmapped { addr }) => addr,
-                        _ => addr,
-                    };
-                    inner.slots.release(slot);
-                    return Err(Error::NotRegistered {
-                        index,
-                        side,
-                        addr,
-                        len: d.len,
-                        uncovered,
-                    });
+            lp.clear();
+            rp.clear();
+            let l = local
+                .for_each_piece(d.local_addr, d.len, |p, seg| {
+                    regs.add(&seg.value.reg);
+                    lp.push((p.index, p.offset, p.len));
+                })
+                .map_err(|e| (Side::Local, e));
+            let r = l.and_then(|()| {
+                // Fast path: the whole range inside the segment the index finds.
+                if let Some((i, start)) = ch.remote_index.holding(d.remote_addr, d.len) {
+                    rp.push((i, d.remote_addr - start, d.len));
+                    return Ok(());
+                }
+                remote_map
+                    .for_each_piece(d.remote_addr, d.len, |p, _| {
+                        rp.push((p.index, p.offset, p.len))
+                    })
+                    .map_err(|e| (Side::Remote, e))
+            });
+            if let Err((side, e)) = r {
+                let addr = match side {
+                    Side::Local => d.local_addr,
+                    Side::Remote => d.remote_addr,
+                };
+                let uncovered = match e {
+                    RangeError::Unmapped { addr } => addr,
+                    _ => addr,
+                };
+                inner.slots.release(slot);
+                return Err(Error::NotRegistered {
+                    index,
+                    side,
+                    addr,
+                    len: d.len,
+                    uncovered,
+                });
+            }
+            if let ([(l_idx, l_off, _)], [(r_idx, r_off, len)]) = (&lp[..], &rp[..]) {
+                pieces.push(Piece {
+                    l_idx: *l_idx,
+                    l_off: *l_off,
+                    r_idx: *r_idx,
+                    r_off: *r_off,
+                    len: *len,
+                });
+                continue;
+            }
+            // Several segments on a side: cut at every boundary of either.
+            let (mut i, mut j) = (0, 0);
+            let (mut li, mut ri) = (lp[0], rp[0]);
+            while i < lp.len() && j < rp.len() {
+                let n = li.2.min(ri.2);
+                pieces.push(Piece {
+                    l_idx: li.0,
+                    l_off: li.1,
+                    r_idx: ri.0,
+                    r_off: ri.1,
+                    len: n,
+                });
+                li = (li.0, li.1 + n, li.2 - n);
+                ri = (ri.0, ri.1 + n, ri.2 - n);
+                if li.2 == 0 {
+                    i += 1;
+                    if let Some(x) = lp.get(i) {
+                        li = *x;
+                    }
+                }
+                if ri.2 == 0 {
+                    j += 1;
+                    if let Some(x) = rp.get(j) {
+                        ri = *x;
+                    }
                 }
             }
+        }
+        // Touch every piece's two mappings first, in a tight loop: with thousands of segments
+        // their state is scattered and cold, and independent loads here overlap their cache
+        // misses instead of taking them one at a time in the issue loop below.
+        if pieces.len() > 1 {
+            let mut acc = 0usize;
+            for p in &pieces {
+                for m in [
+                    local.segments()[p.l_idx].value.block.mapping(),
+                    &remote_map.segments()[p.r_idx].value.map.map,
+                ] {
+                    // What the copy submission reads of each mapping.
+                    acc ^= m.len() ^ (m.as_raw() as usize) ^ m.device().id() as usize;
+                }
+            }
+            std::hint::black_box(acc);
         }
         // Queue the pieces, coalescing ones contiguous on both sides.
         let k = slot.streams.len();
         let write = op == TransferOp::Write;
-        let mut regs = RegUse(Vec::new());
         let mut used = 0u32;
         let mut rr = 0usize;
         let mut err: Option<Error> = None;
@@ -679,38 +759,22 @@ impl Engine {
                 *err = Some(e.into());
             }
         };
-        for d in descs {
-            let mut done = 0u64;
-            let _ = local.for_each_piece(d.local_addr, d.len, |lp, lseg| {
-                regs.add(&lseg.value.reg);
-                let mut l_off = lp.offset;
-                let _ = remote_map.for_each_piece(d.remote_addr + done, lp.len, |rp, _| {
-                    let p = Piece {
-                        l_idx: lp.index,
-                        l_off,
-                        r_idx: rp.index,
-                        r_off: rp.offset,
-                        len: rp.len,
-                    };
-                    l_off += rp.len;
-                    match &mut pending {
-                        Some(q)
-                            if q.l_idx == p.l_idx
-                                && q.r_idx == p.r_idx
-                                && q.l_off + q.len == p.l_off
-                                && q.r_off + q.len == p.r_off =>
-                        {
-                            q.len += p.len
-                        }
-                        _ => {
-                            if let Some(q) = pending.replace(p) {
-                                issue(q, &mut slot, &mut err);
-                            }
-                        }
+        for p in pieces {
+            match &mut pending {
+                Some(q)
+                    if q.l_idx == p.l_idx
+                        && q.r_idx == p.r_idx
+                        && q.l_off + q.len == p.l_off
+                        && q.r_off + q.len == p.r_off =>
+                {
+                    q.len += p.len
+                }
+                _ => {
+                    if let Some(q) = pending.replace(p) {
+                        issue(q, &mut slot, &mut err);
                     }
-                });
-                done += lp.len;
-            });
+                }
+            }
         }
         if let Some(q) = pending.take() {
             issue(q, &mut slot, &mut err);

@@ -88,6 +88,8 @@ pub(crate) struct PhysHandle {
 
 struct Mapping {
     size: usize,
+    /// `obj.class`, kept here so validating a copy does not chase the object.
+    class: Class,
     obj: Arc<PhysObj>,
     default_flags: u32,
     /// (location type, id, flags) set by aclrtMemSetAccess.
@@ -100,19 +102,198 @@ impl Mapping {
             .iter()
             .fold(self.default_flags, |a, (_, _, f)| a | f)
     }
+}
 
-    fn readable(&self) -> bool {
-        self.effective() & ACL_RT_MEM_ACCESS_FLAGS_READ != 0
+/// What an [`AddrMap`] keeps of each value next to its key: its length and a tag (for a
+/// mapping, its class and effective access flags), so a lookup reads no value.
+pub(crate) trait Spanned {
+    /// Bytes covered from the key.
+    fn span_len(&self) -> usize;
+    /// Anything else lookups need, packed.
+    fn tag(&self) -> u64 {
+        0
+    }
+}
+
+/// A key with its value's length and tag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ent {
+    pub(crate) start: usize,
+    pub(crate) len: usize,
+    pub(crate) tag: u64,
+}
+
+/// An address-keyed map as sorted vectors: lookups (the predecessor of an address, on every
+/// copy's validation, at submission and again at execution) search a small summary of every
+/// [`AddrMap::BLOCK`]-th key (hot in cache), then one block of dense entries holding each
+/// value's length and tag, so a lookup among 10,000 mappings of one reservation touches a
+/// few cache lines and no value (a `BTreeMap` range query walks its nodes twice; a plain
+/// binary search misses on most of its 14 steps, then on the value). Inserts and removals
+/// shift the vectors and rebuild the summary, which only map, unmap, reserve and free do;
+/// a value changed in place is re-read with [`AddrMap::refresh`].
+pub(crate) struct AddrMap<V> {
+    ents: Vec<Ent>,
+    vals: Vec<V>,
+    /// `ents[0].start, ents[BLOCK].start, ents[2 * BLOCK].start, ...`
+    top: Vec<usize>,
+}
+
+impl<V: Spanned> AddrMap<V> {
+    const BLOCK: usize = 8;
+
+    const fn new() -> Self {
+        AddrMap {
+            ents: Vec::new(),
+            vals: Vec::new(),
+            top: Vec::new(),
+        }
     }
 
-    fn writable(&self) -> bool {
-        self.effective() & ACL_RT_MEM_ACCESS_FLAGS_READWRITE == ACL_RT_MEM_ACCESS_FLAGS_READWRITE
+    fn rebuild_top(&mut self) {
+        self.top.clear();
+        self.top
+            .extend(self.ents.iter().step_by(Self::BLOCK).map(|e| e.start));
+    }
+
+    fn len(&self) -> usize {
+        self.ents.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ents.is_empty()
+    }
+
+    fn index(&self, k: usize) -> Result<usize, usize> {
+        self.ents.binary_search_by_key(&k, |e| e.start)
+    }
+
+    fn get(&self, k: &usize) -> Option<&V> {
+        self.index(*k).ok().map(|i| &self.vals[i])
+    }
+
+    fn get_mut(&mut self, k: &usize) -> Option<&mut V> {
+        self.index(*k).ok().map(|i| &mut self.vals[i])
+    }
+
+    /// Re-reads the length and tag of the value at `k` after a change through `get_mut`.
+    fn refresh(&mut self, k: usize) {
+        if let Ok(i) = self.index(k) {
+            self.ents[i].len = self.vals[i].span_len();
+            self.ents[i].tag = self.vals[i].tag();
+        }
+    }
+
+    fn insert(&mut self, k: usize, v: V) -> Option<V> {
+        let e = Ent {
+            start: k,
+            len: v.span_len(),
+            tag: v.tag(),
+        };
+        match self.index(k) {
+            Ok(i) => {
+                self.ents[i] = e;
+                Some(std::mem::replace(&mut self.vals[i], v))
+            }
+            Err(i) => {
+                self.ents.insert(i, e);
+                self.vals.insert(i, v);
+                self.rebuild_top();
+                None
+            }
+        }
+    }
+
+    fn remove(&mut self, k: &usize) -> Option<V> {
+        let i = self.index(*k).ok()?;
+        self.ents.remove(i);
+        let v = self.vals.remove(i);
+        self.rebuild_top();
+        Some(v)
+    }
+
+    /// Index of the last key `<= addr`.
+    #[inline]
+    fn pred_index(&self, addr: usize) -> Option<usize> {
+        let b = self.top.partition_point(|&k| k <= addr).checked_sub(1)?;
+        let lo = b * Self::BLOCK;
+        let hi = (lo + Self::BLOCK).min(self.ents.len());
+        // ents[lo].start == top[b] <= addr, and ents[hi].start (if any) == top[b + 1] > addr.
+        // A counting scan, not a binary search: its loads do not depend on each other, so a
+        // cold block costs about one cache miss, not one per step.
+        Some(lo + self.ents[lo..hi].iter().filter(|e| e.start <= addr).count() - 1)
+    }
+
+    /// The entry (no value) with the last key `<= addr`.
+    #[inline]
+    fn pred_ent(&self, addr: usize) -> Option<Ent> {
+        self.pred_index(addr).map(|i| self.ents[i])
+    }
+
+    /// The entry with the last key `<= addr` (`range(..=addr).next_back()`).
+    #[inline]
+    fn pred(&self, addr: usize) -> Option<(usize, &V)> {
+        self.pred_index(addr)
+            .map(|i| (self.ents[i].start, &self.vals[i]))
+    }
+
+    fn pred_mut(&mut self, addr: usize) -> Option<(usize, &mut V)> {
+        self.pred_index(addr)
+            .map(move |i| (self.ents[i].start, &mut self.vals[i]))
+    }
+
+    /// The entry with the last key `< end` (`range(..end).next_back()`).
+    fn pred_lt(&self, end: usize) -> Option<(usize, &V)> {
+        let i = self
+            .ents
+            .partition_point(|e| e.start < end)
+            .checked_sub(1)?;
+        Some((self.ents[i].start, &self.vals[i]))
+    }
+
+    /// The first key in `[lo, hi)` (`range(lo..hi).next()`).
+    fn first_in(&self, lo: usize, hi: usize) -> Option<usize> {
+        let i = self.ents.partition_point(|e| e.start < lo);
+        self.ents.get(i).map(|e| e.start).filter(|&k| k < hi)
+    }
+}
+
+/// A mapping's class and effective access flags in one word (the [`Ent::tag`]).
+fn pack_tag(class: Class, flags: u32) -> u64 {
+    let (kind, id) = match class {
+        Class::Dev(d) => (0u64, d),
+        Class::HostDev => (1, 0),
+        Class::Host => (2, 0),
+    };
+    (u64::from(flags) << 40) | (kind << 32) | u64::from(id)
+}
+
+fn unpack_tag(tag: u64) -> (Class, u32) {
+    let class = match (tag >> 32) & 0xFF {
+        0 => Class::Dev(tag as u32),
+        1 => Class::HostDev,
+        _ => Class::Host,
+    };
+    (class, (tag >> 40) as u32)
+}
+
+impl Spanned for Mapping {
+    fn span_len(&self) -> usize {
+        self.size
+    }
+    fn tag(&self) -> u64 {
+        pack_tag(self.class, self.effective())
+    }
+}
+
+impl Spanned for Region {
+    fn span_len(&self) -> usize {
+        self.len()
     }
 }
 
 struct Reservation {
     size: usize,
-    mappings: BTreeMap<usize, Mapping>,
+    mappings: AddrMap<Mapping>,
 }
 
 struct MallocBlock {
@@ -137,14 +318,14 @@ impl Region {
 }
 
 pub(crate) struct MemState {
-    regions: BTreeMap<usize, Region>,
+    regions: AddrMap<Region>,
     pub(crate) phys: BTreeMap<u64, PhysHandle>,
     /// Exported objects by their fd number (for aclrtMemSetPid…).
     pub(crate) exports: BTreeMap<i32, Weak<PhysObj>>,
 }
 
 pub(crate) static MEM: RwLock<MemState> = RwLock::new(MemState {
-    regions: BTreeMap::new(),
+    regions: AddrMap::new(),
     phys: BTreeMap::new(),
     exports: BTreeMap::new(),
 });
@@ -159,17 +340,13 @@ fn drv_err(what: &str) -> AclErr {
 
 impl MemState {
     fn region_at(&self, addr: usize) -> Option<(usize, &Region)> {
-        self.regions
-            .range(..=addr)
-            .next_back()
-            .filter(|(b, r)| addr - **b < r.len())
-            .map(|(b, r)| (*b, r))
+        self.regions.pred(addr).filter(|(b, r)| addr - *b < r.len())
     }
 
     fn reservation_at_mut(&mut self, addr: usize) -> Option<(usize, &mut Reservation)> {
-        let (b, r) = self.regions.range_mut(..=addr).next_back()?;
+        let (b, r) = self.regions.pred_mut(addr)?;
         match r {
-            Region::Res(res) if addr - *b < res.size => Some((*b, res)),
+            Region::Res(res) if addr - b < res.size => Some((b, res)),
             _ => None,
         }
     }
@@ -219,18 +396,25 @@ impl MemState {
                 let mut cur = addr;
                 let mut class: Option<Class> = None;
                 loop {
-                    let m = r
-                        .mappings
-                        .range(..=cur)
-                        .next_back()
-                        .filter(|(mb, m)| cur - **mb < m.size);
-                    let Some((mb, m)) = m else {
+                    let m = r.mappings.pred_ent(cur).filter(|e| cur - e.start < e.len);
+                    let Some(Ent {
+                        start: mb,
+                        len: msize,
+                        tag,
+                    }) = m
+                    else {
                         bail!(
                             ACL_ERROR_RT_DEVICE_MEM_ERROR,
                             "{what} address {cur:#x} is reserved (reservation at {b:#x}) but not mapped"
                         );
                     };
-                    let ok = if write { m.writable() } else { m.readable() };
+                    let (mclass, flags) = unpack_tag(tag);
+                    let ok = if write {
+                        flags & ACL_RT_MEM_ACCESS_FLAGS_READWRITE
+                            == ACL_RT_MEM_ACCESS_FLAGS_READWRITE
+                    } else {
+                        flags & ACL_RT_MEM_ACCESS_FLAGS_READ != 0
+                    };
                     ensure!(
                         ok,
                         ACL_ERROR_RT_DEVICE_MEM_ERROR,
@@ -239,16 +423,16 @@ impl MemState {
                         if write { "write" } else { "read" }
                     );
                     match class {
-                        None => class = Some(m.obj.class),
+                        None => class = Some(mclass),
                         Some(c) => ensure!(
-                            c == m.obj.class,
+                            c == mclass,
                             ACL_ERROR_RT_PARAM_INVALID,
                             "{what} range [{addr:#x}, {end:#x}) spans {} and {}",
                             c.describe(),
-                            m.obj.class.describe()
+                            mclass.describe()
                         ),
                     }
-                    cur = mb + m.size;
+                    cur = mb + msize;
                     if cur >= end {
                         break;
                     }
@@ -257,7 +441,7 @@ impl MemState {
             }
             None => {
                 if len > 0 {
-                    if let Some((b, _)) = self.regions.range(addr..end).next() {
+                    if let Some(b) = self.regions.first_in(addr, end) {
                         bail!(
                             ACL_ERROR_RT_DEVICE_MEM_ERROR,
                             "{what} range [{addr:#x}, {end:#x}) runs into emulated memory at {b:#x}"
@@ -289,16 +473,11 @@ pub(crate) fn vmm_pieces(addr: usize, len: usize) -> Result<Vec<(usize, Arc<Phys
             ))
         }
     };
-    let Some((first, _)) = r
-        .mappings
-        .range(..=addr)
-        .next_back()
-        .filter(|(mb, m)| addr - **mb < m.size)
-    else {
+    let Some((first, _)) = r.mappings.pred(addr).filter(|(mb, m)| addr - *mb < m.size) else {
         return Err(format!("{addr:#x} is reserved but not mapped"));
     };
     let end = addr.saturating_add(len);
-    let mut cur = *first;
+    let mut cur = first;
     let mut out = Vec::new();
     while let Some(m) = r.mappings.get(&cur) {
         out.push((cur, m.obj.clone()));
@@ -362,13 +541,24 @@ fn check_kind(kind: aclrtMemcpyKind, dst: usize, dc: Class, src: usize, sc: Clas
 
 /// Validates a copy under the read lock and performs it.
 pub(crate) fn exec_copy(dst: usize, src: usize, n: usize, kind: aclrtMemcpyKind) -> Res {
-    let mem = MEM.read();
+    exec_copy_in(&MEM.read(), dst, src, n, kind)
+}
+
+/// As [`exec_copy`], under a read guard of [`MEM`] the caller holds (a stream worker runs a
+/// run of queued copies under one guard).
+pub(crate) fn exec_copy_in(
+    mem: &MemState,
+    dst: usize,
+    src: usize,
+    n: usize,
+    kind: aclrtMemcpyKind,
+) -> Res {
     let dc = mem.classify(dst, n, true, "dst")?;
     let sc = mem.classify(src, n, false, "src")?;
     check_kind(kind, dst, dc, src, sc)?;
     if n > 0 {
         // SAFETY: both ranges were just checked to lie inside live, accessible mappings or
-        // allocations (which cannot go away while we hold the read lock), or entirely outside
+        // allocations (which cannot go away while the caller holds the read lock), or entirely outside
         // emulated memory, i.e. host memory the caller vouches for per the C contract.
         // `copy` tolerates overlap.
         unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, n) };
@@ -612,7 +802,7 @@ fn reserve(
         base,
         Region::Res(Reservation {
             size,
-            mappings: BTreeMap::new(),
+            mappings: AddrMap::new(),
         }),
     );
     inc(Ctr::Reservations);
@@ -896,7 +1086,7 @@ fn map(
         "virPtr {virptr:p} + size {size} runs past the end of the reservation at {base:#x} of {} bytes",
         res.size
     );
-    if let Some((mb, m)) = res.mappings.range(..end).next_back() {
+    if let Some((mb, m)) = res.mappings.pred_lt(end) {
         ensure!(
             mb + m.size <= addr,
             ACL_ERROR_RT_PARAM_INVALID,
@@ -928,6 +1118,7 @@ fn map(
         addr,
         Mapping {
             size,
+            class: obj.class,
             obj,
             default_flags: if access {
                 ACL_RT_MEM_ACCESS_FLAGS_READWRITE
@@ -1036,8 +1227,8 @@ export! {
         let mem = MEM.read();
         let (b, s) = match mem.region_at(addr) {
             Some((b, Region::Malloc(m))) if addr - b < m.size => (b, m.size),
-            Some((_, Region::Res(r))) => match r.mappings.range(..=addr).next_back() {
-                Some((mb, m)) if addr - mb < m.size => (*mb, m.size),
+            Some((_, Region::Res(r))) => match r.mappings.pred(addr) {
+                Some((mb, m)) if addr - mb < m.size => (mb, m.size),
                 _ => bail!(ACL_ERROR_RT_PARAM_INVALID, "ptr {ptr:p} is reserved but not mapped"),
             },
             _ => bail!(ACL_ERROR_RT_PARAM_INVALID, "ptr {ptr:p} is not memory of this runtime"),
@@ -1058,7 +1249,7 @@ export! {
         let mem = MEM.read();
         let (class, page) = match mem.region_at(addr) {
             Some((_, Region::Malloc(m))) => (m.class, if m.size >= GRAN { GRAN } else { 4096 }),
-            Some((_, Region::Res(r))) => match r.mappings.range(..=addr).next_back() {
+            Some((_, Region::Res(r))) => match r.mappings.pred(addr) {
                 Some((mb, m)) if addr - mb < m.size => (m.obj.class, m.obj.page),
                 _ => (Class::Host, 4096),
             },
@@ -1138,6 +1329,7 @@ export! {
             m.explicit.push((key.0, key.1, d.flags));
         }
         let eff = m.effective();
+        res.mappings.refresh(addr);
         let prot = if eff & ACL_RT_MEM_ACCESS_FLAGS_READWRITE == ACL_RT_MEM_ACCESS_FLAGS_READWRITE {
             libc::PROT_READ | libc::PROT_WRITE
         } else if eff & ACL_RT_MEM_ACCESS_FLAGS_READ != 0 {
@@ -1165,7 +1357,7 @@ export! {
         let addr = virPtr as usize;
         let mem = MEM.read();
         let m = match mem.region_at(addr) {
-            Some((_, Region::Res(r))) => r.mappings.range(..=addr).next_back().filter(|(mb, m)| addr - **mb < m.size),
+            Some((_, Region::Res(r))) => r.mappings.pred(addr).filter(|(mb, m)| addr - *mb < m.size),
             _ => None,
         };
         let Some((_, m)) = m else {
@@ -1297,5 +1489,62 @@ export! {
         of.set(cap.saturating_sub(used) as usize);
         ot.set(cap as usize);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod addr_map_tests {
+    use super::{pack_tag, unpack_tag, AddrMap, Class, Spanned};
+    use std::collections::BTreeMap;
+
+    impl Spanned for i32 {
+        fn span_len(&self) -> usize {
+            1
+        }
+    }
+
+    #[test]
+    fn tags_round_trip() {
+        for c in [Class::Dev(0), Class::Dev(63), Class::HostDev, Class::Host] {
+            for f in [0u32, 1, 3] {
+                assert_eq!(unpack_tag(pack_tag(c, f)), (c, f));
+            }
+        }
+    }
+
+    #[test]
+    fn agrees_with_a_btreemap() {
+        let mut m = AddrMap::new();
+        let mut b = BTreeMap::new();
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut rnd = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % 5000) as usize * 16
+        };
+        for round in 0..4000 {
+            let k = rnd();
+            if round % 3 == 2 {
+                assert_eq!(m.remove(&k), b.remove(&k));
+            } else {
+                assert_eq!(m.insert(k, round), b.insert(k, round));
+            }
+            let q = rnd() + 3;
+            assert_eq!(
+                m.pred(q).map(|(k, v)| (k, *v)),
+                b.range(..=q).next_back().map(|(k, v)| (*k, *v))
+            );
+            assert_eq!(
+                m.pred_lt(q).map(|(k, v)| (k, *v)),
+                b.range(..q).next_back().map(|(k, v)| (*k, *v))
+            );
+            assert_eq!(
+                m.first_in(q, q + 700),
+                b.range(q..q + 700).next().map(|(k, _)| *k)
+            );
+            assert_eq!(m.get(&k), b.get(&k));
+            assert_eq!(m.len(), b.len());
+        }
     }
 }

@@ -1,0 +1,186 @@
+//! `ascend-bench`: how close the Fabric Mem engine gets to `memcpy` between the same buffers,
+//! how it compares with UCX's one-sided put over shared memory, what a descriptor costs on the
+//! host, and what symmetric windows save HCCL collectives: all on the in-tree emulator.
+//!
+//! ```text
+//! cargo run --release -p ascend-bench -- <transfer|translate|collectives|all> [--quick] [--out DIR]
+//! ```
+//!
+//! * **transfer**: two engines in two processes (this binary re-executed as the peer), WRITE
+//!   and READ of device memory (HBM) to device memory, block sizes 4 KiB, 64 KiB, 1 MiB and
+//!   64 MiB. *walk*: a region of 1 GiB (256 MiB with `--quick`) moved block by block, the
+//!   remote blocks in a scattered order so that no two descriptors coalesce; 4 KiB and 64 KiB
+//!   blocks go in batches of 1,024 descriptors (`TransferAsync`, 4 batches in flight), 1 MiB
+//!   and 64 MiB blocks one per `TransferSync`.
+//!   *repeat*: one buffer of the block size moved again and again (the pattern of
+//!   `ucx_perftest`), up to 1,024 descriptors and 64 MiB per transfer (1 MiB: 64 per
+//!   transfer; 64 MiB: one), as `ucx_perftest` keeps puts outstanding. Both buffers are touched
+//!   before timing. The ceiling is `memcpy` between the same mapped buffers (this process's
+//!   local buffer and its mapping of the peer's buffer), the same blocks, on as many threads as
+//!   the engine has copy streams. UCX: `ucx_perftest -t ucp_put_bw` with
+//!   `UCX_TLS=posix,cma,self` at the same sizes when `ucx_perftest` is installed.
+//! * **translate**: host-side cost of a descriptor (checks, translation, `aclrtMemcpyAsync`
+//!   submission) with 1 and with 10,000 segments offered by the peer (each its own 2 MiB
+//!   allocation), measured in a child process whose emulator runs streams in `deterministic`
+//!   mode, so no copy runs while descriptors are submitted.
+//! * **collectives**: AllGather and AllReduce (sum), 4 ranks as threads of this process (one
+//!   emulated device each), 8 MiB per rank, fp32, with symmetric windows and staged.
+//!
+//! RESULT keys: `write_64MiB_vs_memcpy`, `read_64MiB_vs_memcpy` (walk, engine GB/s over
+//! memcpy GB/s), `write_4KiB_ops_vs_memcpy` (walk, descriptors/s over memcpy's),
+//! `write_1MiB_vs_ucx`, `write_64MiB_vs_ucx` (repeat, engine over UCX put), `translate_10k_vs_1`
+//! (submission cost per descriptor with 10,000 segments over with 1: a cost ratio),
+//! `allgather_sym_vs_staged` (staged time over symmetric), `peak_rss_over_registered_MiB`
+//! (sum over the two transfer processes of VmHWM minus the registered memory each touches: the
+//! initiator its buffer and its mapping of the peer's, the peer its buffer). `nan` when a part
+//! did not run or UCX is missing.
+//!
+//! Profiling aids (environment): `ASCEND_BENCH_FILTER` (run only matching transfer rows, e.g.
+//! `"walk Write 4 KiB"`), `ASCEND_BENCH_REPS`, `ASCEND_BENCH_STREAMS`,
+//! `ASCEND_BENCH_TRANSLATE_BATCHES`, `ASCEND_BENCH_POOL_GIB`, `ASCEND_BENCH_WRAP_<ROLE>` (run a
+//! child role under e.g. `perf record`), and the `inproc` role for valgrind.
+//!
+//! Output: a table on stdout, `transfer.csv`, `translate.csv`, `collectives.csv`,
+//! `results.csv` and `bandwidth.svg` in `--out` (default `target/bench` under the current
+//! directory), a progress bar on stderr when it is a terminal, and as the last line of stdout
+//! the `RESULT` line.
+#![warn(missing_docs)]
+
+mod collectives;
+mod peer;
+mod report;
+mod transfer;
+mod translate;
+mod ucx;
+mod util;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub(crate) type Res<T> = Result<T, BoxError>;
+
+/// Which parts to run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Mode {
+    Transfer,
+    Translate,
+    Collectives,
+    All,
+}
+
+/// Parsed command line.
+#[derive(Debug)]
+pub(crate) struct Args {
+    mode: Mode,
+    pub(crate) quick: bool,
+    pub(crate) out: PathBuf,
+}
+
+const USAGE: &str =
+    "usage: ascend-bench <transfer|translate|collectives|all> [--quick] [--out DIR]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut mode = None;
+    let mut quick = false;
+    let mut out = PathBuf::from("target/bench");
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "transfer" => mode = Some(Mode::Transfer),
+            "translate" => mode = Some(Mode::Translate),
+            "collectives" => mode = Some(Mode::Collectives),
+            "all" => mode = Some(Mode::All),
+            "--quick" => quick = true,
+            "--out" => out = PathBuf::from(it.next().ok_or("--out needs a directory")?),
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(Args {
+        mode: mode.ok_or(USAGE)?,
+        quick,
+        out,
+    })
+}
+
+/// Every figure of one run; `None` prints as `nan`.
+#[derive(Debug, Default)]
+pub(crate) struct Results {
+    pub(crate) transfer: Vec<transfer::Row>,
+    pub(crate) translate: Vec<translate::Row>,
+    pub(crate) collectives: Vec<collectives::Row>,
+    pub(crate) ucx_note: Option<String>,
+    pub(crate) rss: Option<transfer::RssReport>,
+}
+
+fn main() -> ExitCode {
+    util::raise_nofile();
+    util::default_sim_env();
+    match std::env::var(peer::ROLE_VAR).as_deref() {
+        Ok("peer") => return exit(peer::peer_main()),
+        Ok("translate") => return exit(translate::client_main()),
+        Ok("inproc") => return exit(translate::inproc_main()),
+        _ => {}
+    }
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    exit(run(&args))
+}
+
+fn exit(r: Res<()>) -> ExitCode {
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("ascend-bench: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Res<()> {
+    let t0 = std::time::Instant::now();
+    let do_t = matches!(args.mode, Mode::Transfer | Mode::All);
+    let do_x = matches!(args.mode, Mode::Translate | Mode::All);
+    let do_c = matches!(args.mode, Mode::Collectives | Mode::All);
+    let steps = if do_t { transfer::steps(args) } else { 0 }
+        + if do_x { translate::STEPS } else { 0 }
+        + if do_c { collectives::STEPS } else { 0 };
+    let pb = ProgressBar::new(steps);
+    pb.set_style(
+        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+            .map_err(|e| e.to_string())?
+            .progress_chars("=> "),
+    );
+    let mut res = Results::default();
+    // Transfer first: the engine process's peak RSS is read right after it.
+    if do_t {
+        transfer::run(args, &pb, &mut res)?;
+    }
+    if do_x {
+        res.translate = translate::run(args, &pb)?;
+    }
+    if do_c {
+        res.collectives = collectives::run(args, &pb)?;
+    }
+    pb.finish_and_clear();
+    std::fs::create_dir_all(&args.out)?;
+    report::print_tables(&res);
+    let files = report::write_files(&res, &args.out)?;
+    println!();
+    println!(
+        "files: {} (total {:.1} s{})",
+        files.join(", "),
+        t0.elapsed().as_secs_f64(),
+        if args.quick { ", --quick" } else { "" }
+    );
+    println!("{}", report::result_line(&res));
+    Ok(())
+}

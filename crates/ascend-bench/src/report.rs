@@ -1,0 +1,359 @@
+//! Tables, CSV files, the SVG plot and the RESULT line.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use ascend_fabric::TransferOp;
+use plotters::prelude::*;
+
+use crate::collectives::Coll;
+use crate::transfer::{Pattern, Row, SIZES};
+use crate::util::{fmt_opt, ratio, size_name};
+use crate::{Res, Results};
+
+fn find(res: &Results, p: Pattern, op: TransferOp, block: usize) -> Option<&Row> {
+    res.transfer
+        .iter()
+        .find(|r| r.pattern == p && r.op == op && r.block == block)
+}
+
+fn coll(res: &Results, c: Coll, sym: bool) -> Option<&crate::collectives::Row> {
+    res.collectives
+        .iter()
+        .find(|r| r.coll == c && r.symmetric == sym)
+}
+
+/// The RESULT keys and values, in order.
+pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
+    let walk = |op, b| find(res, Pattern::Walk, op, b).map(Row::vs_memcpy);
+    let ucx = |b| find(res, Pattern::Repeat, TransferOp::Write, b).and_then(Row::vs_ucx);
+    let tr = |n| {
+        res.translate
+            .iter()
+            .find(|r| r.segments == n)
+            .map(|r| r.submit_ns)
+    };
+    let ag = ratio(
+        coll(res, Coll::AllGather, false).map(|r| r.time.as_secs_f64()),
+        coll(res, Coll::AllGather, true).map(|r| r.time.as_secs_f64()),
+    );
+    vec![
+        ("write_64MiB_vs_memcpy", walk(TransferOp::Write, 64 << 20)),
+        ("read_64MiB_vs_memcpy", walk(TransferOp::Read, 64 << 20)),
+        ("write_4KiB_ops_vs_memcpy", walk(TransferOp::Write, 4 << 10)),
+        ("write_1MiB_vs_ucx", ucx(1 << 20)),
+        ("write_64MiB_vs_ucx", ucx(64 << 20)),
+        ("translate_10k_vs_1", ratio(tr(10_000), tr(1))),
+        ("allgather_sym_vs_staged", ag),
+        (
+            "peak_rss_over_registered_MiB",
+            res.rss.map(|r| r.over_mib()),
+        ),
+    ]
+}
+
+/// `RESULT k=v ...`.
+pub(crate) fn result_line(res: &Results) -> String {
+    let mut s = String::from("RESULT");
+    for (k, v) in result_pairs(res) {
+        let prec = if k.starts_with("peak_rss") { 1 } else { 3 };
+        let _ = write!(s, " {k}={}", fmt_opt(v, prec));
+    }
+    s
+}
+
+/// Prints every table on stdout.
+pub(crate) fn print_tables(res: &Results) {
+    if !res.transfer.is_empty() {
+        println!(
+            "transfer: engine (2 processes, {} copy streams) vs memcpy ({} threads, same mapped buffers) vs UCX put",
+            crate::peer::streams(),
+            crate::peer::streams()
+        );
+        println!(
+            "{:<7} {:<5} {:>7} {:>6} {:>9} {:>12} {:>9} {:>12} {:>8} {:>8} {:>8}",
+            "pattern",
+            "op",
+            "block",
+            "batch",
+            "eng GB/s",
+            "eng desc/s",
+            "mcp GB/s",
+            "mcp desc/s",
+            "vs mcp",
+            "UCX GB/s",
+            "vs UCX"
+        );
+        for r in &res.transfer {
+            println!(
+                "{:<7} {:<5} {:>7} {:>6} {:>9.2} {:>12.0} {:>9.2} {:>12.0} {:>8.3} {:>8} {:>8}",
+                r.pattern.name(),
+                r.op_name(),
+                size_name(r.block),
+                r.batch,
+                r.engine_gbs(),
+                r.engine_descs_s(),
+                r.memcpy_gbs(),
+                r.memcpy_descs_s(),
+                r.vs_memcpy(),
+                fmt_opt(r.ucx_gbs, 3),
+                fmt_opt(r.vs_ucx(), 2)
+            );
+        }
+        if let Some(n) = &res.ucx_note {
+            println!("{n}");
+        }
+        if let Some(r) = res.rss {
+            println!(
+                "peak RSS: initiator {:.1} MiB (registered touched {:.1} MiB), peer {:.1} MiB (registered touched {:.1} MiB): {:.1} MiB over",
+                r.initiator_hwm as f64 / 1048576.0,
+                r.initiator_touched as f64 / 1048576.0,
+                r.peer_hwm as f64 / 1048576.0,
+                r.peer_touched as f64 / 1048576.0,
+                r.over_mib()
+            );
+        }
+        println!();
+    }
+    if !res.translate.is_empty() {
+        println!("translate: host-side cost per 4 KiB descriptor (batches of 1,024; deterministic streams)");
+        println!(
+            "{:>9} {:>14} {:>14} {:>9} {:>11}",
+            "segments", "submit ns/desc", "total ns/desc", "descs", "connect s"
+        );
+        for r in &res.translate {
+            println!(
+                "{:>9} {:>14.1} {:>14.1} {:>9} {:>11.3}",
+                r.segments,
+                r.submit_ns,
+                r.total_ns,
+                r.descs,
+                r.connect.as_secs_f64()
+            );
+        }
+        println!();
+    }
+    if !res.collectives.is_empty() {
+        println!(
+            "collectives: {} ranks (threads of one process), {} MiB fp32 per rank",
+            crate::collectives::RANKS,
+            crate::collectives::BYTES >> 20
+        );
+        println!(
+            "{:<10} {:<9} {:>10} {:>16} {:>6} {:>8}",
+            "collective", "path", "ms/op", "MiB copied/op", "iters", "on path"
+        );
+        for r in &res.collectives {
+            println!(
+                "{:<10} {:<9} {:>10.3} {:>16.1} {:>6} {:>8}",
+                r.coll.name(),
+                if r.symmetric { "symmetric" } else { "staged" },
+                r.time.as_secs_f64() * 1e3,
+                r.bytes_copied as f64 / 1048576.0,
+                r.iters,
+                r.ops_on_path
+            );
+        }
+        println!();
+    }
+    for (k, v) in result_pairs(res) {
+        println!("{k:<30} {}", fmt_opt(v, 3));
+    }
+}
+
+/// Writes the CSV files and the plot; returns the paths written.
+pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
+    let mut written = Vec::new();
+    let mut put = |name: &str, text: String| -> Res<()> {
+        let p = dir.join(name);
+        std::fs::write(&p, text)?;
+        written.push(p.display().to_string());
+        Ok(())
+    };
+    if !res.transfer.is_empty() {
+        let mut s = String::from(
+            "pattern,op,block_bytes,batch,bytes,descriptors,engine_s,engine_gbs,engine_desc_per_s,memcpy_s,memcpy_gbs,memcpy_desc_per_s,engine_vs_memcpy,ucx_gbs,engine_vs_ucx\n",
+        );
+        for r in &res.transfer {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{:.6},{:.4},{:.0},{:.6},{:.4},{:.0},{:.4},{},{}",
+                r.pattern.name(),
+                r.op_name(),
+                r.block,
+                r.batch,
+                r.bytes,
+                r.descs,
+                r.engine.as_secs_f64(),
+                r.engine_gbs(),
+                r.engine_descs_s(),
+                r.memcpy.as_secs_f64(),
+                r.memcpy_gbs(),
+                r.memcpy_descs_s(),
+                r.vs_memcpy(),
+                fmt_opt(r.ucx_gbs, 4),
+                fmt_opt(r.vs_ucx(), 4)
+            );
+        }
+        put("transfer.csv", s)?;
+    }
+    if !res.translate.is_empty() {
+        let mut s =
+            String::from("segments,submit_ns_per_desc,total_ns_per_desc,descriptors,connect_s\n");
+        for r in &res.translate {
+            let _ = writeln!(
+                s,
+                "{},{:.1},{:.1},{},{:.4}",
+                r.segments,
+                r.submit_ns,
+                r.total_ns,
+                r.descs,
+                r.connect.as_secs_f64()
+            );
+        }
+        put("translate.csv", s)?;
+    }
+    if !res.collectives.is_empty() {
+        let mut s = String::from(
+            "collective,path,ranks,bytes_per_rank,ms_per_op,bytes_copied_per_op,iters\n",
+        );
+        for r in &res.collectives {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{:.4},{},{}",
+                r.coll.name(),
+                if r.symmetric { "symmetric" } else { "staged" },
+                crate::collectives::RANKS,
+                crate::collectives::BYTES,
+                r.time.as_secs_f64() * 1e3,
+                r.bytes_copied,
+                r.iters
+            );
+        }
+        put("collectives.csv", s)?;
+    }
+    let mut s = String::from("key,value\n");
+    for (k, v) in result_pairs(res) {
+        let _ = writeln!(s, "{k},{}", fmt_opt(v, 4));
+    }
+    put("results.csv", s)?;
+    if !res.transfer.is_empty() {
+        let p = dir.join("bandwidth.svg");
+        plot(res, &p)?;
+        written.push(p.display().to_string());
+    }
+    Ok(written)
+}
+
+/// A plotted line: name, colour, (log2 block size, GB/s) points.
+type Series = (String, RGBColor, Vec<(f64, f64)>);
+
+/// Bandwidth against block size: engine and memcpy (walk and repeat, WRITE), UCX put.
+fn plot(res: &Results, path: &Path) -> Res<()> {
+    let x = |b: usize| (b as f64).log2();
+    let mut series: Vec<Series> = Vec::new();
+    for (pattern, op, c_eng, c_mem) in [
+        (
+            Pattern::Walk,
+            TransferOp::Write,
+            RGBColor(0, 90, 200),
+            RGBColor(120, 120, 120),
+        ),
+        (
+            Pattern::Walk,
+            TransferOp::Read,
+            RGBColor(0, 160, 220),
+            RGBColor(170, 170, 170),
+        ),
+        (
+            Pattern::Repeat,
+            TransferOp::Write,
+            RGBColor(200, 60, 0),
+            RGBColor(60, 60, 60),
+        ),
+    ] {
+        let rows: Vec<&Row> = SIZES
+            .iter()
+            .filter_map(|&b| find(res, pattern, op, b))
+            .collect();
+        let tag = format!(
+            "{} {}",
+            match op {
+                TransferOp::Write => "WRITE",
+                TransferOp::Read => "READ",
+            },
+            pattern.name()
+        );
+        series.push((
+            format!("engine {tag}"),
+            c_eng,
+            rows.iter().map(|r| (x(r.block), r.engine_gbs())).collect(),
+        ));
+        series.push((
+            format!("memcpy {tag}"),
+            c_mem,
+            rows.iter().map(|r| (x(r.block), r.memcpy_gbs())).collect(),
+        ));
+    }
+    let ucx: Vec<(f64, f64)> = SIZES
+        .iter()
+        .filter_map(|&b| find(res, Pattern::Repeat, TransferOp::Write, b))
+        .filter_map(|r| r.ucx_gbs.map(|g| (x(r.block), g)))
+        .collect();
+    if !ucx.is_empty() {
+        series.push(("UCX put (repeat)".into(), RGBColor(0, 150, 60), ucx));
+    }
+    let ymax = series
+        .iter()
+        .flat_map(|s| s.2.iter().map(|p| p.1))
+        .fold(0.0f64, f64::max)
+        .max(0.1)
+        * 1.15;
+    let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "ascend-bench transfer: bandwidth vs block size (emulator, same host)",
+            ("sans-serif", 20),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(60)
+        .build_cartesian_2d(11.5f64..26.5f64, 0f64..ymax)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc("block size")
+        .y_desc("GB/s")
+        .x_labels(16)
+        .x_label_formatter(&|v| {
+            let b = 2f64.powf(*v).round() as usize;
+            if (v.fract()).abs() < 1e-9 && SIZES.contains(&b) {
+                size_name(b)
+            } else {
+                String::new()
+            }
+        })
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (name, color, pts) in series {
+        let c = color;
+        chart
+            .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
+            .map_err(|e| e.to_string())?
+            .label(name)
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+            .map_err(|e| e.to_string())?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())?;
+    Ok(())
+}

@@ -1,0 +1,450 @@
+//! The transfer benchmark: engine WRITE/READ between two processes against `memcpy` between
+//! the same mapped buffers, and UCX put.
+
+use std::time::Duration;
+
+use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use ascend_mem::Runtime;
+use indicatif::ProgressBar;
+
+use crate::peer::{engine_options, start_peer, streams};
+use crate::util::{best_of, gbs, proc_status_bytes, size_name};
+use crate::{Args, Res, Results};
+
+/// Block sizes.
+pub(crate) const SIZES: [usize; 4] = [4 << 10, 64 << 10, 1 << 20, 64 << 20];
+/// Descriptors per transfer for blocks below 1 MiB.
+pub(crate) const BATCH: usize = 1024;
+const T: Duration = Duration::from_secs(120);
+/// Batched transfers in flight at once.
+pub(crate) const WINDOW: usize = 4;
+/// Bytes per transfer in the repeat pattern (at most [`BATCH`] descriptors).
+const REPEAT_BATCH_BYTES: usize = 64 << 20;
+/// Multiplier of the remote block order in the walk (odd: a permutation of a power of two
+/// blocks; no two consecutive descriptors are adjacent on the remote side, so none coalesce).
+const STRIDE: usize = 7919;
+
+/// Access pattern.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Pattern {
+    /// The whole region, block by block (remote blocks scattered).
+    Walk,
+    /// One buffer of the block size, again and again.
+    Repeat,
+}
+
+impl Pattern {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Pattern::Walk => "walk",
+            Pattern::Repeat => "repeat",
+        }
+    }
+}
+
+/// One measurement: the engine and memcpy moving the same blocks.
+#[derive(Clone, Debug)]
+pub(crate) struct Row {
+    pub(crate) pattern: Pattern,
+    pub(crate) op: TransferOp,
+    pub(crate) block: usize,
+    /// Bytes moved per timed pass.
+    pub(crate) bytes: u64,
+    /// Descriptors per timed pass.
+    pub(crate) descs: u64,
+    /// Descriptors per engine transfer.
+    pub(crate) batch: usize,
+    pub(crate) engine: Duration,
+    pub(crate) memcpy: Duration,
+    /// UCX put bandwidth in GB/s (WRITE repeat rows only).
+    pub(crate) ucx_gbs: Option<f64>,
+}
+
+impl Row {
+    pub(crate) fn engine_gbs(&self) -> f64 {
+        gbs(self.bytes, self.engine)
+    }
+    pub(crate) fn memcpy_gbs(&self) -> f64 {
+        gbs(self.bytes, self.memcpy)
+    }
+    pub(crate) fn engine_descs_s(&self) -> f64 {
+        self.descs as f64 / self.engine.as_secs_f64()
+    }
+    pub(crate) fn memcpy_descs_s(&self) -> f64 {
+        self.descs as f64 / self.memcpy.as_secs_f64()
+    }
+    /// Engine bandwidth over memcpy's (same bytes, so also the descriptor-rate ratio).
+    pub(crate) fn vs_memcpy(&self) -> f64 {
+        self.memcpy.as_secs_f64() / self.engine.as_secs_f64()
+    }
+    pub(crate) fn vs_ucx(&self) -> Option<f64> {
+        crate::util::ratio(Some(self.engine_gbs()), self.ucx_gbs)
+    }
+    pub(crate) fn op_name(&self) -> &'static str {
+        match self.op {
+            TransferOp::Write => "WRITE",
+            TransferOp::Read => "READ",
+        }
+    }
+}
+
+/// Peak RSS of the two engine processes against the registered memory they touch.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RssReport {
+    pub(crate) initiator_hwm: u64,
+    pub(crate) initiator_touched: u64,
+    pub(crate) peer_hwm: u64,
+    pub(crate) peer_touched: u64,
+}
+
+impl RssReport {
+    /// Sum over both processes of VmHWM minus registered memory touched, in MiB.
+    pub(crate) fn over_mib(&self) -> f64 {
+        let over = (self.initiator_hwm as f64 - self.initiator_touched as f64)
+            + (self.peer_hwm as f64 - self.peer_touched as f64);
+        over / f64::from(1 << 20)
+    }
+}
+
+fn region(args: &Args) -> usize {
+    if args.quick {
+        256 << 20
+    } else {
+        1 << 30
+    }
+}
+
+fn reps(args: &Args) -> usize {
+    // Profiling aid: `ASCEND_BENCH_REPS=20` makes the timed passes dominate a profile.
+    if let Some(n) = std::env::var("ASCEND_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return n;
+    }
+    if args.quick {
+        1
+    } else {
+        3
+    }
+}
+
+/// Progress steps of [`run`].
+pub(crate) fn steps(_args: &Args) -> u64 {
+    // setup, 2 patterns x 2 ops x sizes, check, UCX sizes
+    1 + 4 * SIZES.len() as u64 + 1 + SIZES.len() as u64
+}
+
+/// Raw addresses of the two mappings in this process.
+#[derive(Copy, Clone)]
+struct Bufs {
+    local: usize,
+    remote: usize,
+}
+
+/// Copies `len` bytes for each `(src offset, dst offset)` pair, pairs dealt round-robin to
+/// `threads` threads (walk), or each pair cut into `threads` parts (repeat).
+fn memcpy_run(
+    b: Bufs,
+    write: bool,
+    pairs: &[(usize, usize)],
+    len: usize,
+    rounds: usize,
+    split: bool,
+) {
+    let (src, dst) = if write {
+        (b.local, b.remote)
+    } else {
+        (b.remote, b.local)
+    };
+    let n = streams() as usize;
+    std::thread::scope(|s| {
+        for t in 0..n {
+            s.spawn(move || {
+                for _ in 0..rounds {
+                    if split {
+                        let part = len.div_ceil(n);
+                        let lo = (t * part).min(len);
+                        let hi = ((t + 1) * part).min(len);
+                        for &(so, d) in pairs {
+                            copy(src + so + lo, dst + d + lo, hi - lo);
+                        }
+                    } else {
+                        for &(so, d) in pairs.iter().skip(t).step_by(n) {
+                            copy(src + so, dst + d, len);
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn copy(src: usize, dst: usize, n: usize) {
+    // SAFETY: both ranges lie inside the two live mappings of `region` bytes (the local
+    // registered buffer and this process's mapping of the peer's), which stay mapped for the
+    // whole benchmark; the threads of one run write disjoint destination ranges, and no
+    // engine transfer runs at the same time.
+    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
+}
+
+/// (local offset, remote offset) of each block of the walk.
+fn walk_pairs(region: usize, block: usize) -> Vec<(usize, usize)> {
+    let n = region / block;
+    (0..n)
+        .map(|i| (i * block, (i * STRIDE) % n * block))
+        .collect()
+}
+
+struct Bench<'a> {
+    eng: &'a Engine,
+    peer: &'a str,
+    l0: u64,
+    r0: u64,
+    bufs: Bufs,
+    region: usize,
+    reps: usize,
+}
+
+impl Bench<'_> {
+    fn measure(&self, pattern: Pattern, op: TransferOp, block: usize) -> Res<Row> {
+        let write = op == TransferOp::Write;
+        let batch = match pattern {
+            // The walk: 4 KiB and 64 KiB blocks in batches, larger ones one by one.
+            Pattern::Walk if block < (1 << 20) => BATCH,
+            Pattern::Walk => 1,
+            // ucx_perftest keeps puts outstanding rather than waiting for each: batches of up
+            // to 64 MiB (64 x 1 MiB; 64 MiB blocks one by one).
+            Pattern::Repeat => (REPEAT_BATCH_BYTES / block).clamp(1, BATCH),
+        };
+        let (pairs, rounds) = match pattern {
+            Pattern::Walk => (walk_pairs(self.region, block), 1),
+            Pattern::Repeat => {
+                let total = self.region / block;
+                let per = batch.min(total);
+                (vec![(0, 0); per], total / per)
+            }
+        };
+        let descs: Vec<TransferDesc> = pairs
+            .iter()
+            .map(|&(l, r)| TransferDesc::new(self.l0 + l as u64, self.r0 + r as u64, block as u64))
+            .collect();
+        // Batched transfers keep WINDOW requests in flight (TransferAsync), so the copy
+        // streams have work while the next batch is checked and queued; single-descriptor
+        // transfers are synchronous (TransferSync), one at a time.
+        let window = if batch > 1 {
+            WINDOW
+        } else {
+            std::env::var("ASCEND_BENCH_WINDOW_1")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(1)
+        };
+        let pass = || -> Res<()> {
+            let mut inflight = std::collections::VecDeque::with_capacity(window);
+            for _ in 0..rounds {
+                for chunk in descs.chunks(batch) {
+                    if window == 1 {
+                        self.eng.transfer_sync(self.peer, op, chunk, T)?;
+                        continue;
+                    }
+                    if inflight.len() == window {
+                        let r: ascend_fabric::TransferRequest =
+                            inflight.pop_front().ok_or("window")?;
+                        r.wait(T)?;
+                    }
+                    inflight.push_back(self.eng.transfer_async(self.peer, op, chunk)?);
+                }
+            }
+            for r in inflight {
+                r.wait(T)?;
+            }
+            Ok(())
+        };
+        pass()?; // warm-up (slots, streams, caches)
+        let engine = best_of(self.reps, pass)?;
+        let split = pattern == Pattern::Repeat;
+        let mc = || -> Res<()> {
+            memcpy_run(self.bufs, write, &pairs, block, rounds, split);
+            Ok(())
+        };
+        mc()?;
+        let memcpy = best_of(self.reps, mc)?;
+        let n = (pairs.len() * rounds) as u64;
+        Ok(Row {
+            pattern,
+            op,
+            block,
+            bytes: n * block as u64,
+            descs: n,
+            batch,
+            engine,
+            memcpy,
+            ucx_gbs: None,
+        })
+    }
+
+    /// Writes `v` everywhere through a 64 KiB walk and reads it back with a READ walk.
+    fn check(
+        &self,
+        local: &ascend_mem::DeviceBuffer,
+        peer: &mut crate::peer::ChildProc,
+    ) -> Res<()> {
+        let pairs = walk_pairs(self.region, 64 << 10);
+        let descs: Vec<TransferDesc> = pairs
+            .iter()
+            .map(|&(l, r)| TransferDesc::new(self.l0 + l as u64, self.r0 + r as u64, 64 << 10))
+            .collect();
+        local.fill(0x3c)?;
+        for c in descs.chunks(BATCH) {
+            self.eng.transfer_sync(self.peer, TransferOp::Write, c, T)?;
+        }
+        for off in [0, self.region / 3, self.region - 1] {
+            let got = peer.ask(&format!("peek {off}"), "PEEK")?;
+            if got != "60" {
+                return Err(format!("peer byte at {off} is {got} after WRITE, expected 60").into());
+            }
+        }
+        local.fill(0)?;
+        for c in descs.chunks(BATCH) {
+            self.eng.transfer_sync(self.peer, TransferOp::Read, c, T)?;
+        }
+        let mut b = [0u8; 1];
+        for off in [0, self.region / 2, self.region - 1] {
+            local.read_into(&mut b, off)?;
+            if b[0] != 0x3c {
+                return Err(format!("local byte at {off} is {} after READ", b[0]).into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs the transfer benchmark into `res`.
+pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
+    let region = region(args);
+    pb.set_message(format!(
+        "transfer: starting the peer ({} MiB)",
+        region >> 20
+    ));
+    let (mut peer, peer_addr) = start_peer(1, region, true)?;
+    let rt = Runtime::emulated()?;
+    let dev = rt.device(0)?;
+    let eng = Engine::new(&dev, "127.0.0.1", engine_options()?)?;
+    let local = eng.alloc_device(region)?;
+    local.fill(0xa5)?;
+    let _reg = eng.register(&local)?;
+    eng.connect(&peer_addr, T)?;
+    let segs = eng
+        .remote_segments(&peer_addr)
+        .ok_or("no segments from the peer")?;
+    let (r0, rlen) = segs[0];
+    if rlen < region as u64 {
+        return Err(format!("peer offered {rlen} bytes, expected {region}").into());
+    }
+    let mapped = eng
+        .peer_mapped_addr(&peer_addr, r0)
+        .ok_or("peer segment not mapped")?;
+    let bufs = Bufs {
+        local: local.as_raw() as usize,
+        remote: mapped as usize,
+    };
+    // Touch both mappings in this process (the peer filled its buffer already).
+    memcpy_run(bufs, true, &[(0, 0)], region, 1, true);
+    memcpy_run(bufs, false, &[(0, 0)], region, 1, true);
+    pb.inc(1);
+    let b = Bench {
+        eng: &eng,
+        peer: &peer_addr,
+        l0: local.as_raw() as u64,
+        r0,
+        bufs,
+        region,
+        reps: reps(args),
+    };
+    // Profiling aid: `ASCEND_BENCH_FILTER="walk Write 4 KiB"` runs only the matching rows.
+    let filter = std::env::var("ASCEND_BENCH_FILTER").ok();
+    for pattern in [Pattern::Walk, Pattern::Repeat] {
+        for op in [TransferOp::Write, TransferOp::Read] {
+            for &block in &SIZES {
+                let name = format!("{} {op:?} {}", pattern.name(), size_name(block));
+                if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+                    pb.inc(1);
+                    continue;
+                }
+                pb.set_message(format!(
+                    "transfer: {} {:?} {}",
+                    pattern.name(),
+                    op,
+                    size_name(block)
+                ));
+                res.transfer.push(b.measure(pattern, op, block)?);
+                pb.inc(1);
+            }
+        }
+    }
+    pb.set_message("transfer: data check");
+    b.check(&local, &mut peer)?;
+    pb.inc(1);
+    // Peak RSS of both engine processes, now (before anything else runs in this process).
+    let initiator_hwm = proc_status_bytes("VmHWM")?;
+    let r = peer.ask("rss", "RSS")?;
+    let mut w = r.split_whitespace();
+    let peer_hwm: u64 = w.next().ok_or("rss reply")?.parse()?;
+    let peer_touched: u64 = w.next().ok_or("rss reply")?.parse()?;
+    res.rss = Some(RssReport {
+        initiator_hwm,
+        initiator_touched: 2 * region as u64,
+        peer_hwm,
+        peer_touched,
+    });
+    let _ = b;
+    drop(_reg);
+    drop(eng);
+    peer.finish()?;
+    // UCX last, with the engines gone, so nothing else competes for the cores.
+    let ucx = if filter.is_some() {
+        Err("ASCEND_BENCH_FILTER is set".to_string())
+    } else {
+        crate::ucx::find()
+    };
+    match ucx {
+        Err(why) => {
+            res.ucx_note = Some(format!("UCX skipped: {why}"));
+            pb.inc(SIZES.len() as u64);
+        }
+        Ok(exe) => {
+            let mut notes = Vec::new();
+            for &block in &SIZES {
+                pb.set_message(format!("transfer: UCX put {}", size_name(block)));
+                match crate::ucx::put_bw(&exe, block, args.quick) {
+                    Ok(g) => {
+                        for row in res.transfer.iter_mut().filter(|r| {
+                            r.pattern == Pattern::Repeat
+                                && r.op == TransferOp::Write
+                                && r.block == block
+                        }) {
+                            row.ucx_gbs = Some(g);
+                        }
+                    }
+                    Err(e) => notes.push(format!("UCX {} failed: {e}", size_name(block))),
+                }
+                pb.inc(1);
+            }
+            res.ucx_note = Some(if notes.is_empty() {
+                format!(
+                    "UCX: {} -t ucp_put_bw, UCX_TLS=posix,cma,self{}",
+                    exe.display(),
+                    if args.quick {
+                        ", iterations / 8 (--quick)"
+                    } else {
+                        ""
+                    }
+                )
+            } else {
+                notes.join("; ")
+            });
+        }
+    }
+    Ok(())
+}

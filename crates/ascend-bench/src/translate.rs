@@ -1,0 +1,240 @@
+//! Host-side cost of a descriptor (checks against the local registrations and the peer's
+//! segments, translation, one `aclrtMemcpyAsync` submission), with 1 and with 10,000 segments
+//! offered by the peer.
+//!
+//! The client runs in its own process with `ASCEND_SIM_STREAM_MODE=deterministic`: queued
+//! copies run only when the request is waited for, so the time `transfer_async` takes is
+//! host-side work alone. Descriptors are 4 KiB, local blocks in order, remote blocks at random
+//! 4 KiB offsets of random segments (every segment 2 MiB, its own allocation), 1,024 per
+//! batch.
+//!
+//! HIXL's control plane sends a peer's whole share-handle list in one response frame of at
+//! most 1 MiB (about 0.3–0.5 KiB of JSON per segment), so one peer can offer only a few
+//! thousand segments: the 10,000 segments are offered by 5 peers of 2,000 each, all imported
+//! into this engine's VA pool (one emulator reservation holding 10,000 mappings); batches go to
+//! the peers in turn, each descriptor to a random segment of that peer.
+
+use std::time::{Duration, Instant};
+
+use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use ascend_mem::Runtime;
+use indicatif::ProgressBar;
+
+use crate::peer::{engine_options, start_peer, ChildProc};
+use crate::{Args, Res};
+
+/// Segment counts measured.
+pub(crate) const SEGMENTS: [usize; 2] = [1, 10_000];
+/// Most segments one peer offers (the 1 MiB response frame).
+const PER_PEER: usize = 2_000;
+/// Progress steps (rounds; at most 3).
+pub(crate) const STEPS: u64 = 3;
+const SEG_BYTES: usize = 2 << 20;
+const LOCAL_BYTES: usize = 64 << 20;
+const DESC: u64 = 4096;
+const T: Duration = Duration::from_secs(120);
+
+/// One measurement.
+#[derive(Clone, Debug)]
+pub(crate) struct Row {
+    pub(crate) segments: usize,
+    /// Submission (`transfer_async`) per descriptor.
+    pub(crate) submit_ns: f64,
+    /// Submission plus the copies and completion, per descriptor.
+    pub(crate) total_ns: f64,
+    /// Descriptors per timed pass.
+    pub(crate) descs: u64,
+    /// Time to connect (import and map every segment).
+    pub(crate) connect: Duration,
+}
+
+/// Rounds: the two configurations' clients run alternately, and each figure is the best of
+/// its rounds, so a change in the machine's load between them does not decide the ratio.
+fn rounds(args: &Args) -> usize {
+    if args.quick {
+        2
+    } else {
+        3
+    }
+}
+
+/// Runs both measurements.
+pub(crate) fn run(args: &Args, pb: &ProgressBar) -> Res<Vec<Row>> {
+    let batches = std::env::var("ASCEND_BENCH_TRANSLATE_BATCHES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if args.quick { 16 } else { 64 });
+    // The peers of both configurations stay up for all rounds.
+    let mut peers = Vec::new();
+    let mut addrs: Vec<String> = Vec::new();
+    for &segs in &SEGMENTS {
+        pb.set_message(format!(
+            "translate: starting peers offering {segs} segment(s)"
+        ));
+        let mut a = Vec::new();
+        for i in 0..segs.div_ceil(PER_PEER) {
+            let n = (segs - i * PER_PEER).min(PER_PEER);
+            let (p, addr) = start_peer(n, SEG_BYTES, false)?;
+            peers.push(p);
+            a.push(addr);
+        }
+        addrs.push(a.join(","));
+    }
+    let mut best: Vec<Option<Row>> = vec![None; SEGMENTS.len()];
+    for _ in 0..rounds(args) {
+        for (k, &segs) in SEGMENTS.iter().enumerate() {
+            pb.set_message(format!("translate: {segs} remote segment(s)"));
+            let mut c = ChildProc::spawn(
+                "translate",
+                &[
+                    ("ASCEND_SIM_STREAM_MODE", "deterministic".into()),
+                    ("BENCH_PEERS", addrs[k].clone()),
+                    ("BENCH_BATCHES", batches.to_string()),
+                    ("BENCH_REPS", "2".into()),
+                ],
+            )?;
+            let r = c.expect("TRANSLATE")?;
+            c.finish()?;
+            let v: Vec<f64> = r
+                .split_whitespace()
+                .map(str::parse)
+                .collect::<Result<_, _>>()?;
+            if v.len() != 4 {
+                return Err(format!("bad TRANSLATE line {r:?}").into());
+            }
+            let row = Row {
+                segments: segs,
+                submit_ns: v[0],
+                total_ns: v[1],
+                descs: v[2] as u64,
+                connect: Duration::from_secs_f64(v[3]),
+            };
+            let b = &mut best[k];
+            match b {
+                Some(x) => {
+                    x.submit_ns = x.submit_ns.min(row.submit_ns);
+                    x.total_ns = x.total_ns.min(row.total_ns);
+                    x.connect = x.connect.min(row.connect);
+                }
+                None => *b = Some(row),
+            }
+        }
+        pb.inc(1);
+    }
+    pb.inc(STEPS.saturating_sub(rounds(args) as u64));
+    for p in peers {
+        p.finish()?;
+    }
+    Ok(best.into_iter().flatten().collect())
+}
+
+/// Profiling aid (valgrind has no `pidfd_open`): the client with `$BENCH_SEGS` segments
+/// offered by peer engines in this same process. Run as
+/// `ASCEND_BENCH_ROLE=inproc BENCH_SEGS=1 BENCH_BATCHES=16 BENCH_REPS=1 ASCEND_BENCH_POOL_GIB=8
+/// valgrind --tool=callgrind ascend-bench`.
+pub(crate) fn inproc_main() -> Res<()> {
+    let segs: usize = std::env::var("BENCH_SEGS")?.parse()?;
+    let rt = Runtime::emulated()?;
+    let dev = rt.device(0)?;
+    let mut engines = Vec::new();
+    let mut addrs = Vec::new();
+    let mut keep = Vec::new();
+    for i in 0..segs.div_ceil(PER_PEER) {
+        let port = crate::util::free_port()?;
+        let a = format!("127.0.0.1:{port}");
+        let e = Engine::new(&dev, &a, engine_options()?)?;
+        for _ in 0..(segs - i * PER_PEER).min(PER_PEER) {
+            let b = e.alloc_device(SEG_BYTES)?;
+            keep.push(e.register(&b)?);
+            keep_buf(b);
+        }
+        engines.push(e);
+        addrs.push(a);
+    }
+    let r = client(&rt, &addrs.iter().map(String::as_str).collect::<Vec<_>>());
+    drop(keep);
+    r
+}
+
+fn keep_buf(b: ascend_mem::DeviceBuffer) {
+    // Registrations keep the memory mapped; the buffer handle itself may go.
+    drop(b);
+}
+
+/// The client role: prints `TRANSLATE <submit ns/desc> <total ns/desc> <descs> <connect s>`.
+pub(crate) fn client_main() -> Res<()> {
+    let peers_var: String = std::env::var("BENCH_PEERS")?;
+    let peers: Vec<&str> = peers_var.split(',').collect();
+    let rt = Runtime::emulated()?;
+    client(&rt, &peers)
+}
+
+fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
+    let batches: usize = std::env::var("BENCH_BATCHES")?.parse()?;
+    let reps: usize = std::env::var("BENCH_REPS")?.parse()?;
+    let dev = rt.device(0)?;
+    let eng = Engine::new(&dev, "127.0.0.1", engine_options()?)?;
+    let local = eng.alloc_device(LOCAL_BYTES)?;
+    local.fill(1)?;
+    let _reg = eng.register(&local)?;
+    let t = Instant::now();
+    let mut segs = Vec::new();
+    for p in peers {
+        eng.connect(p, T)?;
+        segs.push(eng.remote_segments(p).ok_or("no remote segments")?);
+    }
+    let connect = t.elapsed();
+    let l0 = local.as_raw() as u64;
+    let per_seg = SEG_BYTES as u64 / DESC;
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut rnd = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    // Experiment aid: BENCH_ONE_SEGMENT=1 aims every descriptor at the first segment of each
+    // peer (same tables, no spread).
+    let spread = std::env::var_os("BENCH_ONE_SEGMENT").is_none();
+    let mut descs = Vec::with_capacity(batches * crate::transfer::BATCH);
+    let mut prev = u64::MAX;
+    for k in 0..batches * crate::transfer::BATCH {
+        let segs = &segs[(k / crate::transfer::BATCH) % peers.len()];
+        let pick = rnd() % segs.len() as u64;
+        let (base, _) = segs[if spread { pick as usize } else { 0 }];
+        let mut r = base + rnd() % per_seg * DESC;
+        if r == prev.wrapping_add(DESC) {
+            // Never contiguous with the previous descriptor on both sides: no coalescing.
+            r = base + (r - base + 2 * DESC) % (per_seg * DESC);
+        }
+        prev = r;
+        let l = l0 + (k as u64 * DESC) % LOCAL_BYTES as u64;
+        descs.push(TransferDesc::new(l, r, DESC));
+    }
+    let mut best = (f64::MAX, f64::MAX);
+    for _ in 0..reps.max(1) + 1 {
+        let mut submit = Duration::ZERO;
+        let t = Instant::now();
+        for (i, c) in descs.chunks(crate::transfer::BATCH).enumerate() {
+            let peer = peers[i % peers.len()];
+            let s = Instant::now();
+            let req = eng.transfer_async(peer, TransferOp::Write, c)?;
+            submit += s.elapsed();
+            req.wait(T)?;
+        }
+        let total = t.elapsed();
+        let n = descs.len() as f64;
+        best.0 = best.0.min(submit.as_nanos() as f64 / n);
+        best.1 = best.1.min(total.as_nanos() as f64 / n);
+    }
+    println!(
+        "TRANSLATE {:.1} {:.1} {} {:.3}",
+        best.0,
+        best.1,
+        descs.len(),
+        connect.as_secs_f64()
+    );
+    drop(_reg);
+    drop(eng);
+    Ok(())
+}
