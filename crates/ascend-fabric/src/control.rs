@@ -331,39 +331,46 @@ fn serve_connect(mut stream: TcpStream, peer: SocketAddr, frame: &Frame, shared:
     } else {
         status::PARAM_INVALID
     };
+    // The socket becomes the client's keepalive session. It is registered before the answer
+    // goes out, so a client that sees success finds its session in place. A duplicate channel
+    // id is still answered with success (as HIXL does) but not registered, and is closed.
+    let id = shared.next_session.fetch_add(1, Ordering::Relaxed);
+    let mut registered = false;
+    if authorised {
+        let mut sessions = shared.sessions.lock();
+        if sessions.contains_key(&req.channel_id) {
+            tracing::warn!(channel = %req.channel_id, "duplicate channel id; new session closed");
+        } else if let Ok(clone) = stream.try_clone() {
+            sessions.insert(
+                req.channel_id.clone(),
+                Session {
+                    id,
+                    stream: clone,
+                    last_heartbeat: Instant::now(),
+                },
+            );
+            registered = true;
+        }
+    }
+    if registered {
+        shared.handler.session_opened(&req.channel_id);
+    }
     if let Err(e) =
         wire::write_frame(&mut stream, &resp).and_then(|()| send_status(&mut stream, code))
     {
         tracing::warn!(%peer, error = %e, "connect response not delivered");
+        if registered {
+            end_session(shared, &req.channel_id, id);
+        }
         return;
     }
     if !authorised {
         reject(shared, peer, &"connect request without the shared secret");
         return;
     }
-    // The socket becomes the client's keepalive session. A duplicate channel id was already
-    // answered with success (as HIXL does) but is not registered: close it.
-    let id = shared.next_session.fetch_add(1, Ordering::Relaxed);
-    {
-        let mut sessions = shared.sessions.lock();
-        if sessions.contains_key(&req.channel_id) {
-            tracing::warn!(channel = %req.channel_id, "duplicate channel id; new session closed");
-            return;
-        }
-        let registered = match stream.try_clone() {
-            Ok(s) => s,
-            Err(_) => return,
-        };
-        sessions.insert(
-            req.channel_id.clone(),
-            Session {
-                id,
-                stream: registered,
-                last_heartbeat: Instant::now(),
-            },
-        );
+    if !registered {
+        return;
     }
-    shared.handler.session_opened(&req.channel_id);
     tracing::debug!(channel = %req.channel_id, %peer, "session opened");
     // Block on whole heartbeat frames; the server's Drop and a disconnect request shut the
     // socket down, which ends this loop.
@@ -388,12 +395,18 @@ fn serve_connect(mut stream: TcpStream, peer: SocketAddr, frame: &Frame, shared:
             }
         }
     }
+    end_session(shared, &req.channel_id, id);
+}
+
+/// Removes session `id` of `channel_id` if it is still the registered one, and tells the
+/// handler.
+fn end_session(shared: &Shared, channel_id: &str, id: u64) {
     let mut sessions = shared.sessions.lock();
-    if sessions.get(&req.channel_id).is_some_and(|s| s.id == id) {
-        sessions.remove(&req.channel_id);
+    if sessions.get(channel_id).is_some_and(|s| s.id == id) {
+        sessions.remove(channel_id);
         drop(sessions);
-        shared.handler.session_closed(&req.channel_id);
-        tracing::debug!(channel = %req.channel_id, "session ended");
+        shared.handler.session_closed(channel_id);
+        tracing::debug!(channel = %channel_id, "session ended");
     }
 }
 
