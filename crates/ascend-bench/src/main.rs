@@ -11,7 +11,7 @@
 //!   64 MiB. *walk*: a region of 1 GiB (256 MiB with `--quick`) moved block by block, the
 //!   remote blocks in a scattered order so that no two descriptors coalesce; 4 KiB and 64 KiB
 //!   blocks go in batches of 1,024 descriptors (`TransferAsync`, 4 batches in flight), 1 MiB
-//!   and 64 MiB blocks one per `TransferSync`.
+//!   and 64 MiB blocks one per transfer (2 in flight).
 //!   *repeat*: one buffer of the block size moved again and again (the pattern of
 //!   `ucx_perftest`), up to 1,024 descriptors and 64 MiB per transfer (1 MiB: 64 per
 //!   transfer; 64 MiB: one), as `ucx_perftest` keeps puts outstanding. Both buffers are touched
@@ -37,7 +37,7 @@
 //!
 //! Profiling aids (environment): `ASCEND_BENCH_FILTER` (run only matching transfer rows, e.g.
 //! `"walk Write 4 KiB"`), `ASCEND_BENCH_REPS`, `ASCEND_BENCH_STREAMS`,
-//! `ASCEND_BENCH_TRANSLATE_BATCHES`, `ASCEND_BENCH_POOL_GIB`, `ASCEND_BENCH_WRAP_<ROLE>` (run a
+//! `ASCEND_BENCH_WINDOW_1`, `ASCEND_BENCH_TRANSLATE_BATCHES`, `ASCEND_BENCH_POOL_GIB`, `ASCEND_BENCH_WRAP_<ROLE>` (run a
 //! child role under e.g. `perf record`), and the `inproc` role for valgrind.
 //!
 //! Output: a table on stdout, `transfer.csv`, `translate.csv`, `collectives.csv`,

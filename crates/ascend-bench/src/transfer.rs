@@ -18,6 +18,8 @@ pub(crate) const BATCH: usize = 1024;
 const T: Duration = Duration::from_secs(120);
 /// Batched transfers in flight at once.
 pub(crate) const WINDOW: usize = 4;
+/// Single-descriptor transfers (1 MiB, 64 MiB blocks) in flight at once.
+pub(crate) const WINDOW_1: usize = 2;
 /// Bytes per transfer in the repeat pattern (at most [`BATCH`] descriptors).
 const REPEAT_BATCH_BYTES: usize = 64 << 20;
 /// Multiplier of the remote block order in the walk (odd: a permutation of a power of two
@@ -229,16 +231,16 @@ impl Bench<'_> {
             .iter()
             .map(|&(l, r)| TransferDesc::new(self.l0 + l as u64, self.r0 + r as u64, block as u64))
             .collect();
-        // Batched transfers keep WINDOW requests in flight (TransferAsync), so the copy
-        // streams have work while the next batch is checked and queued; single-descriptor
-        // transfers are synchronous (TransferSync), one at a time.
+        // Transfers are pipelined (TransferAsync, WINDOW batches or WINDOW_1 single-descriptor
+        // transfers in flight), so the copy streams have work while the next transfer is
+        // checked and queued, and one transfer's tail overlaps the next one's start.
         let window = if batch > 1 {
             WINDOW
         } else {
             std::env::var("ASCEND_BENCH_WINDOW_1")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(1)
+                .unwrap_or(WINDOW_1)
         };
         let pass = || -> Res<()> {
             let mut inflight = std::collections::VecDeque::with_capacity(window);
