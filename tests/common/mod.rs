@@ -110,13 +110,14 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// The emulator's shared library next to the test binary (target/<profile>/libascend_sim.so).
+/// The emulator's shared library built with the test binary (target/<profile>/deps), else
+/// the copy in target/<profile>, which only a build naming ascend-sim refreshes.
 pub fn sim_library() -> Option<std::path::PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let deps = exe.parent()?;
     [
-        deps.parent()?.join("libascend_sim.so"),
         deps.join("libascend_sim.so"),
+        deps.parent()?.join("libascend_sim.so"),
     ]
     .into_iter()
     .find(|p| p.exists())
