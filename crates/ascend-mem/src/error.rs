@@ -215,6 +215,36 @@ pub enum Error {
         /// Size of the object.
         size: usize,
     },
+    /// A copy of a [`Stream::copy_table_async`](crate::Stream::copy_table_async) batch names
+    /// an entry its table lacks.
+    #[error("aclrtMemcpyAsync (table batch): copy {copy}: {side} entry {entry} does not exist (the table has {entries})")]
+    NoTableEntry {
+        /// Index of the copy in the batch.
+        copy: usize,
+        /// Which table.
+        side: crate::CopySide,
+        /// The entry named.
+        entry: usize,
+        /// Entries in the table.
+        entries: usize,
+    },
+    /// A copy of a [`Stream::copy_table_async`](crate::Stream::copy_table_async) batch runs
+    /// past the end of its entry.
+    #[error("aclrtMemcpyAsync (table batch): copy {copy}: {side} entry {entry}: range [{offset:#x}, +{len:#x}) does not fit in its {size:#x} bytes")]
+    TableRange {
+        /// Index of the copy in the batch.
+        copy: usize,
+        /// Which table.
+        side: crate::CopySide,
+        /// The entry named.
+        entry: usize,
+        /// Offset in the entry.
+        offset: usize,
+        /// Length of the copy.
+        len: usize,
+        /// The entry's length.
+        size: usize,
+    },
     /// A range to map overlaps one that is already mapped in the same reservation.
     #[error("map at [{offset:#x}, +{len:#x}) overlaps the mapping at [{existing_offset:#x}, +{existing_len:#x})")]
     Overlap {
@@ -317,6 +347,8 @@ impl Error {
             Error::Load(_) => ErrorKind::Unavailable,
             Error::Misaligned { .. }
             | Error::OutOfBounds { .. }
+            | Error::NoTableEntry { .. }
+            | Error::TableRange { .. }
             | Error::Overlap { .. }
             | Error::WrongDevice { .. }
             | Error::ImportSizeMismatch { .. }

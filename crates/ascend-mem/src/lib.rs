@@ -15,8 +15,8 @@
 //! [`ReservedVa`] and [`PhysicalMem`] are thin handles over `Arc`s; a [`Mapping`] holds a clone
 //! of each and unmaps in its own `Drop`, which runs before those `Arc`s go. So users drop the
 //! three in any order and ACL still sees unmap, free, release. A [`FabricHandle`] holds the
-//! memory it exported; a [`Stream`] holds every mapping it has pending async work on until it
-//! is synchronized. Short views ([`MappingSlice`]) borrow; nothing hands out `&[u8]` or
+//! memory it exported; a [`Stream`] holds every mapping (or [`MappingTable`]) it has pending
+//! async work on until it is synchronized. Short views ([`MappingSlice`]) borrow; nothing hands out `&[u8]` or
 //! `&mut [u8]` over memory a device or peer can write.
 //!
 //! # ACL calls and the types that make them
@@ -36,7 +36,7 @@
 //! | `aclrtMemImportFromShareableHandleV2` | [`SharedHandle::import`] |
 //! | `aclrtMemSetAccess` | [`Mapping::set_device_access`] (done by [`HostBuffer::new`]) |
 //! | `aclrtMemcpy`, `aclrtMemset` | [`Mapping::read_into`], [`Mapping::write_from`], [`Mapping::fill`], [`MappingSlice::copy_from`] |
-//! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::fill_async`] |
+//! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::fill_async`]; batches over many mappings: [`Stream::copy_table_async`] with [`MappingTable`] |
 //! | `aclrtCreateStreamWithConfig`, `…SynchronizeStream…`, `aclrtStreamQuery`, `aclrtStreamAbort`, `aclrtSetStreamFailureMode`, `aclrtDestroyStream` | [`Stream`] (drop or [`Stream::close`]), [`StreamPool`] |
 //! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime`, `aclrtDestroyEvent` | [`Event`] (drop or [`Event::close`]), [`Stream::wait_event`] |
 //! | `HcclGetRootInfo`, `HcclCommInitRootInfoConfig`, `HcclCommDestroy`, `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclBroadcast`, `HcclBarrier`, `HcclCommSymWin{Register,Deregister,Get}`, … | the [`hccl`] module: [`hccl::RootInfo`], [`hccl::CommConfig`], [`hccl::Comm`] (collectives), [`hccl::SymWindow`]; its own table there |
@@ -129,6 +129,7 @@ mod runtime;
 mod share;
 mod spec;
 mod stream;
+mod table;
 mod vmm;
 
 pub use acl;
@@ -140,6 +141,7 @@ pub use runtime::{Backend, Runtime};
 pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDLE_BYTES};
 pub use spec::{Location, MemAttr, MemSpec};
 pub use stream::{Event, EventFlags, FailureMode, Stream, StreamFlags, StreamLease, StreamPool};
+pub use table::{CopySide, MappingTable, TableCopy};
 pub use vmm::{Access, Mapping, MappingSlice, Origin, PhysicalMem, ReservedVa};
 
 /// Compile-time checks that every public handle keeps its thread-safety promises: a new raw

@@ -11,6 +11,7 @@
 
 use std::cell::Cell;
 use std::collections::VecDeque;
+use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use parking_lot::{Condvar, Mutex};
 use crate::device::Device;
 use crate::error::{close_last, Error, Result};
 use crate::ffi;
+use crate::table::{CopySide, MappingTable, TableCopy, TableInner};
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
 
 bitflags::bitflags! {
@@ -92,6 +94,7 @@ fn fits(len: usize, size: usize, what: &'static str) -> Result<()> {
 enum Keep {
     Map(#[allow(dead_code)] Arc<MapInner>),
     Event(#[allow(dead_code)] Arc<EventInner>),
+    Table(#[allow(dead_code)] Arc<TableInner>),
     /// Anything else pending work uses (an HCCL communicator, a symmetric window).
     Other(#[allow(dead_code)] Arc<dyn std::any::Any + Send + Sync>),
 }
@@ -300,6 +303,66 @@ impl Stream {
         }?;
         self.keep.push(Keep::Map(dst.map_inner().clone()));
         self.keep.push(Keep::Map(src.map_inner().clone()));
+        Ok(())
+    }
+
+    /// Queues a batch of copies between entries of two [`MappingTable`]s (`aclrtMemcpyAsync`
+    /// per copy, device to device), in order. `dst` and `src` may be the same table.
+    ///
+    /// Every copy is checked before any is queued; zero-length copies are skipped. The device
+    /// is bound once for the batch, and the stream keeps each table (not each mapping) alive
+    /// until it is synchronized past the batch or dropped. Use it where one batch touches many
+    /// mappings: see [`MappingTable`].
+    ///
+    /// # Errors
+    /// [`Error::WrongDevice`] when a table belongs to another runtime;
+    /// [`Error::NoTableEntry`] or [`Error::TableRange`] naming the first copy whose entry or
+    /// range is not in its table (nothing is queued);
+    /// an `aclrtMemcpyAsync` failure (the copies before it stay queued).
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub fn copy_table_async(
+        &mut self,
+        dst: &MappingTable,
+        src: &MappingTable,
+        copies: &[TableCopy],
+    ) -> Result<()> {
+        self.same_runtime(&dst.inner.dev, "aclrtMemcpyAsync (table batch) dst")?;
+        self.same_runtime(&src.inner.dev, "aclrtMemcpyAsync (table batch) src")?;
+        let (d, s) = (&*dst.inner, &*src.inner);
+        let mut any = false;
+        for (i, c) in copies.iter().enumerate() {
+            d.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len)?;
+            s.addr(i, CopySide::Src, c.src, c.src_offset, c.len)?;
+            any |= c.len != 0;
+        }
+        if !any {
+            return Ok(());
+        }
+        self.dev.enter()?;
+        // Kept before queuing, so copies queued ahead of a failure are covered too.
+        self.keep.push(Keep::Table(dst.inner.clone()));
+        if !Arc::ptr_eq(&dst.inner, &src.inner) {
+            self.keep.push(Keep::Table(src.inner.clone()));
+        }
+        let kind = memcpy_kind(false, false);
+        for c in copies.iter().filter(|c| c.len != 0) {
+            let to = d.spans[c.dst].0 + c.dst_offset;
+            let from = s.spans[c.src].0 + c.src_offset;
+            // SAFETY: both ranges were checked above to lie inside entries of live tables,
+            // whose mappings the references pushed above keep mapped until the stream is
+            // synchronized past this copy or destroyed.
+            unsafe {
+                ffi::copy::memcpy_async(
+                    self.dev.lib(),
+                    to as *mut c_void,
+                    c.len,
+                    from as *const c_void,
+                    c.len,
+                    kind,
+                    self.raw,
+                )
+            }?;
+        }
         Ok(())
     }
 
