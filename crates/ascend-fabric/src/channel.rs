@@ -7,6 +7,7 @@ use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
+use ascend_mem::MappingTable;
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, LostReason};
@@ -87,6 +88,11 @@ pub(crate) type ChannelMap = RwLock<HashMap<String, Arc<Channel>>>;
 pub(crate) struct Channel {
     pub(crate) peer: String,
     pub(crate) addr: SocketAddr,
+    /// `remote`'s imports as a copy table (entry i = segment i). Declared before `remote`:
+    /// it drops first, so the last owner of each import is its `SlotMapping`, which unmaps
+    /// it before giving its VA back to the pool. Only pending copies hold other references,
+    /// and they are gone before the channel is (every request holds the channel).
+    pub(crate) remote_table: MappingTable,
     /// Remote va → imported mapping, held inline (one pointer less to chase per
     /// descriptor than an `Arc` each). Immutable after connect.
     pub(crate) remote: RangeMap<Import>,

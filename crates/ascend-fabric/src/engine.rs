@@ -7,7 +7,10 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ascend_mem::{Device, DeviceBuffer, HostBuffer, MappingSlice, ShareKind, SharedHandle};
+use ascend_mem::{
+    Device, DeviceBuffer, HostBuffer, MappingSlice, MappingTable, ShareKind, SharedHandle,
+    TableCopy,
+};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::channel::{self, Channel, ChannelMap, Counters, Import, PeerStats};
@@ -376,6 +379,13 @@ impl Engine {
             peer: remote.to_owned(),
             addr: sa,
             remote_index: channel::SegIndex::new(&remote_map),
+            remote_table: MappingTable::new(
+                &inner.dev,
+                remote_map
+                    .segments()
+                    .iter()
+                    .map(|s| s.value.map.map.as_slice()),
+            )?,
             remote: remote_map,
             gate: RwLock::new(None),
             inflight: Mutex::new(HashMap::new()),
@@ -694,39 +704,20 @@ impl Engine {
                 }
             }
         }
-        // Touch every piece's two mappings first, in a tight loop: with thousands of segments
-        // their state is scattered and cold, and independent loads here overlap their cache
-        // misses instead of taking them one at a time in the issue loop below.
-        if pieces.len() > 1 {
-            let mut acc = 0usize;
-            for p in &pieces {
-                for m in [
-                    local.segments()[p.l_idx].value.block.mapping(),
-                    &remote_map.segments()[p.r_idx].value.map.map,
-                ] {
-                    // What the copy submission reads of each mapping.
-                    acc ^= m.len() ^ (m.as_raw() as usize) ^ m.device().id() as usize;
-                }
+        let ltab = match reg.table(&inner.dev) {
+            Ok(t) => t,
+            Err(e) => {
+                inner.slots.release(slot);
+                return Err(e);
             }
-            std::hint::black_box(acc);
-        }
-        // Queue the pieces, coalescing ones contiguous on both sides.
+        };
+        // Cut the pieces into copies, coalescing ones contiguous on both sides, and deal
+        // them round-robin to the slot's streams: one table batch per stream.
         let k = slot.streams.len();
         let write = op == TransferOp::Write;
-        let mut used = 0u32;
+        let mut batches: Vec<Vec<TableCopy>> = vec![Vec::new(); k];
         let mut rr = 0usize;
-        let mut err: Option<Error> = None;
-        let mut pending: Option<Piece> = None;
-        let mut issue = |p: Piece, slot: &mut crate::transfer::Slot, err: &mut Option<Error>| {
-            if err.is_some() {
-                return;
-            }
-            let lseg = &local.segments()[p.l_idx];
-            let block = &lseg.value.block;
-            let lmap = block.mapping();
-            let loff = (lseg.start - block.base + p.l_off) as usize;
-            let rmap = &remote_map.segments()[p.r_idx].value.map.map;
-            let roff = p.r_off as usize;
+        let mut deal = |p: Piece| {
             let len = p.len as usize;
             // A large piece is cut into up to `k` chunks on different streams, so one big
             // op uses every stream of the slot (HIXL issues it whole, on one stream).
@@ -736,29 +727,24 @@ impl Engine {
                 1
             };
             let chunk = len.div_ceil(parts).next_multiple_of(4096);
-            let r = (|| -> ascend_mem::Result<()> {
-                let mut at = 0;
-                while at < len {
-                    let n = chunk.min(len - at);
-                    let l = lmap.slice(loff + at..loff + at + n)?;
-                    let r = rmap.slice(roff + at..roff + at + n)?;
-                    let i = rr % k;
-                    let s = &mut slot.streams[i];
-                    if write {
-                        s.copy_async(&r, &l)?;
-                    } else {
-                        s.copy_async(&l, &r)?;
-                    }
-                    used |= 1 << i;
-                    rr += 1;
-                    at += n;
-                }
-                Ok(())
-            })();
-            if let Err(e) = r {
-                *err = Some(e.into());
+            let mut at = 0;
+            while at < len {
+                let n = chunk.min(len - at);
+                let l = (p.l_idx, p.l_off as usize + at);
+                let r = (p.r_idx, p.r_off as usize + at);
+                let ((dst, dst_offset), (src, src_offset)) = if write { (r, l) } else { (l, r) };
+                batches[rr % k].push(TableCopy {
+                    dst,
+                    dst_offset,
+                    src,
+                    src_offset,
+                    len: n,
+                });
+                rr += 1;
+                at += n;
             }
         };
+        let mut pending: Option<Piece> = None;
         for p in pieces {
             match &mut pending {
                 Some(q)
@@ -771,13 +757,31 @@ impl Engine {
                 }
                 _ => {
                     if let Some(q) = pending.replace(p) {
-                        issue(q, &mut slot, &mut err);
+                        deal(q);
                     }
                 }
             }
         }
         if let Some(q) = pending.take() {
-            issue(q, &mut slot, &mut err);
+            deal(q);
+        }
+        let (dtab, stab) = if write {
+            (&ch.remote_table, ltab)
+        } else {
+            (ltab, &ch.remote_table)
+        };
+        let mut used = 0u32;
+        let mut err: Option<Error> = None;
+        for (i, b) in batches.iter().enumerate() {
+            if b.is_empty() {
+                continue;
+            }
+            // Marked before queuing: a batch that fails part way is aborted with the rest.
+            used |= 1 << i;
+            if let Err(e) = slot.streams[i].copy_table_async(dtab, stab, b) {
+                err = Some(e.into());
+                break;
+            }
         }
         drop(reg);
         let id = inner.next_req.fetch_add(1, Ordering::Relaxed);

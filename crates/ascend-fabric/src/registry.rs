@@ -11,11 +11,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use ascend_mem::{
     Access, Device, DeviceBuffer, ExportFlags, HostBuffer, Mapping, MappingRef, MappingSlice,
-    PhysicalMem, ShareKind, SharedHandle,
+    MappingTable, PhysicalMem, ShareKind, SharedHandle,
 };
 use parking_lot::RwLock;
 
@@ -110,9 +110,36 @@ pub(crate) struct LocalSeg {
 
 #[derive(Default)]
 pub(crate) struct RegState {
+    /// `ranges`' segments as a copy table (entry i = segment i), built by the first transfer
+    /// after a change; every change to `ranges` clears it.
+    pub(crate) table: OnceLock<MappingTable>,
     pub(crate) ranges: RangeMap<LocalSeg>,
     exact: HashMap<(u64, u64), (u64, Weak<RegHandle>)>,
     blocks: BTreeMap<u64, Weak<Block>>,
+}
+
+impl RegState {
+    /// The local segments as a copy table (entry i = segment i, viewing exactly the
+    /// segment's bytes of its block's mapping).
+    pub(crate) fn table(&self, dev: &Device) -> Result<&MappingTable> {
+        if let Some(t) = self.table.get() {
+            return Ok(t);
+        }
+        let mut views = Vec::with_capacity(self.ranges.len());
+        let mut blocks: Vec<Arc<Block>> = Vec::new();
+        for s in self.ranges.segments() {
+            let b = &s.value.block;
+            let at = (s.start - b.base) as usize;
+            views.push(b.mapping().slice(at..at + s.len as usize)?);
+            if !blocks.last().is_some_and(|l| Arc::ptr_eq(l, b)) {
+                blocks.push(b.clone());
+            }
+        }
+        // The table holds the blocks too, so a block whose mapping sits in a pool slot gives
+        // the slot back only once the table (and any copy queued from it) is gone.
+        let t = MappingTable::with_keepalive(dev, views, blocks)?;
+        Ok(self.table.get_or_init(|| t))
+    }
 }
 
 pub(crate) struct Registry {
@@ -392,6 +419,7 @@ impl Registry {
             let s = addr.max(b.base);
             let e = end.min(b.base + b.len);
             // Overlap was excluded above and blocks do not overlap each other.
+            st.table = OnceLock::new();
             if let Err(e) = st.ranges.insert(
                 s,
                 e - s,
@@ -420,6 +448,7 @@ impl Registry {
             .filter(|s| s.value.reg.id == id)
             .map(|s| s.start)
             .collect();
+        st.table = OnceLock::new();
         for s in starts {
             st.ranges.remove(s);
         }
