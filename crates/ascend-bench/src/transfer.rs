@@ -8,7 +8,7 @@ use ascend_mem::Runtime;
 use indicatif::ProgressBar;
 
 use crate::peer::{engine_options, start_peer, streams};
-use crate::util::{best_of, gbs, proc_status_bytes, size_name};
+use crate::util::{best_of_alternating, gbs, proc_status_bytes, size_name};
 use crate::{Args, Res, Results};
 
 /// Block sizes.
@@ -263,15 +263,15 @@ impl Bench<'_> {
             }
             Ok(())
         };
-        pass()?; // warm-up (slots, streams, caches)
-        let engine = best_of(self.reps, pass)?;
         let split = pattern == Pattern::Repeat;
         let mc = || -> Res<()> {
             memcpy_run(self.bufs, write, &pairs, block, rounds, split);
             Ok(())
         };
+        // Warm-up (slots, streams, caches), then engine and memcpy passes in turn.
+        pass()?;
         mc()?;
-        let memcpy = best_of(self.reps, mc)?;
+        let (engine, memcpy) = best_of_alternating(self.reps, pass, mc)?;
         let n = (pairs.len() * rounds) as u64;
         Ok(Row {
             pattern,

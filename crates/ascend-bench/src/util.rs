@@ -72,6 +72,21 @@ pub(crate) fn best_of(n: usize, mut f: impl FnMut() -> Res<()>) -> Res<Duration>
     Ok(best)
 }
 
+/// The best of `n` timed runs each of `a` and `b`, run alternately (a, b, a, b, ...), so a
+/// change in the machine's load during the measurement falls on both.
+pub(crate) fn best_of_alternating(
+    n: usize,
+    mut a: impl FnMut() -> Res<()>,
+    mut b: impl FnMut() -> Res<()>,
+) -> Res<(Duration, Duration)> {
+    let (mut ba, mut bb) = (Duration::MAX, Duration::MAX);
+    for _ in 0..n.max(1) {
+        ba = ba.min(best_of(1, &mut a)?);
+        bb = bb.min(best_of(1, &mut b)?);
+    }
+    Ok((ba, bb))
+}
+
 /// `bytes` over `d` in GB/s (10^9 bytes per second).
 pub(crate) fn gbs(bytes: u64, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e9
