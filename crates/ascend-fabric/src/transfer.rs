@@ -1,9 +1,11 @@
 //! Transfers: descriptors, stream slots, requests and their completion.
 //!
 //! A *slot* is `task_stream_num` streams leased from a [`StreamPool`] plus one event per stream
-//! (HIXL's host-mode slot). A transfer takes a slot for itself, queues its pieces round-robin
-//! on the slot's streams (`aclrtMemcpyAsync`, kind DEVICE_TO_DEVICE for every direction, as
-//! HIXL does), records each used stream's event, and is complete when every recorded event is;
+//! (HIXL's host-mode slot). A transfer takes a slot for itself, deals its pieces round-robin
+//! to the slot's streams and queues each stream's share as one table batch
+//! ([`ascend_mem::Stream::copy_table_async`] over the channel's imports and the local
+//! segments: `aclrtMemcpyAsync`, kind DEVICE_TO_DEVICE for every direction, as HIXL does),
+//! records each used stream's event, and is complete when every recorded event is;
 //! the streams are then synchronized (instantly) to surface copy errors, and the slot goes back
 //! to the engine. A slot whose transfer failed or was aborted is destroyed, not reused. Slots are
 //! created lazily, up to a budget of 512 streams per engine.
