@@ -47,7 +47,7 @@ struct Monitor {
     cv: Condvar,
 }
 
-struct EngineInner {
+pub(crate) struct EngineInner {
     addr: EngineAddr,
     opts: EngineOptions,
     dev: Device,
@@ -126,6 +126,39 @@ struct Piece {
     r_idx: usize,
     r_off: u64,
     len: u64,
+}
+
+/// Timeout of a connect made on demand (`AutoConnect`), as HIXL's.
+pub(crate) const AUTO_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+impl EngineInner {
+    /// [`Engine::disconnect`]; with `only`, only if the channel to `remote` is that one (a
+    /// channel made since, by a reconnect, stays).
+    pub(crate) fn disconnect(
+        &self,
+        remote: &str,
+        only: Option<&Arc<Channel>>,
+        timeout: Duration,
+    ) -> Result<()> {
+        let _span = tracing::info_span!("disconnect", engine = %self.addr, peer = remote).entered();
+        let ch = {
+            let mut chans = self.channels.write();
+            match chans.get(remote) {
+                Some(c) if only.map_or(true, |o| Arc::ptr_eq(o, c)) => chans.remove(remote),
+                _ => None,
+            }
+        }
+        .ok_or_else(|| Error::NotConnected {
+            peer: remote.to_owned(),
+        })?;
+        // New submissions fail from here; in-flight ones are aborted.
+        ch.lose(LostReason::Disconnected);
+        if let Err(e) = control::disconnect(ch.addr, self.addr.as_str(), timeout) {
+            tracing::debug!(peer = remote, error = %e, "disconnect request not delivered");
+        }
+        drop(ch);
+        Ok(())
+    }
 }
 
 impl Engine {
@@ -411,25 +444,7 @@ impl Engine {
     /// # Errors
     /// [`Error::NotConnected`].
     pub fn disconnect(&self, remote: &str, timeout: Duration) -> Result<()> {
-        let _span =
-            tracing::info_span!("disconnect", engine = %self.inner.addr, peer = remote).entered();
-        let ch = self
-            .inner
-            .channels
-            .write()
-            .remove(remote)
-            .ok_or_else(|| Error::NotConnected {
-                peer: remote.to_owned(),
-            })?;
-        {
-            // New submissions fail from here; in-flight ones are aborted.
-            ch.lose(LostReason::Disconnected);
-        }
-        if let Err(e) = control::disconnect(ch.addr, self.inner.addr.as_str(), timeout) {
-            tracing::debug!(peer = remote, error = %e, "disconnect request not delivered");
-        }
-        drop(ch);
-        Ok(())
+        self.inner.disconnect(remote, None, timeout)
     }
 
     /// Whether a live channel to `remote` exists.
@@ -548,9 +563,11 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::EmptyBatch`], [`Error::ZeroLength`], [`Error::Overflow`],
-    /// [`Error::NotRegistered`] (naming the descriptor and address); [`Error::NotConnected`];
+    /// [`Error::NotRegistered`] (naming the descriptor and address); [`Error::NotConnected`]
+    /// (with [`EngineOptions::auto_connect`], the connect's own errors instead);
     /// [`Error::PeerLost`]; [`Error::Timeout`] (no free slot, or the copies took too long);
-    /// [`Error::Mem`] for a failed copy.
+    /// [`Error::Mem`] for a failed copy. With `auto_connect`, a failed copy or a timeout also
+    /// disconnects the peer.
     pub fn transfer_sync(
         &self,
         remote: &str,
@@ -560,7 +577,10 @@ impl Engine {
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let req = self.submit(remote, op, descs, Some(deadline))?;
-        match req.wait(Some(deadline)) {
+        let r = req.wait(Some(deadline));
+        // Under AutoConnect a failed copy, or copies that ran out of time, disconnect.
+        req.disconnect_if_due(r.is_none());
+        match r {
             Some(r) => r,
             None => {
                 req.abort();
@@ -600,14 +620,25 @@ impl Engine {
         let inner = &self.inner;
         let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
         let bytes = check_descs(descs)?;
-        let ch = inner
-            .channels
-            .read()
-            .get(remote)
-            .cloned()
-            .ok_or_else(|| Error::NotConnected {
-                peer: remote.to_owned(),
-            })?;
+        let lookup = || inner.channels.read().get(remote).cloned();
+        let ch = match lookup() {
+            Some(c) => c,
+            None if inner.opts.auto_connect => {
+                // HIXL's AutoConnect: connect on demand (another thread may win the race).
+                match self.connect(remote, AUTO_CONNECT_TIMEOUT) {
+                    Ok(()) | Err(Error::AlreadyConnected { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+                lookup().ok_or_else(|| Error::NotConnected {
+                    peer: remote.to_owned(),
+                })?
+            }
+            None => {
+                return Err(Error::NotConnected {
+                    peer: remote.to_owned(),
+                })
+            }
+        };
         if let Some(r) = *ch.gate.read() {
             return Err(ch.lost_error(r));
         }
@@ -800,13 +831,19 @@ impl Engine {
                 err = Some(e);
             }
         }
-        let req = ReqInner::new(id, p);
+        let req = ReqInner::new(
+            id,
+            p,
+            inner.opts.auto_connect.then(|| Arc::downgrade(&self.inner)),
+        );
         ch.inflight.lock().insert(id, Arc::downgrade(&req));
         drop(gate);
         if let Some(e) = err {
             req.fail(e);
             // The failure is the submission's result.
-            return match req.wait(None) {
+            let r = req.wait(None);
+            req.disconnect_if_due(false);
+            return match r {
                 Some(Err(e)) => Err(e),
                 _ => Err(Error::Aborted),
             };

@@ -44,7 +44,9 @@
 //! # Does not
 //! * run HIXL's AICPU path (`fabric_memory.enable_aicpu_unfold` must be false) or the
 //!   HixlCS/HCCL engines;
-//! * reconnect on its own (`AutoConnect` is parsed; connect again after a peer restarts).
+//! * reconnect on its own unless `AutoConnect` is on: then a transfer to a peer it is not
+//!   connected to connects first (3 s timeout), and a transfer whose copies failed
+//!   disconnects its peer, as in HIXL (argument errors, caught before any copy, do not).
 #![deny(unsafe_code)]
 
 mod channel;

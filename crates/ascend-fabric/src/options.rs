@@ -151,7 +151,8 @@ pub struct EngineOptions {
     pub pool_capacity: u64,
     /// VA pool start hint in bytes (`fabric_memory.start_address`, given in TB).
     pub pool_start: u64,
-    /// Connect on demand and disconnect a peer whose transfer failed (`AutoConnect`).
+    /// Connect on demand (3 s timeout) and disconnect a peer whose transfer's copies failed
+    /// or timed out (`AutoConnect`); off by default, as in HIXL.
     pub auto_connect: bool,
     /// Heartbeat interval on keepalive sockets (HIXL: 10 s).
     pub heartbeat_interval: Duration,

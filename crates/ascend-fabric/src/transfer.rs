@@ -10,14 +10,15 @@
 //! to the engine. A slot whose transfer failed or was aborted is destroyed, not reused. Slots are
 //! created lazily, up to a budget of 512 streams per engine.
 
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use ascend_mem::{Device, Event, FailureMode, StreamFlags, StreamLease, StreamPool};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::channel::Channel;
+use crate::engine::{EngineInner, AUTO_CONNECT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::registry::RegInner;
 
@@ -306,17 +307,44 @@ enum ReqState {
 pub(crate) struct ReqInner {
     pub(crate) id: u64,
     state: Mutex<ReqState>,
+    /// With `AutoConnect`: the engine and the channel, to disconnect after a failed copy.
+    auto: Option<(Weak<EngineInner>, Weak<Channel>)>,
+    /// Set when the request failed in a way that disconnects under `AutoConnect`; taken by
+    /// the first caller to see the failure, after it released the state lock.
+    auto_due: AtomicBool,
 }
 
 /// Longest time a waiter holds a request's lock while blocked on its events.
 const SLICE: Duration = Duration::from_millis(2);
 
 impl ReqInner {
-    pub(crate) fn new(id: u64, p: Pending) -> Arc<ReqInner> {
+    pub(crate) fn new(id: u64, p: Pending, engine: Option<Weak<EngineInner>>) -> Arc<ReqInner> {
+        let auto = engine.map(|e| (e, Arc::downgrade(&p.channel)));
         Arc::new(ReqInner {
             id,
             state: Mutex::new(ReqState::Pending(Box::new(p))),
+            auto,
+            auto_due: AtomicBool::new(false),
         })
+    }
+
+    /// `AutoConnect`, as HIXL: a transfer whose copies failed disconnects its peer (the next
+    /// transfer connects again). Only the channel the request used is closed, not one made
+    /// since. Call without holding the state lock.
+    pub(crate) fn disconnect_if_due(&self, force: bool) {
+        if !(self.auto_due.swap(false, Ordering::AcqRel) || force) {
+            return;
+        }
+        let Some((eng, ch)) = &self.auto else {
+            return;
+        };
+        let (Some(eng), Some(ch)) = (eng.upgrade(), ch.upgrade()) else {
+            return;
+        };
+        tracing::info!(peer = %ch.peer, "AutoConnect: disconnecting after a failed transfer");
+        if let Err(e) = eng.disconnect(&ch.peer, Some(&ch), AUTO_CONNECT_TIMEOUT) {
+            tracing::debug!(peer = %ch.peer, error = %e, "AutoConnect: already disconnected");
+        }
     }
 
     /// Ends a pending request: returns or destroys its slot, updates counters, forgets it.
@@ -355,10 +383,13 @@ impl ReqInner {
                 }
                 c.descriptors.fetch_add(descs, Ordering::Relaxed);
             }
-            Err(_) => {
+            Err(e) => {
                 slot.abort(used);
                 slots.discard(slot);
                 c.errors.fetch_add(1, Ordering::Relaxed);
+                if self.auto.is_some() && matches!(e, Error::Mem(_)) {
+                    self.auto_due.store(true, Ordering::Release);
+                }
             }
         }
         channel.inflight.lock().remove(&self.id);
@@ -479,7 +510,9 @@ impl TransferRequest {
 
     /// Checks without blocking (`GetTransferStatus`).
     pub fn status(&self) -> TransferStatus {
-        self.inner.status()
+        let st = self.inner.status();
+        self.inner.disconnect_if_due(false);
+        st
     }
 
     /// Waits up to `timeout` for the transfer. On timeout the transfer keeps running (wait
@@ -490,7 +523,9 @@ impl TransferRequest {
     /// was disconnected, [`Error::Mem`] for a failed copy); [`Error::AlreadyReported`] when an
     /// earlier call returned the failure already.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
-        match self.inner.wait(Instant::now().checked_add(timeout)) {
+        let r = self.inner.wait(Instant::now().checked_add(timeout));
+        self.inner.disconnect_if_due(false);
+        match r {
             Some(r) => r,
             None => Err(Error::Timeout {
                 what: "transfer",
