@@ -166,6 +166,55 @@ fn r4_no_uc_reservation() {
     assert_eq!(ascend_sim::counters().reservations, 1);
     // SAFETY: reserved just above, nothing mapped in it.
     unsafe { ffi::va::release(lib, va) }.unwrap();
+
+    // The safe constructor checks R4's shape on the host, with typed errors.
+    let g = |n| env.dev.granular(n).unwrap();
+    let at = base as usize;
+    for (what, len, at, field) in [
+        ("size 1 GiB + 2 MiB", g(GIB + MIB2), at, "size"),
+        ("expectPtr + 2 MiB", g(GIB), at + MIB2, "expectPtr"),
+    ] {
+        match ReservedVa::new_no_uc(&env.dev, len, at).expect_err(what) {
+            Error::Misaligned {
+                what: w,
+                value,
+                granule,
+            } => {
+                assert!(w.ends_with(field), "{what}: {w}");
+                assert_eq!((value % GIB != 0, granule), (true, GIB), "{what}");
+            }
+            e => panic!("{what}: {e:?}"),
+        }
+    }
+    for (what, len, at) in [("size 0", g(0), at), ("expectPtr 0", g(GIB), 0)] {
+        let e = ReservedVa::new_no_uc(&env.dev, len, at).expect_err(what);
+        assert!(
+            matches!(
+                e,
+                Error::InvalidArgument {
+                    api: "aclrtReserveMemAddressNoUCMemory",
+                    ..
+                }
+            ),
+            "{what}: {e:?}"
+        );
+    }
+    let va = ReservedVa::new_no_uc(&env.dev, g(2 * GIB), at).unwrap();
+    assert_eq!(va.as_raw() as usize, at);
+    assert_eq!(va.len(), 2 * GIB);
+    // The same range again: the runtime refuses it.
+    let e = ReservedVa::new_no_uc(&env.dev, g(GIB), at).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Acl {
+                api: "aclrtReserveMemAddressNoUCMemory",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    drop(va);
     env.finish();
 }
 
@@ -187,7 +236,7 @@ fn child_entry() {
     match role.as_str() {
         "no-uc-on-a2" => {
             let rt = ascend_mem::Runtime::emulated().unwrap();
-            let _dev = rt.device(0).unwrap();
+            let dev = rt.device(0).unwrap();
             // SAFETY: plain values; the call fails and reserves nothing.
             let e =
                 unsafe { ffi::va::reserve_no_uc(rt.acl(), GIB, (41usize << 40) as *mut c_void, 1) }
@@ -199,6 +248,9 @@ fn child_entry() {
                 ErrorKind::NotSupported,
             );
             assert_eq!(e.code(), Some(AclCode::RT_FEATURE_NOT_SUPPORT));
+            let g = dev.granular(GIB).unwrap();
+            let e = ReservedVa::new_no_uc(&dev, g, 41usize << 40).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::NotSupported, "{e:?}");
             assert!(ascend_sim::counters().is_zero());
             println!("RESULT ok");
         }

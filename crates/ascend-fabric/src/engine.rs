@@ -71,7 +71,9 @@ pub(crate) struct EngineInner {
 /// the VA pool once the last registration is gone.
 ///
 /// The VA pool is per engine (HIXL's is per process): one reservation of
-/// [`EngineOptions::pool_capacity`] bytes made at creation, sub-allocated in 1 GiB slots for
+/// [`EngineOptions::pool_capacity`] bytes made at creation (at
+/// [`EngineOptions::pool_start`] without the unified-cache path where the product has that
+/// and the range is free, as HIXL's on an A3; anywhere otherwise), sub-allocated in 1 GiB slots for
 /// imported peer segments and for device aliases of foreign memory. Reserving VA costs no
 /// memory (the emulator reserves with `PROT_NONE | MAP_NORESERVE`).
 #[derive(Clone)]
@@ -207,7 +209,7 @@ impl Engine {
             .into());
         }
         dev.bind()?;
-        let pool = VaPool::new(dev, opts.pool_capacity)?;
+        let pool = VaPool::new(dev, opts.pool_capacity, opts.pool_start)?;
         let registry = Registry::new(dev, pool.clone());
         let server = if addr.listens() {
             let handler = Arc::new(Handler {

@@ -149,7 +149,8 @@ pub struct EngineOptions {
     pub task_stream_num: u32,
     /// VA pool capacity in bytes (`fabric_memory.max_capacity`, given in TB).
     pub pool_capacity: u64,
-    /// VA pool start hint in bytes (`fabric_memory.start_address`, given in TB).
+    /// Where the VA pool is reserved, in bytes (`fabric_memory.start_address`, given in TB):
+    /// honoured on an A3 when the range is free, see [`EngineOptionsBuilder::pool_start`].
     pub pool_start: u64,
     /// Connect on demand (3 s timeout) and disconnect a peer whose transfer's copies failed
     /// or timed out (`AutoConnect`); off by default, as in HIXL.
@@ -373,6 +374,14 @@ impl EngineOptionsBuilder {
         self
     }
 
+    /// Where the VA pool is reserved, in bytes (default 40 TiB; 0: anywhere). Used where the
+    /// product has fixed-address reservations without the unified-cache path (an A3) and
+    /// the range is free; otherwise the pool goes anywhere.
+    pub fn pool_start(mut self, bytes: u64) -> Self {
+        self.opts.pool_start = bytes;
+        self
+    }
+
     /// Connect on demand; disconnect peers whose transfers fail.
     pub fn auto_connect(mut self, on: bool) -> Self {
         self.opts.auto_connect = on;
@@ -418,6 +427,13 @@ impl EngineOptionsBuilder {
         }
         if o.pool_capacity == 0 {
             return Err(invalid("pool_capacity", "0", "must be above 0"));
+        }
+        if o.pool_start % (1 << 30) != 0 {
+            return Err(invalid(
+                "pool_start",
+                format!("{:#x}", o.pool_start),
+                "must be a multiple of 1 GiB",
+            ));
         }
         if o.heartbeat_interval.is_zero() {
             return Err(invalid("heartbeat_interval", "0s", "must be above 0"));

@@ -52,14 +52,36 @@ pub(crate) struct SlotMapping {
 }
 
 impl VaPool {
-    /// Reserves `capacity` bytes (rounded down to whole slots, at least one).
-    pub(crate) fn new(dev: &Device, capacity: u64) -> Result<Arc<VaPool>> {
+    /// Reserves `capacity` bytes (rounded down to whole slots, at least one). As HIXL's pool:
+    /// at `start` without the unified-cache path where the product has that
+    /// (`aclrtReserveMemAddressNoUCMemory`, A3), else anywhere. The pool is per engine here
+    /// (per process in HIXL), so when `start` is taken (another engine of this process has
+    /// it) or refused, the pool is reserved anywhere too, with a log line saying why.
+    pub(crate) fn new(dev: &Device, capacity: u64, start: u64) -> Result<Arc<VaPool>> {
         let slots = (capacity / SLOT).max(1) as usize;
         let bytes = usize::try_from(slots as u64 * SLOT).map_err(|_| Error::ResourceExhausted {
             what: "VA pool",
             detail: format!("capacity {capacity:#x} does not fit the address space"),
         })?;
-        let va = ReservedVa::new(dev, dev.granular(bytes)?)?;
+        let len = dev.granular(bytes)?;
+        let fixed = match usize::try_from(start) {
+            Ok(at) if at != 0 => match ReservedVa::new_no_uc(dev, len, at) {
+                Ok(va) => Some(va),
+                Err(e) => {
+                    if e.kind() == ascend_mem::ErrorKind::NotSupported {
+                        tracing::debug!("VA pool: no fixed-address reservation on this product");
+                    } else {
+                        tracing::info!(start, error = %e, "VA pool: start address not available; reserving anywhere");
+                    }
+                    None
+                }
+            },
+            _ => None,
+        };
+        let va = match fixed {
+            Some(va) => va,
+            None => ReservedVa::new(dev, len)?,
+        };
         Ok(Arc::new(VaPool {
             va,
             bits: Mutex::new(vec![0; slots.div_ceil(64)]),
@@ -130,7 +152,7 @@ mod tests {
     fn first_fit_reuses_freed_slots() {
         let rt = ascend_mem::Runtime::emulated().unwrap();
         let dev = rt.device(0).unwrap();
-        let pool = VaPool::new(&dev, 8 * SLOT).unwrap();
+        let pool = VaPool::new(&dev, 8 * SLOT, 0).unwrap();
         let a = pool.alloc(1).unwrap();
         let b = pool.alloc(SLOT + 1).unwrap();
         assert_eq!((a.first, b.first, b.n), (0, 1, 2));

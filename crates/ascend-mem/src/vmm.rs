@@ -109,15 +109,63 @@ impl ReservedVa {
         dev.enter()?;
         // SAFETY: plain values; the result is owned by the VaInner built below.
         let base = unsafe { ffi::va::reserve(dev.lib(), len.get(), 0) }?;
-        Ok(ReservedVa {
+        Ok(Self::owning(dev, base, len.get()))
+    }
+
+    /// Reserves `len` bytes at the fixed address `at` for memory used without the
+    /// unified-cache path (`aclrtReserveMemAddressNoUCMemory`, rule R4): what HIXL's Fabric
+    /// Mem VA pool reserves on an A3. Only A3 products have it.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a zero `at` or size; [`Error::Misaligned`] when `at` or
+    /// `len` is not a multiple of 1 GiB; `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (kind
+    /// [`NotSupported`](crate::ErrorKind::NotSupported)) on other products; other
+    /// `aclrtReserveMemAddressNoUCMemory` failures (the range is in use, ...).
+    #[doc(alias = "aclrtReserveMemAddressNoUCMemory")]
+    pub fn new_no_uc(dev: &Device, len: Granular, at: usize) -> Result<ReservedVa> {
+        const GIB: usize = 1 << 30;
+        for (what, full, value) in [
+            ("size", "aclrtReserveMemAddressNoUCMemory size", len.get()),
+            (
+                "expectPtr",
+                "aclrtReserveMemAddressNoUCMemory expectPtr",
+                at,
+            ),
+        ] {
+            if value == 0 {
+                return Err(Error::InvalidArgument {
+                    api: "aclrtReserveMemAddressNoUCMemory",
+                    what,
+                    value: 0,
+                });
+            }
+            if value % GIB != 0 {
+                return Err(Error::Misaligned {
+                    what: full,
+                    value,
+                    granule: GIB,
+                });
+            }
+        }
+        let _span =
+            tracing::debug_span!("reserve_va_no_uc", dev = dev.id(), len = len.get(), at).entered();
+        dev.enter()?;
+        // SAFETY: plain values and a fixed address the runtime checks is free; the result is
+        // owned by the VaInner built below.
+        let base = unsafe { ffi::va::reserve_no_uc(dev.lib(), len.get(), at as *mut c_void, 0) }?;
+        Ok(Self::owning(dev, base, len.get()))
+    }
+
+    fn owning(dev: &Device, base: *mut c_void, len: usize) -> ReservedVa {
+        ReservedVa {
             inner: Arc::new(VaInner {
                 dev: dev.clone(),
                 base,
-                len: len.get(),
+                len,
                 claims: Mutex::new(BTreeMap::new()),
                 live: true,
             }),
-        })
+        }
     }
 
     /// The first address.
