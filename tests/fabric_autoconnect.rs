@@ -147,3 +147,107 @@ fn a_failed_copy_disconnects_only_with_auto_connect() {
     }
     env.finish();
 }
+
+/// Two threads transfer while copies fail now and then: each failure disconnects, the other
+/// thread's next transfer reconnects, and a late disconnect never closes the session of the
+/// connect that replaced it (the peer would then look dead: `KeepaliveClosed`).
+#[test]
+fn failures_and_reconnects_from_two_threads_do_not_close_new_sessions() {
+    let env = common::setup();
+    let a_addr = format!("127.0.0.1:{}", free_port());
+    {
+        let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();
+        let dst = a.alloc_device(2 * MIB2).unwrap();
+        let _dst_reg = a.register(&dst).unwrap();
+        let r = dst.as_raw() as u64;
+        let b = Engine::new(&env.dev, "127.0.0.1", auto_options()).unwrap();
+        let src = b.alloc_device(MIB2).unwrap();
+        let _src_reg = b.register(&src).unwrap();
+        let l = src.as_raw() as u64;
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let (mut injected, mut failed, mut ok) = (0, 0, 0);
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..2u64)
+                .map(|t| {
+                    let (b, a_addr, stop) = (&b, &a_addr, &stop);
+                    s.spawn(move || {
+                        let d = [TransferDesc::new(l, r + t * MIB2 as u64, N as u64)];
+                        let (mut ok, mut failed) = (0u32, 0u32);
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            match b.transfer_sync(a_addr, TransferOp::Write, &d, T) {
+                                Ok(()) => ok += 1,
+                                Err(Error::Mem(_))
+                                | Err(Error::PeerLost {
+                                    reason: ascend_fabric::LostReason::Disconnected,
+                                    ..
+                                }) => failed += 1,
+                                Err(e) => panic!("thread {t}: {e:?}"),
+                            }
+                        }
+                        (ok, failed)
+                    })
+                })
+                .collect();
+            for _ in 0..30 {
+                std::thread::sleep(Duration::from_millis(10));
+                ascend_sim::fault::fail_nth(
+                    "aclrtSynchronizeStream",
+                    1,
+                    acl::ACL_ERROR_RT_INTERNAL_ERROR,
+                );
+                injected += 1;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for w in workers {
+                let (o, f) = w.join().unwrap();
+                ok += o;
+                failed += f;
+            }
+        });
+        ascend_sim::fault::clear();
+        assert!(
+            ok > 0 && failed > 0,
+            "ok {ok}, failed {failed}, injected {injected}"
+        );
+        // The last channel is healthy: a transfer after a pause (a wrongly closed session
+        // would have been noticed by now) works without reconnecting.
+        std::thread::sleep(Duration::from_millis(50));
+        let d = [TransferDesc::new(l, r, N as u64)];
+        b.transfer_sync(&a_addr, TransferOp::Write, &d, T).unwrap();
+        assert!(b.is_connected(&a_addr));
+        assert!(a.sessions().len() <= 1, "{:?}", a.sessions());
+    }
+    env.finish();
+}
+
+/// A synchronous transfer that runs out of time is aborted and, with the option, disconnects
+/// its peer; the next transfer connects again.
+#[test]
+fn a_timed_out_transfer_disconnects_with_auto_connect() {
+    let env = common::setup();
+    let a_addr = format!("127.0.0.1:{}", free_port());
+    {
+        let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();
+        let dst = a.alloc_device(2 * MIB2).unwrap();
+        let _dst_reg = a.register(&dst).unwrap();
+        let b = Engine::new(&env.dev, "127.0.0.1", auto_options()).unwrap();
+        let src = b.alloc_device(2 * MIB2).unwrap();
+        let _src_reg = b.register(&src).unwrap();
+        let d = [TransferDesc::new(
+            src.as_raw() as u64,
+            dst.as_raw() as u64,
+            2 * MIB2 as u64,
+        )];
+        b.connect(&a_addr, T).unwrap();
+        // 4 MiB of copies cannot finish in a microsecond.
+        let e = b
+            .transfer_sync(&a_addr, TransferOp::Write, &d, Duration::from_micros(1))
+            .unwrap_err();
+        assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
+        assert!(!b.is_connected(&a_addr));
+        b.transfer_sync(&a_addr, TransferOp::Write, &d, T).unwrap();
+        assert!(b.is_connected(&a_addr));
+    }
+    env.finish();
+}

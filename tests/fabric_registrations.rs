@@ -1,6 +1,7 @@
 //! Registrations that come and go between transfers: the engine's copy table of its local
-//! segments is rebuilt after every change, a transfer submitted before a change keeps using
-//! what it was checked against, and nothing leaks.
+//! segments is rebuilt after every change (a registration made or removed after a transfer
+//! used the table is seen by the next one), a transfer submitted before a change completes,
+//! and nothing leaks.
 
 mod common;
 mod fabric_util;

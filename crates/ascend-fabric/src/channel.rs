@@ -17,7 +17,8 @@ use crate::transfer::ReqInner;
 
 /// A peer segment imported and mapped into this engine's VA pool.
 pub(crate) struct Import {
-    pub(crate) map: SlotMapping,
+    /// Shared with the channel's copy table, which holds it until the table is gone.
+    pub(crate) map: Arc<SlotMapping>,
 }
 
 /// Per-peer counters.
@@ -88,10 +89,10 @@ pub(crate) type ChannelMap = RwLock<HashMap<String, Arc<Channel>>>;
 pub(crate) struct Channel {
     pub(crate) peer: String,
     pub(crate) addr: SocketAddr,
-    /// `remote`'s imports as a copy table (entry i = segment i). Declared before `remote`:
-    /// it drops first, so the last owner of each import is its `SlotMapping`, which unmaps
-    /// it before giving its VA back to the pool. Only pending copies hold other references,
-    /// and they are gone before the channel is (every request holds the channel).
+    /// `remote`'s imports as a copy table (entry i = segment i). It holds the imports'
+    /// `SlotMapping`s as well, so whichever goes last, table or channel, unmaps an import
+    /// before its VA goes back to the pool (even if a stream that failed to be destroyed
+    /// leaked the table).
     pub(crate) remote_table: MappingTable,
     /// Remote va → imported mapping, held inline (one pointer less to chase per
     /// descriptor than an `Arc` each). Immutable after connect.

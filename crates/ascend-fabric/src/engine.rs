@@ -134,6 +134,15 @@ struct Piece {
 pub(crate) const AUTO_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 impl EngineInner {
+    /// `AutoConnect`'s disconnect after a failed transfer on `ch` (bounded by the connect
+    /// timeout; a channel made since is left alone).
+    pub(crate) fn auto_disconnect(&self, ch: &Arc<Channel>) {
+        tracing::info!(peer = %ch.peer, "AutoConnect: disconnecting after a failed transfer");
+        if let Err(e) = self.disconnect(&ch.peer, Some(ch), self.opts.connect_timeout) {
+            tracing::debug!(peer = %ch.peer, error = %e, "AutoConnect: already disconnected");
+        }
+    }
+
     /// [`Engine::disconnect`]; with `only`, only if the channel to `remote` is that one (a
     /// channel made since, by a reconnect, stays).
     pub(crate) fn disconnect(
@@ -143,6 +152,10 @@ impl EngineInner {
         timeout: Duration,
     ) -> Result<()> {
         let _span = tracing::info_span!("disconnect", engine = %self.addr, peer = remote).entered();
+        // Serialised with connects, request to the peer included: a connect to the same peer
+        // made after this disconnect reaches the peer after the disconnect request, so the
+        // request cannot close the new session (it names the channel, not the session).
+        let _serial = self.connect_lock.lock();
         let ch = {
             let mut chans = self.channels.write();
             match chans.get(remote) {
@@ -356,6 +369,12 @@ impl Engine {
     /// [`Error::Mem`] for an entry that cannot be imported or mapped (everything imported so
     /// far is undone); [`Error::ResourceExhausted`] when the VA pool is full.
     pub fn connect(&self, remote: &str, timeout: Duration) -> Result<()> {
+        self.connect_by(remote, timeout, None)
+    }
+
+    /// [`Engine::connect`]; with `until`, the whole call (waiting for another connect or
+    /// disconnect of this engine included) ends by then.
+    fn connect_by(&self, remote: &str, timeout: Duration, until: Option<Instant>) -> Result<()> {
         let _span =
             tracing::info_span!("connect", engine = %self.inner.addr, peer = remote).entered();
         let addr = EngineAddr::parse(remote)?;
@@ -367,7 +386,16 @@ impl Engine {
             .into());
         }
         let inner = &self.inner;
-        let _serial = inner.connect_lock.lock();
+        let (_serial, timeout) = match until {
+            None => (inner.connect_lock.lock(), timeout),
+            Some(d) => {
+                let g = inner.connect_lock.try_lock_until(d).ok_or(Error::Timeout {
+                    what: "connect on demand (waiting for another connect to finish)",
+                    after: timeout,
+                })?;
+                (g, timeout.min(d.saturating_duration_since(Instant::now())))
+            }
+        };
         if inner.channels.read().contains_key(remote) {
             return Err(Error::AlreadyConnected {
                 peer: remote.to_owned(),
@@ -401,7 +429,7 @@ impl Engine {
                 .inspect_err(
                     |err| tracing::warn!(peer = remote, index, error = %err, "import failed"),
                 )?;
-            let map = inner.pool.map(&inner.dev, &mem)?;
+            let map = Arc::new(inner.pool.map(&inner.dev, &mem)?);
             remote_map
                 .insert(e.va_addr, e.len, Import { map })
                 .map_err(|_| bad("overlaps another entry"))?;
@@ -414,12 +442,17 @@ impl Engine {
             peer: remote.to_owned(),
             addr: sa,
             remote_index: channel::SegIndex::new(&remote_map),
-            remote_table: MappingTable::new(
+            remote_table: MappingTable::with_keepalive(
                 &inner.dev,
                 remote_map
                     .segments()
                     .iter()
                     .map(|s| s.value.map.map.as_slice()),
+                remote_map
+                    .segments()
+                    .iter()
+                    .map(|s| s.value.map.clone())
+                    .collect::<Vec<_>>(),
             )?,
             remote: remote_map,
             gate: RwLock::new(None),
@@ -427,14 +460,18 @@ impl Engine {
             keepalive: Mutex::new(c.keepalive),
             counters: Counters::default(),
         });
-        channel::spawn_reader(
+        // In the map before the reader starts, so a peer that closes at once is taken out
+        // of it again by the reader (not left there, lost, after it).
+        inner.channels.write().insert(remote.to_owned(), ch.clone());
+        if let Err(source) = channel::spawn_reader(
             reader_sock,
             Arc::downgrade(&ch),
             Arc::downgrade(&inner.channels),
-        )
-        .map_err(|source| Error::Listen { addr: sa, source })?;
+        ) {
+            channel::lose(&inner.channels, &ch, LostReason::Disconnected);
+            return Err(Error::Listen { addr: sa, source });
+        }
         tracing::info!(peer = remote, segments = ch.remote.len(), "connected");
-        inner.channels.write().insert(remote.to_owned(), ch);
         Ok(())
     }
 
@@ -594,7 +631,9 @@ impl Engine {
         }
     }
 
-    /// Starts copying `descs` to or from `remote` and returns at once (`TransferAsync`).
+    /// Starts copying `descs` to or from `remote` and returns at once (`TransferAsync`); with
+    /// [`EngineOptions::auto_connect`] and no channel to `remote`, after connecting (at most
+    /// 3 s).
     ///
     /// # Errors
     /// As [`Engine::transfer_sync`] for the checks; [`Error::ResourceExhausted`] when every
@@ -623,23 +662,34 @@ impl Engine {
         let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
         let bytes = check_descs(descs)?;
         let lookup = || inner.channels.read().get(remote).cloned();
+        let not_connected = || Error::NotConnected {
+            peer: remote.to_owned(),
+        };
         let ch = match lookup() {
             Some(c) => c,
             None if inner.opts.auto_connect => {
-                // HIXL's AutoConnect: connect on demand (another thread may win the race).
-                match self.connect(remote, AUTO_CONNECT_TIMEOUT) {
-                    Ok(()) | Err(Error::AlreadyConnected { .. }) => {}
-                    Err(e) => return Err(e),
+                // HIXL's AutoConnect: connect on demand, within 3 s and the caller's deadline.
+                // Another thread may connect first, or disconnect again before the lookup
+                // after the connect: then try again while time is left.
+                let now = Instant::now();
+                let until = slot_deadline.map_or(now + AUTO_CONNECT_TIMEOUT, |d| {
+                    d.min(now + AUTO_CONNECT_TIMEOUT)
+                });
+                loop {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(not_connected());
+                    }
+                    match self.connect_by(remote, left, Some(until)) {
+                        Ok(()) | Err(Error::AlreadyConnected { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                    if let Some(c) = lookup() {
+                        break c;
+                    }
                 }
-                lookup().ok_or_else(|| Error::NotConnected {
-                    peer: remote.to_owned(),
-                })?
             }
-            None => {
-                return Err(Error::NotConnected {
-                    peer: remote.to_owned(),
-                })
-            }
+            None => return Err(not_connected()),
         };
         if let Some(r) = *ch.gate.read() {
             return Err(ch.lost_error(r));

@@ -18,7 +18,7 @@ use ascend_mem::{Device, Event, FailureMode, StreamFlags, StreamLease, StreamPoo
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::channel::Channel;
-use crate::engine::{EngineInner, AUTO_CONNECT_TIMEOUT};
+use crate::engine::EngineInner;
 use crate::error::{Error, Result};
 use crate::registry::RegInner;
 
@@ -341,10 +341,7 @@ impl ReqInner {
         let (Some(eng), Some(ch)) = (eng.upgrade(), ch.upgrade()) else {
             return;
         };
-        tracing::info!(peer = %ch.peer, "AutoConnect: disconnecting after a failed transfer");
-        if let Err(e) = eng.disconnect(&ch.peer, Some(&ch), AUTO_CONNECT_TIMEOUT) {
-            tracing::debug!(peer = %ch.peer, error = %e, "AutoConnect: already disconnected");
-        }
+        eng.auto_disconnect(&ch);
     }
 
     /// Ends a pending request: returns or destroys its slot, updates counters, forgets it.
@@ -508,7 +505,9 @@ impl TransferRequest {
         &self.peer
     }
 
-    /// Checks without blocking (`GetTransferStatus`).
+    /// Checks without waiting for the copies (`GetTransferStatus`). With `AutoConnect`, the
+    /// call that first sees a failed copy also disconnects the peer (a request to it,
+    /// bounded by the connect timeout).
     pub fn status(&self) -> TransferStatus {
         let st = self.inner.status();
         self.inner.disconnect_if_due(false);
