@@ -56,6 +56,9 @@ fn child_entry() {
     let dev = rt.device(0).unwrap();
     match role.as_str() {
         "import-write" => {
+            if std::env::var_os(DENY_VAR).is_some() {
+                deny_pidfd_getfd();
+            }
             let shared = SharedHandle::from_bytes(&from_hex(&read_line_stdin())).unwrap();
             let mem = shared.import(&dev).unwrap();
             let g = dev.granular(mem.len()).unwrap();
@@ -69,6 +72,20 @@ fn child_entry() {
                 ascend_sim::counters()
             );
             println!("RESULT ok");
+        }
+        "import-forged-default" => {
+            let v: u64 = read_line_stdin().trim().parse().unwrap();
+            let mut data = [0u8; 128];
+            data[..8].copy_from_slice(&v.to_le_bytes());
+            let e = SharedHandle::from_parts(ShareKind::Default, MIB2, data)
+                .import(&dev)
+                .unwrap_err();
+            println!(
+                "RESULT {:?} {} {}",
+                e.kind(),
+                e.code().map_or(0, |c| c.0),
+                e
+            );
         }
         "import-expect-error" => {
             let shared = SharedHandle::from_bytes(&from_hex(&read_line_stdin())).unwrap();
@@ -102,12 +119,73 @@ fn child_entry() {
     }
 }
 
-fn share_with_child(kind: ShareKind) {
+/// Makes the child take descriptors from the exporter's broker, not with `pidfd_getfd`.
+const VIA_BROKER: (&str, &str) = ("ASCEND_SIM_SHARE_VIA", "broker");
+
+/// Makes the importing child refuse itself `pidfd_getfd`, as a container's seccomp profile
+/// does without `CAP_SYS_PTRACE`.
+const DENY_VAR: &str = "ASCEND_TEST_DENY_PIDFD_GETFD";
+
+/// Installs a seccomp filter on this thread that fails `pidfd_getfd` with EPERM, and checks
+/// that it does.
+fn deny_pidfd_getfd() {
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let filter = [
+        // Load the syscall number (offset 0 of struct seccomp_data).
+        stmt(libc::BPF_LD | libc::BPF_W | libc::BPF_ABS, 0),
+        libc::sock_filter {
+            code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 1,
+            k: libc::SYS_pidfd_getfd as u32,
+        },
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        ),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+    ];
+    let prog = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: prctl with plain values, then with a pointer to a filter program that lives
+    // across the call (the kernel copies it).
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+                &prog as *const libc::sock_fprog
+            ),
+            0
+        );
+    }
+    // SAFETY: raw syscalls with integer arguments; the pidfd is closed below.
+    let (pidfd, r) = unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) as i32;
+        (pidfd, libc::syscall(libc::SYS_pidfd_getfd, pidfd, 0, 0))
+    };
+    assert_eq!(
+        (r, std::io::Error::last_os_error().raw_os_error()),
+        (-1, Some(libc::EPERM))
+    );
+    // SAFETY: closing the pidfd opened above.
+    unsafe { libc::close(pidfd) };
+}
+
+fn share_with_child(kind: ShareKind, envs: &[(&str, &str)]) {
     let env = setup();
     let buf = DeviceBuffer::new(&env.dev, MIB2).unwrap();
     buf.fill(0).unwrap();
     let h = buf.export(kind, ExportFlags::empty()).unwrap();
-    let mut child = spawn_child("import-write", &[]);
+    let mut child = spawn_child("import-write", envs);
     h.allow_pids(&[child.id() as i32]).unwrap();
     writeln!(child.stdin.take().unwrap(), "{}", to_hex(&h.to_bytes())).unwrap();
     let (ok, res) = child_result(child);
@@ -123,26 +201,68 @@ fn share_with_child(kind: ShareKind) {
 
 #[test]
 fn fabric_handle_across_processes() {
-    share_with_child(ShareKind::Fabric);
+    share_with_child(ShareKind::Fabric, &[]);
 }
 
 #[test]
 fn default_handle_across_processes() {
-    share_with_child(ShareKind::Default);
+    share_with_child(ShareKind::Default, &[]);
+}
+
+/// Where `pidfd_getfd` is refused (here by a seccomp filter in the importer, as Docker's
+/// default profile does), the importer takes the descriptor from the exporter's broker over a
+/// Unix socket; `ASCEND_SIM_SHARE_VIA=broker` goes there first.
+#[test]
+fn both_handles_across_processes_through_the_broker() {
+    for kind in [ShareKind::Fabric, ShareKind::Default] {
+        share_with_child(kind, &[(DENY_VAR, "1")]);
+        share_with_child(kind, &[VIA_BROKER]);
+    }
 }
 
 #[test]
 fn import_without_allow_list_is_denied() {
+    for envs in [&[][..], &[VIA_BROKER]] {
+        let env = setup();
+        let buf = DeviceBuffer::new(&env.dev, MIB2).unwrap();
+        let h = buf.export(ShareKind::Fabric, ExportFlags::empty()).unwrap();
+        let mut child = spawn_child("import-expect-error", envs);
+        writeln!(child.stdin.take().unwrap(), "{}", to_hex(&h.to_bytes())).unwrap();
+        let (ok, res) = child_result(child);
+        assert!(ok, "child: {res}");
+        assert_eq!(
+            res,
+            format!("PermissionDenied {}", acl::ACL_ERROR_RT_NO_PERMISSION),
+            "{envs:?}"
+        );
+        drop((h, buf));
+        env.finish();
+    }
+}
+
+/// The broker hands over only the emulator's memfds: a forged handle naming another
+/// descriptor of the exporter (its stdin) is refused before any descriptor crosses.
+#[test]
+fn the_broker_refuses_descriptors_that_are_not_exported_memory() {
     let env = setup();
+    // An export starts this process's broker.
     let buf = DeviceBuffer::new(&env.dev, MIB2).unwrap();
-    let h = buf.export(ShareKind::Fabric, ExportFlags::empty()).unwrap();
-    let mut child = spawn_child("import-expect-error", &[]);
-    writeln!(child.stdin.take().unwrap(), "{}", to_hex(&h.to_bytes())).unwrap();
+    let h = buf
+        .export(ShareKind::Default, ExportFlags::DISABLE_PID_VALIDATION)
+        .unwrap();
+    // DEFAULT handle layout: pid in bits 0..22, fd in bits 22..42, inode bits above.
+    let stdin_fd: u64 = std::hint::black_box(0);
+    let forged = std::process::id() as u64 | (stdin_fd << 22) | (1u64 << 42);
+    let mut child = spawn_child("import-forged-default", &[VIA_BROKER]);
+    writeln!(child.stdin.take().unwrap(), "{forged}").unwrap();
     let (ok, res) = child_result(child);
     assert!(ok, "child: {res}");
-    assert_eq!(
-        res,
-        format!("PermissionDenied {}", acl::ACL_ERROR_RT_NO_PERMISSION)
+    assert!(
+        res.starts_with(&format!(
+            "InvalidArgument {}",
+            acl::ACL_ERROR_RT_INVALID_HANDLE
+        )) && res.contains("no longer exists"),
+        "{res}"
     );
     drop((h, buf));
     env.finish();
@@ -160,6 +280,15 @@ fn import_after_the_exporter_exited() {
     assert_eq!(e.api(), Some("aclrtMemImportFromShareableHandleV2"));
     assert_eq!(e.code().unwrap().0, acl::ACL_ERROR_RT_INVALID_HANDLE, "{e}");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    // The same through the broker (of a process that is gone), from another child.
+    let mut c = spawn_child("import-expect-error", &[VIA_BROKER]);
+    writeln!(c.stdin.take().unwrap(), "{line}").unwrap();
+    let (ok, res) = child_result(c);
+    assert!(ok, "child: {res}");
+    assert_eq!(
+        res,
+        format!("InvalidArgument {}", acl::ACL_ERROR_RT_INVALID_HANDLE)
+    );
     env.finish();
 }
 

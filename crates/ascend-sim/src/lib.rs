@@ -30,8 +30,12 @@
 //!   `pidfd_open` + `pidfd_getfd` (or `dup` in-process), checks the inode and the header magic,
 //!   and honours the pid allow-list kept in the memfd's header page. The first export calls
 //!   `prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY)` so same-user importers may take the descriptor
-//!   under Yama `ptrace_scope` 1; where `pidfd_getfd` is still refused (another user, scope 2)
-//!   the import fails with `ACL_ERROR_RT_NO_PERMISSION` 207006 (no SCM_RIGHTS broker yet).
+//!   under Yama `ptrace_scope` 1. Where `pidfd_getfd` is refused (a container whose seccomp
+//!   profile gates it on `CAP_SYS_PTRACE`, as Docker's default does; Yama scope 2; another
+//!   user) the importer asks the exporter's descriptor broker, an abstract Unix socket that
+//!   hands over the emulator's memfds with `SCM_RIGHTS` to peers of the same user or root;
+//!   without an answer the import fails with `ACL_ERROR_RT_NO_PERMISSION` 207006.
+//!   `ASCEND_SIM_SHARE_VIA=broker` uses the broker first.
 //! * **Streams**: `threaded` mode runs one worker thread per stream (spins 50 µs, then parks);
 //!   `deterministic` mode runs queued work on the caller's thread at synchronize, query and wait
 //!   points. A NULL stream is the current context's default stream.
@@ -260,6 +264,7 @@ use std::sync::OnceLock;
 
 #[macro_use]
 mod rt;
+mod broker;
 mod device;
 mod handles;
 mod hccl;

@@ -215,6 +215,7 @@ enum Exported {
 /// default on Ubuntu, where only ancestors may otherwise ptrace us). Best effort: without Yama
 /// the call fails harmlessly.
 pub(crate) fn allow_importers() {
+    crate::broker::start();
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         // SAFETY: prctl with plain integer arguments; it only changes this process's ptracer
@@ -457,8 +458,7 @@ pub(crate) fn obtain_fd_raw(pid: i32, fd: i32) -> Res<OwnedFd> {
 }
 
 fn obtain_fd(r: Ref) -> Res<OwnedFd> {
-    let me = rt::getpid();
-    let raw = if r.pid == me {
+    if r.pid == rt::getpid() {
         // SAFETY: F_DUPFD_CLOEXEC on any fd number is harmless; a closed one yields EBADF.
         let fd = unsafe { libc::fcntl(r.fd, libc::F_DUPFD_CLOEXEC, 0) };
         if fd < 0 {
@@ -467,54 +467,113 @@ fn obtain_fd(r: Ref) -> Res<OwnedFd> {
                 r.fd
             )));
         }
-        fd
-    } else {
-        // SAFETY: raw syscall with plain integer arguments.
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, r.pid, 0) } as i32;
-        if pidfd < 0 {
-            let e = rt::errno();
-            if e == libc::ESRCH {
-                return Err(gone(format!("the exporting process {} is gone", r.pid)));
-            }
-            bail!(
-                ACL_ERROR_RT_DRV_INTERNAL_ERROR,
-                "pidfd_open({}) failed: {}",
+        // SAFETY: `fd` is a new descriptor owned by us.
+        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+    }
+    if crate::broker::preferred() {
+        return via_broker(r, None);
+    }
+    match via_pidfd(r) {
+        // Not permitted (seccomp, Yama, another user) or not there (old kernel): ask the
+        // exporter's descriptor broker.
+        Err(e) if e.code == ACL_ERROR_RT_NO_PERMISSION => via_broker(r, Some(e)),
+        other => other,
+    }
+}
+
+/// `pidfd_open` + `pidfd_getfd`.
+fn via_pidfd(r: Ref) -> Res<OwnedFd> {
+    let denied = |call: &str, e: i32| {
+        rt::err(
+            ACL_ERROR_RT_NO_PERMISSION,
+            format!(
+                "not permitted to take memory from process {} ({call}: {})",
                 r.pid,
                 std::io::Error::from_raw_os_error(e)
-            );
-        }
-        // SAFETY: `pidfd` is a descriptor we just opened.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-        // SAFETY: raw syscall with plain integer arguments.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), r.fd, 0) } as i32;
-        if fd < 0 {
-            let e = rt::errno();
-            return Err(match e {
-                libc::EBADF => gone(format!(
-                    "the exported memory (fd {} of process {}) no longer exists",
-                    r.fd, r.pid
-                )),
-                libc::ESRCH => gone(format!("the exporting process {} is gone", r.pid)),
-                libc::EPERM | libc::EACCES => rt::err(
-                    ACL_ERROR_RT_NO_PERMISSION,
-                    format!(
-                        "not permitted to take memory from process {} (ptrace access)",
-                        r.pid
-                    ),
-                ),
-                _ => rt::err(
-                    ACL_ERROR_RT_DRV_INTERNAL_ERROR,
-                    format!(
-                        "pidfd_getfd failed: {}",
-                        std::io::Error::from_raw_os_error(e)
-                    ),
-                ),
-            });
-        }
-        fd
+            ),
+        )
     };
-    // SAFETY: `raw` is a new descriptor owned by us.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    // SAFETY: raw syscall with plain integer arguments.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, r.pid, 0) } as i32;
+    if pidfd < 0 {
+        let e = rt::errno();
+        return Err(match e {
+            libc::ESRCH => gone(format!("the exporting process {} is gone", r.pid)),
+            libc::EPERM | libc::EACCES | libc::ENOSYS => denied("pidfd_open", e),
+            _ => rt::err(
+                ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+                format!(
+                    "pidfd_open({}) failed: {}",
+                    r.pid,
+                    std::io::Error::from_raw_os_error(e)
+                ),
+            ),
+        });
+    }
+    // SAFETY: `pidfd` is a descriptor we just opened.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    // SAFETY: raw syscall with plain integer arguments.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), r.fd, 0) } as i32;
+    if fd < 0 {
+        let e = rt::errno();
+        return Err(match e {
+            libc::EBADF => gone(format!(
+                "the exported memory (fd {} of process {}) no longer exists",
+                r.fd, r.pid
+            )),
+            libc::ESRCH => gone(format!("the exporting process {} is gone", r.pid)),
+            libc::EPERM | libc::EACCES | libc::ENOSYS => denied("pidfd_getfd", e),
+            _ => rt::err(
+                ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+                format!(
+                    "pidfd_getfd failed: {}",
+                    std::io::Error::from_raw_os_error(e)
+                ),
+            ),
+        });
+    }
+    // SAFETY: `fd` is a new descriptor owned by us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The exporter's descriptor broker; `first` is the `pidfd_getfd` path's refusal, if tried.
+fn via_broker(r: Ref, first: Option<AclErr>) -> Res<OwnedFd> {
+    use crate::broker::Refusal;
+    crate::broker::take(r.pid, r.fd).map_err(|refusal| match refusal {
+        Refusal::Unreachable(e) => match first {
+            Some(mut f) => {
+                f.msg = format!("{}; no descriptor broker answered either ({e})", f.msg);
+                f
+            }
+            None => {
+                // SAFETY: kill with signal 0 only checks that the process exists.
+                if unsafe { libc::kill(r.pid, 0) } != 0 && rt::errno() == libc::ESRCH {
+                    gone(format!("the exporting process {} is gone", r.pid))
+                } else {
+                    rt::err(
+                        ACL_ERROR_RT_NO_PERMISSION,
+                        format!("no descriptor broker of process {} answered ({e})", r.pid),
+                    )
+                }
+            }
+        },
+        Refusal::Refused(libc::EBADF) => gone(format!(
+            "the exported memory (fd {} of process {}) no longer exists",
+            r.fd, r.pid
+        )),
+        Refusal::Refused(e) => rt::err(
+            ACL_ERROR_RT_NO_PERMISSION,
+            format!(
+                "process {}'s descriptor broker refused: {}",
+                r.pid,
+                std::io::Error::from_raw_os_error(e)
+            ),
+        ),
+        Refusal::Failed(e) => rt::err(
+            ACL_ERROR_RT_DRV_INTERNAL_ERROR,
+            format!("taking memory from process {} failed: {e}", r.pid),
+        ),
+    })
 }
 
 fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtDrvMemHandle> {
