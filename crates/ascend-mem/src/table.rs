@@ -20,6 +20,28 @@ use crate::vmm::{Mapping, MappingSlice};
 ///
 /// Cloning is cheap (a shared reference).
 ///
+/// ```
+/// # fn main() -> ascend_mem::Result<()> {
+/// use ascend_mem::{DeviceBuffer, MappingTable, Runtime, Stream, TableCopy};
+///
+/// let rt = Runtime::emulated()?;
+/// let dev = rt.device(0)?;
+/// let a = DeviceBuffer::new(&dev, 2 << 20)?;
+/// let b = DeviceBuffer::new(&dev, 2 << 20)?;
+/// a.write_from(b"hello", 0)?;
+/// // Entry 0: all of `a`; entry 1: bytes 4096..8192 of `b`.
+/// let table = MappingTable::new(&dev, [a.as_slice(), b.slice(4096..8192)?])?;
+/// let mut s = Stream::new(&dev)?;
+/// let copy = TableCopy { dst: 1, dst_offset: 16, src: 0, src_offset: 0, len: 5 };
+/// s.copy_table_async(&table, &table, &[copy])?;
+/// s.synchronize()?;
+/// let mut got = [0u8; 5];
+/// b.read_into(&mut got, 4096 + 16)?;
+/// assert_eq!(&got, b"hello");
+/// # Ok(())
+/// # }
+/// ```
+///
 /// [`Stream::copy_table_async`]: crate::Stream::copy_table_async
 /// [`Stream::copy_async`]: crate::Stream::copy_async
 #[derive(Clone)]
