@@ -1,5 +1,5 @@
 //! The collectives through the safe API, against references computed here: every collective
-//! (AllGather, Broadcast, ReduceScatter, AllReduce) × every data type with a Rust type × every
+//! (AllGather, AllToAll, Broadcast, ReduceScatter, AllReduce) × every data type with a Rust type × every
 //! reduce op × {staged, symmetric} × {1, 2, 4} ranks (ranks as threads). The path is chosen by
 //! the memory alone (unregistered buffers stage; buffers in registered windows on every rank go
 //! symmetric) and checked with the emulator's statistics. Also: in-place forms, large
@@ -57,6 +57,24 @@ fn collectives_of<T: Elem>(r: &mut Rank<'_>, a: &Area<'_>) -> u64 {
         .flat_map(|q| (0..COUNT).map(move |i| T::gen(q, i)))
         .collect();
     assert_eq!(read::<T>(&recv), want, "{}", ctx("AllGather"));
+    ops += 1;
+
+    // AllToAll: block q of the receive buffer is block `me` of rank q's send buffer.
+    let send = a.send.slice(..n as usize * COUNT * sz).unwrap();
+    let recv = a.recv.slice(..n as usize * COUNT * sz).unwrap();
+    write(
+        &send,
+        &(0..n as usize * COUNT)
+            .map(|j| T::gen(me, j))
+            .collect::<Vec<T>>(),
+    );
+    recv.fill(0).unwrap();
+    r.comm.all_to_all::<T>(&send, &recv, &mut r.stream).unwrap();
+    r.stream.synchronize().unwrap();
+    let want: Vec<T> = (0..n)
+        .flat_map(|q| (0..COUNT).map(move |i| T::gen(q, me as usize * COUNT + i)))
+        .collect();
+    assert_eq!(read::<T>(&recv), want, "{}", ctx("AllToAll"));
     ops += 1;
 
     // Broadcast from the last rank.
@@ -135,8 +153,9 @@ fn every_type(r: &mut Rank<'_>, a: &Area<'_>) -> u64 {
         + collectives_of::<half::bf16>(r, a)
 }
 
-/// A large AllReduce (1.2 MB of f32, above the 1 MB HCCL buffer: staged in chunks) and an
-/// in-place AllGather and AllReduce. Returns how many collectives ran.
+/// A large AllReduce and AllToAll (1.2 MB of f32, above the 1 MB HCCL buffer: staged in
+/// chunks) and an in-place AllGather, AllReduce and AllToAll. Returns how many collectives
+/// ran.
 fn large_and_in_place(r: &mut Rank<'_>, a: &Area<'_>) -> u64 {
     let (n, me) = (r.n, r.rank);
     const BIG: usize = 300_000;
@@ -189,7 +208,42 @@ fn large_and_in_place(r: &mut Rank<'_>, a: &Area<'_>) -> u64 {
     r.stream.synchronize().unwrap();
     let want: Vec<i64> = (0..COUNT).map(|i| reduced(ReduceOp::Max, n, i)).collect();
     assert_eq!(read::<i64>(&buf), want, "in-place AllReduce");
-    3
+
+    // A large AllToAll (staged in chunks when not symmetric), then one in place.
+    let send = a.send.slice(..BIG * 4).unwrap();
+    let recv = a.recv.slice(..BIG * 4).unwrap();
+    write(
+        &send,
+        &(0..BIG).map(|i| f32::gen(me, i)).collect::<Vec<_>>(),
+    );
+    r.comm
+        .all_to_all::<f32>(&send, &recv, &mut r.stream)
+        .unwrap();
+    r.stream.synchronize().unwrap();
+    let got = read::<f32>(&recv);
+    let blk = BIG / n as usize;
+    for i in (0..BIG).step_by(991).chain([BIG - 1]) {
+        let (q, k) = (i / blk, i % blk);
+        assert_eq!(
+            got[i],
+            f32::gen(q as u32, me as usize * blk + k),
+            "big AllToAll [{i}]"
+        );
+    }
+    let buf = a.send.slice(..n as usize * COUNT * 2).unwrap();
+    write(
+        &buf,
+        &(0..n as usize * COUNT)
+            .map(|j| i16::gen(me, j))
+            .collect::<Vec<_>>(),
+    );
+    r.comm.all_to_all::<i16>(&buf, &buf, &mut r.stream).unwrap();
+    r.stream.synchronize().unwrap();
+    let want: Vec<i16> = (0..n)
+        .flat_map(|q| (0..COUNT).map(move |i| i16::gen(q, me as usize * COUNT + i)))
+        .collect();
+    assert_eq!(read::<i16>(&buf), want, "in-place AllToAll");
+    5
 }
 
 /// The whole matrix on `n` ranks: first on unregistered buffers (staged), then on buffers in

@@ -342,6 +342,13 @@ fn ranks_disagreeing_on_a_collective_fail_on_every_rank() {
             let s = mem.slice(..256).unwrap();
             r.comm.all_reduce::<i32>(&s, &s, op, &mut r.stream).unwrap();
             assert!(r.stream.synchronize().is_err(), "{path}");
+            // AllToAll with different block sizes.
+            let n = if r.rank == 0 { 128 } else { 64 };
+            let (send, recv) = (mem.slice(..n).unwrap(), mem.slice(4096..4096 + n).unwrap());
+            r.comm
+                .all_to_all::<u8>(&send, &recv, &mut r.stream)
+                .unwrap();
+            assert!(r.stream.synchronize().is_err(), "{path}");
             // Still usable: a matching collective works.
             let send = mem.slice(..16).unwrap();
             let recv = mem.slice(4096..4096 + 32).unwrap();
@@ -391,6 +398,17 @@ fn collectives_check_lengths_and_devices_first() {
             &c.all_reduce::<u64>(&s(0, 64), &s(4096, 4096 + 72), ReduceOp::Min, st)
                 .unwrap_err(),
             "HcclAllReduce",
+        );
+        // AllToAll: equal lengths, a multiple of the rank size in elements.
+        assert_invalid(
+            &c.all_to_all::<i32>(&s(0, 64), &s(4096, 4096 + 72), st)
+                .unwrap_err(),
+            "HcclAlltoAll",
+        );
+        assert_invalid(
+            &c.all_to_all::<i32>(&s(0, 12), &s(4096, 4108), st)
+                .unwrap_err(),
+            "HcclAlltoAll",
         );
         // Broadcast: root in range.
         let e = c.broadcast::<i8>(&s(0, 64), 2, st).unwrap_err();

@@ -140,7 +140,8 @@
 //! rank that never joins → `HCCL_E_TIMEOUT` on the others after the rendezvous timeout: the
 //! config's exec timeout when set, else `HCCL_CONNECT_TIMEOUT` (default 120 s).
 //!
-//! **Collectives** (AllGather, ReduceScatter, AllReduce, Broadcast, Barrier; stream-ordered):
+//! **Collectives** (AllGather, ReduceScatter, AllReduce, AllToAll, Broadcast, Barrier;
+//! stream-ordered; AllToAll with `sendCount == recvCount` and one data type):
 //! checked at the call (NULL buffer, communicator or stream → `HCCL_E_PTR`; unknown data type,
 //! reduce op or root, count overflow, buffers that are not device-accessible emulated memory or
 //! run past their allocation → `HCCL_E_PARA`; fp8/hif8 types → `HCCL_E_NOT_SUPPORT`; count 0 →
@@ -196,7 +197,7 @@
 //! `HcclGetConfig` (`HCCL_DETERMINISTIC` only), `HcclConfigGetInfo` (op expansion mode only).
 //! Not emulated, `HCCL_E_NOT_SUPPORT` with a message: cluster-info and sub-communicator init,
 //! `HcclCommInitAll`, memory ranges, groups, suspend/resume, state callbacks, NIC selection,
-//! Send/Recv, AlltoAll(V/VC), Reduce, Scatter, AllGatherV, ReduceScatterV, BatchSendRecv.
+//! Send/Recv, AlltoAllV/VC, Reduce, Scatter, AllGatherV, ReduceScatterV, BatchSendRecv.
 //! Comm handles and window handles are tagged ids, never dereferenced (a stale or foreign
 //! value → `HCCL_E_PARA`). The live counters `comms` and `windows` cover communicators and
 //! windows.

@@ -483,6 +483,24 @@ fn collective_argument_rules() {
         );
         hcode!(HCCL_E_PARA, HcclAllReduce(d.ptr, e.ptr, 4, f32t, 4, c, s));
         hcode!(HCCL_E_PARA, HcclBroadcast(d.ptr, 4, f32t, 1, c, s));
+        // AllToAll: equal counts and types only (the emulator's rule); past the end.
+        hcode!(
+            HCCL_E_PARA,
+            HcclAlltoAll(d.ptr, 4, f32t, e.ptr, 8, f32t, c, s)
+        );
+        hcode!(
+            HCCL_E_PARA,
+            HcclAlltoAll(d.ptr, 4, f32t, e.ptr, 4, HCCL_DATA_TYPE_INT32, c, s)
+        );
+        hcode!(
+            HCCL_E_PTR,
+            HcclAlltoAll(null_mut(), 4, f32t, e.ptr, 4, f32t, c, s)
+        );
+        hcode!(
+            HCCL_E_PARA,
+            HcclAlltoAll(d.ptr, 2048, f32t, e.ptr, 2048, f32t, c, s)
+        );
+        hok!(HcclAlltoAll(d.ptr, 4, f32t, e.ptr, 4, f32t, c, s));
         // Past the end of the allocation; plain host memory.
         hcode!(
             HCCL_E_PARA,

@@ -467,6 +467,50 @@ impl Comm {
         })
     }
 
+    /// Exchanges blocks between all ranks (`HcclAlltoAll`): `send` and `recv` each hold
+    /// `size` equal blocks; block `p` of `send` goes to rank `p`, and block `q` of `recv`
+    /// comes from rank `q`. `send` and `recv` may be the same range (in place).
+    ///
+    /// Takes the symmetric path when on every rank both buffers lie in registered windows
+    /// (an A3 supports AllToAll on symmetric memory).
+    ///
+    /// # Errors
+    /// As [`Comm::all_gather`], with equal lengths, a whole number of elements per block,
+    /// required.
+    #[doc(alias = "HcclAlltoAll")]
+    pub fn all_to_all<T: HcclType>(
+        &self,
+        send: &MappingSlice<'_>,
+        recv: &MappingSlice<'_>,
+        stream: &mut Stream,
+    ) -> Result<()> {
+        const API: &str = "HcclAlltoAll";
+        let total = elems::<T>(send, API, SEND_NOT_WHOLE)?;
+        let got = elems::<T>(recv, API, RECV_NOT_WHOLE)?;
+        if got != total {
+            return Err(length_mismatch(
+                API,
+                "receive length in elements (must equal the send length)",
+                got,
+            ));
+        }
+        let n = u64::from(self.size());
+        if total % n != 0 {
+            return Err(length_mismatch(
+                API,
+                "send length in elements (must be a multiple of the rank size)",
+                total,
+            ));
+        }
+        let count = total / n;
+        let (s, r) = (send.as_raw(), recv.as_raw());
+        let dt = T::DATA_TYPE.0;
+        self.enqueue(API, stream, &[send, recv], |h, comm, st| {
+            // SAFETY: as in `all_gather`.
+            unsafe { h.HcclAlltoAll(s, count, dt, r, count, dt, comm, st) }
+        })
+    }
+
     /// Copies `root`'s `buf` into `buf` on every other rank (`HcclBroadcast`).
     ///
     /// # Errors

@@ -15,7 +15,7 @@
 //! | `HcclGetRankSize`, `HcclGetRankId`, `HcclGetCommName` | [`Comm::size`]/[`Comm::query_size`], [`Comm::rank`]/[`Comm::query_rank`], [`Comm::name`] |
 //! | `HcclGetCommAsyncError` | [`Comm::async_error`] |
 //! | `HcclBarrier` | [`Comm::barrier`] |
-//! | `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclBroadcast` | [`Comm::all_gather`], [`Comm::reduce_scatter`], [`Comm::all_reduce`], [`Comm::broadcast`] |
+//! | `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclAlltoAll`, `HcclBroadcast` | [`Comm::all_gather`], [`Comm::reduce_scatter`], [`Comm::all_reduce`], [`Comm::all_to_all`], [`Comm::broadcast`] |
 //! | `HcclCommSymWinRegister` | [`SymWindow::register`], [`SymWindow::register_mapping`] |
 //! | `HcclCommSymWinDeregister` | [`SymWindow`]'s drop, [`SymWindow::close`] |
 //! | `HcclCommSymWinGet` | [`Comm::window_of`], [`Comm::window_of_raw`], [`SymWindow::is_registered`] |

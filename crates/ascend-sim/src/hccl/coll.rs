@@ -32,6 +32,7 @@ pub(crate) enum Kind {
     AllReduce = 3,
     Broadcast = 4,
     Barrier = 5,
+    AllToAll = 6,
 }
 
 impl Kind {
@@ -42,6 +43,7 @@ impl Kind {
             3 => "HcclAllReduce",
             4 => "HcclBroadcast",
             5 => "HcclBarrier",
+            6 => "HcclAlltoAll",
             _ => "something else",
         }
     }
@@ -53,7 +55,7 @@ pub(crate) struct Coll {
     pub kind: Kind,
     pub send: usize,
     pub recv: usize,
-    /// Elements: per rank for AllGather/ReduceScatter, total otherwise.
+    /// Elements: per rank for AllGather/ReduceScatter/AllToAll, total otherwise.
     pub count: usize,
     pub dt: DType,
     pub dt_raw: u32,
@@ -70,6 +72,7 @@ impl Coll {
             Kind::AllGather => (b, b * n),
             Kind::ReduceScatter => (b * n, b),
             Kind::AllReduce | Kind::Broadcast => (b, b),
+            Kind::AllToAll => (b * n, b * n),
             Kind::Barrier => (0, 0),
         }
     }
@@ -356,7 +359,7 @@ fn staged(comm: &Comm, c: &Coll, g: &mut super::comm::Chan, cancel: &dyn Fn() ->
                 })?;
                 add_staged(cb);
             }
-            Kind::ReduceScatter => {
+            Kind::ReduceScatter | Kind::AllToAll => {
                 let ranges: Vec<(usize, usize, bool, &str)> = (0..n)
                     .map(|s| (c.send + s * cnt * es + o0, cb, false, "sendBuf"))
                     .collect();
@@ -390,7 +393,7 @@ fn staged(comm: &Comm, c: &Coll, g: &mut super::comm::Chan, cancel: &dyn Fn() ->
                 }
                 add_staged(n * cb);
             }
-            Kind::ReduceScatter => {
+            Kind::ReduceScatter | Kind::AllToAll => {
                 for p in 0..n {
                     // SAFETY: as above; the peer's "in" buffer holds n * cb.
                     unsafe { mv(bout + p * cb, comm.peers[p].buf_in() as usize + me * cb, cb) };
@@ -409,7 +412,7 @@ fn staged(comm: &Comm, c: &Coll, g: &mut super::comm::Chan, cancel: &dyn Fn() ->
         comm.step(CH_STREAM, g, cancel, name)?;
         // Copy-out or reduce.
         match c.kind {
-            Kind::AllGather => {
+            Kind::AllGather | Kind::AllToAll => {
                 let ranges: Vec<(usize, usize, bool, &str)> = (0..n)
                     .map(|p| (c.recv + (p * cnt) * es + o0, cb, true, "recvBuf"))
                     .collect();
@@ -520,6 +523,39 @@ fn symmetric(
                 // SAFETY: as above.
                 with_user(&ranges, || unsafe {
                     reduce_into(c.recv as *mut u8, &srcs, b, c.dt, c.op)
+                })?;
+                add_sym(n * b);
+            }
+            comm.step(CH_STREAM, g, cancel, name)?;
+        }
+        Kind::AllToAll => {
+            // Our block p comes from block `me` of rank p's send buffer.
+            let ranges = [
+                (c.recv, n * b, true, "recvBuf"),
+                (c.send, n * b, false, "sendBuf"),
+            ];
+            if overlaps(c.recv, n * b, c.send, n * b) {
+                // In place: peers still read our send buffer, so gather into scratch first.
+                let mut tmp = vec![0u8; n * b];
+                with_user(&ranges, || {
+                    for p in 0..n {
+                        // SAFETY: `tmp` is private; peers' send ranges lie in their windows,
+                        // mapped in our heap while we hold the window Arcs.
+                        unsafe { mv(tmp.as_mut_ptr() as usize + p * b, src(p, me * b), b) };
+                    }
+                })?;
+                comm.step(CH_STREAM, g, cancel, name)?;
+                // SAFETY: the receive range is checked under the lock.
+                with_user(&ranges, || unsafe {
+                    mv(c.recv, tmp.as_ptr() as usize, n * b)
+                })?;
+                add_sym(2 * n * b);
+            } else {
+                with_user(&ranges, || {
+                    for p in 0..n {
+                        // SAFETY: as above, straight into the checked receive range.
+                        unsafe { mv(c.recv + p * b, src(p, me * b), b) };
+                    }
                 })?;
                 add_sym(n * b);
             }

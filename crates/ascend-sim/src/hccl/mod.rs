@@ -484,7 +484,6 @@ unsupported! {
     HcclCommWorkingDevNicSet(comm: HcclComm, ranks: *mut u32, useBackup: *mut bool, nRanks: u32);
     HcclSend(sendBuf: *mut c_void, count: u64, dataType: HcclDataType, destRank: u32, comm: HcclComm, stream: aclrtStream);
     HcclRecv(recvBuf: *mut c_void, count: u64, dataType: HcclDataType, srcRank: u32, comm: HcclComm, stream: aclrtStream);
-    HcclAlltoAll(sendBuf: *const c_void, sendCount: u64, sendType: HcclDataType, recvBuf: *const c_void, recvCount: u64, recvType: HcclDataType, comm: HcclComm, stream: aclrtStream);
     HcclReduce(sendBuf: *mut c_void, recvBuf: *mut c_void, count: u64, dataType: HcclDataType, op: HcclReduceOp, root: u32, comm: HcclComm, stream: aclrtStream);
     HcclScatter(sendBuf: *mut c_void, recvBuf: *mut c_void, recvCount: u64, dataType: HcclDataType, root: u32, comm: HcclComm, stream: aclrtStream);
     HcclAllGatherV(sendBuf: *mut c_void, sendCount: u64, recvBuf: *mut c_void, recvCounts: *const c_void, recvDispls: *const c_void, dataType: HcclDataType, comm: HcclComm, stream: aclrtStream);
@@ -606,6 +605,26 @@ hexport! {
     fn HcclReduceScatter(sendBuf: *mut c_void, recvBuf: *mut c_void, recvCount: u64, dataType: HcclDataType, op: HcclReduceOp, comm: HcclComm, stream: aclrtStream) {
         let c = comm::lookup(comm, "comm")?;
         let a = coll_args(Kind::ReduceScatter, sendBuf, recvBuf, recvCount, dataType, Some(op), 0)?;
+        coll::enqueue(c, a, stream)
+    }
+}
+
+hexport! {
+    /// Stream-ordered AllToAll: block `p` (`sendCount` elements) of the send buffer goes to
+    /// rank `p`, which receives it as its block `rank`. The emulator requires
+    /// `sendCount == recvCount` and `sendType == recvType` (`HCCL_E_PARA` otherwise).
+    fn HcclAlltoAll(sendBuf: *const c_void, sendCount: u64, sendType: HcclDataType, recvBuf: *const c_void, recvCount: u64, recvType: HcclDataType, comm: HcclComm, stream: aclrtStream) {
+        let c = comm::lookup(comm, "comm")?;
+        if sendCount != recvCount || sendType != recvType {
+            return Err(herr(
+                HCCL_E_PARA,
+                format!(
+                    "sendCount {sendCount} / sendType {sendType} differ from recvCount {recvCount} / \
+                     recvType {recvType} (the emulator's AllToAll moves equal blocks of one type)"
+                ),
+            ));
+        }
+        let a = coll_args(Kind::AllToAll, sendBuf.cast_mut(), recvBuf.cast_mut(), sendCount, sendType, None, 0)?;
         coll::enqueue(c, a, stream)
     }
 }
