@@ -212,6 +212,7 @@ fn large_and_in_place(r: &mut Rank<'_>, a: &Area<'_>) -> u64 {
     // A large AllToAll (staged in chunks when not symmetric), then one in place.
     let send = a.send.slice(..BIG * 4).unwrap();
     let recv = a.recv.slice(..BIG * 4).unwrap();
+    recv.fill(0).unwrap();
     write(
         &send,
         &(0..BIG).map(|i| f32::gen(me, i)).collect::<Vec<_>>(),
@@ -456,5 +457,62 @@ fn measure_symmetric_vs_staged_allgather() {
             worst.as_secs_f64() * 1e3
         );
     }
+    env.finish();
+}
+
+/// On the symmetric path, ranks where a collective runs in place (through scratch, one step
+/// more) and ranks where it does not stay in step: the collectives after it see fresh data.
+#[test]
+fn in_place_on_some_ranks_only() {
+    let env = setup();
+    let cfg = test_config();
+    ranks(&env.rt, 2, &cfg, |r| {
+        let (n, me) = (r.n as usize, r.rank);
+        const C: usize = 64;
+        let buf = DeviceBuffer::new(&r.dev, 4 * C * n * 4).unwrap();
+        let win = SymWindow::register_mapping(&r.comm, buf.mapping()).unwrap();
+        let whole = buf.slice(..n * C * 4).unwrap();
+        let other = buf.slice(n * C * 4..2 * n * C * 4).unwrap();
+        // Rank 1 in place, rank 0 from `other` into `whole`.
+        let send = if me == 1 { &whole } else { &other };
+        for round in 0..3u32 {
+            let v = |rank: u32, j: usize| (rank * 1000 + round * 100) as f32 + j as f32;
+            // AllToAll.
+            write(send, &(0..n * C).map(|j| v(me, j)).collect::<Vec<f32>>());
+            if me == 0 {
+                whole.fill(0).unwrap();
+            }
+            r.comm
+                .all_to_all::<f32>(send, &whole, &mut r.stream)
+                .unwrap();
+            r.stream.synchronize().unwrap();
+            let want: Vec<f32> = (0..n as u32)
+                .flat_map(|q| (0..C).map(move |i| v(q, me as usize * C + i)))
+                .collect();
+            assert_eq!(read::<f32>(&whole), want, "AllToAll, round {round}");
+            // AllReduce, in place on rank 1 only.
+            let (s, d) = (send.slice(..C * 4).unwrap(), whole.slice(..C * 4).unwrap());
+            write(&s, &(0..C).map(|j| v(me, j)).collect::<Vec<f32>>());
+            r.comm
+                .all_reduce::<f32>(&s, &d, ReduceOp::Sum, &mut r.stream)
+                .unwrap();
+            r.stream.synchronize().unwrap();
+            let want: Vec<f32> = (0..C).map(|j| v(0, j) + v(1, j)).collect();
+            assert_eq!(read::<f32>(&d), want, "AllReduce, round {round}");
+            // AllGather (never in scratch) right after.
+            let g = other.slice(..C * 4).unwrap();
+            let out = buf.slice(2 * n * C * 4..3 * n * C * 4).unwrap();
+            write(&g, &(0..C).map(|j| v(me, j)).collect::<Vec<f32>>());
+            r.comm.all_gather::<f32>(&g, &out, &mut r.stream).unwrap();
+            r.stream.synchronize().unwrap();
+            let want: Vec<f32> = (0..n as u32)
+                .flat_map(|q| (0..C).map(move |j| v(q, j)))
+                .collect();
+            assert_eq!(read::<f32>(&out), want, "AllGather, round {round}");
+        }
+        let st = ascend_sim::hccl_stats();
+        assert_eq!(st.staged_ops, 0, "{st:?}");
+        win.close().map_err(|(e, _)| e).unwrap();
+    });
     env.finish();
 }

@@ -91,6 +91,27 @@ mod w {
     pub const RWIN: usize = 8;
     pub const ROFF: usize = 9;
     pub const STATUS: usize = 10;
+    pub const SCRATCH: usize = 11;
+}
+
+/// Whether this rank's symmetric form of `c` must gather or reduce into scratch first (its
+/// output overlaps input that peers read): it then takes two steps, and so must every rank.
+fn needs_scratch(c: &Coll, n: usize, me: usize) -> bool {
+    let b = c.count * c.dt.size();
+    match c.kind {
+        Kind::ReduceScatter | Kind::AllReduce => {
+            let seg = if c.kind == Kind::ReduceScatter {
+                me * b
+            } else {
+                0
+            };
+            let (sl, _) = c.sizes(n);
+            (overlaps(c.recv, b, c.send, sl) && c.recv != c.send + seg)
+                || (c.kind == Kind::AllReduce && overlaps(c.recv, b, c.send, b))
+        }
+        Kind::AllToAll => overlaps(c.recv, n * b, c.send, n * b),
+        Kind::AllGather | Kind::Broadcast | Kind::Barrier => false,
+    }
 }
 
 /// Whether `ASCEND_SIM_HCCL_PATH=staged` forbids the symmetric path.
@@ -238,6 +259,7 @@ fn run(comm: &Comm, c: &Coll, cancel: &dyn Fn() -> bool) -> HRes {
             (w::RWIN, rw.as_ref().map_or(NONE, |(w, _)| w.seq)),
             (w::ROFF, rw.as_ref().map_or(0, |(_, o)| *o as u64)),
             (w::STATUS, status.as_ref().map_or(0, |e| u64::from(e.code))),
+            (w::SCRATCH, u64::from(needs_scratch(c, n, me))),
         ],
     );
     comm.step(CH_STREAM, &mut g, cancel, Kind::name(c.kind as u64))?;
@@ -245,6 +267,7 @@ fn run(comm: &Comm, c: &Coll, cancel: &dyn Fn() -> bool) -> HRes {
         return Err(e);
     }
     let mut sym = true;
+    let mut two_steps = false;
     for p in 0..n {
         let d = |i| comm.desc(p, CH_STREAM, slot, i);
         let what = Kind::name(d(w::KIND));
@@ -287,6 +310,7 @@ fn run(comm: &Comm, c: &Coll, cancel: &dyn Fn() -> bool) -> HRes {
             ));
         }
         sym &= d(w::SYM) == 1;
+        two_steps |= d(w::SCRATCH) == 1;
     }
     if c.kind == Kind::Barrier {
         return Ok(());
@@ -312,7 +336,7 @@ fn run(comm: &Comm, c: &Coll, cancel: &dyn Fn() -> bool) -> HRes {
         }
         drop(wins);
         stats::SYM_OPS.fetch_add(1, Ordering::Relaxed);
-        symmetric(comm, c, &mut g, cancel, &peers)
+        symmetric(comm, c, &mut g, cancel, &peers, two_steps)
     } else {
         stats::STAGED_OPS.fetch_add(1, Ordering::Relaxed);
         staged(comm, c, &mut g, cancel)
@@ -461,6 +485,7 @@ fn symmetric(
     g: &mut super::comm::Chan,
     cancel: &dyn Fn() -> bool,
     peers: &Peers,
+    two_steps: bool,
 ) -> HRes {
     let n = comm.n as usize;
     let me = comm.rank as usize;
@@ -503,9 +528,7 @@ fn symmetric(
             // In place (AllReduce, or ReduceScatter into another rank's segment): peers still
             // read our send buffer, so reduce into a scratch buffer first.
             let (sl, _) = c.sizes(n);
-            let clash = overlaps(c.recv, b, c.send, sl) && c.recv != c.send + seg;
-            let clash = clash || (c.kind == Kind::AllReduce && overlaps(c.recv, b, c.send, b));
-            if clash {
+            if needs_scratch(c, n, me) {
                 let mut tmp = vec![0u8; b];
                 // SAFETY: as above; `tmp` is private.
                 with_user(&[(c.send, sl, false, "sendBuf")], || unsafe {
@@ -525,6 +548,10 @@ fn symmetric(
                     reduce_into(c.recv as *mut u8, &srcs, b, c.dt, c.op)
                 })?;
                 add_sym(n * b);
+                if two_steps {
+                    // Another rank goes through scratch: keep in step with it.
+                    comm.step(CH_STREAM, g, cancel, name)?;
+                }
             }
             comm.step(CH_STREAM, g, cancel, name)?;
         }
@@ -534,7 +561,7 @@ fn symmetric(
                 (c.recv, n * b, true, "recvBuf"),
                 (c.send, n * b, false, "sendBuf"),
             ];
-            if overlaps(c.recv, n * b, c.send, n * b) {
+            if needs_scratch(c, n, me) {
                 // In place: peers still read our send buffer, so gather into scratch first.
                 let mut tmp = vec![0u8; n * b];
                 with_user(&ranges, || {
@@ -558,6 +585,10 @@ fn symmetric(
                     }
                 })?;
                 add_sym(n * b);
+                if two_steps {
+                    // Another rank goes through scratch: keep in step with it.
+                    comm.step(CH_STREAM, g, cancel, name)?;
+                }
             }
             comm.step(CH_STREAM, g, cancel, name)?;
         }
