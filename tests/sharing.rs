@@ -268,6 +268,37 @@ fn the_broker_refuses_descriptors_that_are_not_exported_memory() {
     env.finish();
 }
 
+/// A client that connects to the broker and never asks (or any slow one) does not hold up
+/// other importers: each request is served on its own.
+#[test]
+fn a_stalled_broker_connection_does_not_hold_up_imports() {
+    use std::os::linux::net::SocketAddrExt;
+    let env = setup();
+    let buf = DeviceBuffer::new(&env.dev, MIB2).unwrap();
+    buf.fill(0).unwrap();
+    let h = buf.export(ShareKind::Fabric, ExportFlags::empty()).unwrap();
+    let name = format!("ascend-sim-broker.{}", std::process::id());
+    let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).unwrap();
+    let stalled: Vec<_> = (0..3)
+        .map(|_| std::os::unix::net::UnixStream::connect_addr(&addr).unwrap())
+        .collect();
+    let t0 = std::time::Instant::now();
+    let mut child = spawn_child("import-write", &[VIA_BROKER]);
+    h.allow_pids(&[child.id() as i32]).unwrap();
+    writeln!(child.stdin.take().unwrap(), "{}", to_hex(&h.to_bytes())).unwrap();
+    let (ok, res) = child_result(child);
+    assert!(ok && res == "ok", "child: {res}");
+    assert!(
+        t0.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(buf.to_vec().unwrap(), pattern(42, MIB2));
+    drop(stalled);
+    drop((h, buf));
+    env.finish();
+}
+
 #[test]
 fn import_after_the_exporter_exited() {
     let env = setup();

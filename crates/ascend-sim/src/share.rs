@@ -545,18 +545,12 @@ fn via_broker(r: Ref, first: Option<AclErr>) -> Res<OwnedFd> {
                 f.msg = format!("{}; no descriptor broker answered either ({e})", f.msg);
                 f
             }
-            None => {
-                // SAFETY: kill with signal 0 only checks that the process exists.
-                if unsafe { libc::kill(r.pid, 0) } != 0 && rt::errno() == libc::ESRCH {
-                    gone(format!("the exporting process {} is gone", r.pid))
-                } else {
-                    rt::err(
-                        ACL_ERROR_RT_NO_PERMISSION,
-                        format!("no descriptor broker of process {} answered ({e})", r.pid),
-                    )
-                }
-            }
+            None => rt::err(
+                ACL_ERROR_RT_NO_PERMISSION,
+                format!("no descriptor broker of process {} answered ({e})", r.pid),
+            ),
         },
+        Refusal::Gone => gone(format!("the exporting process {} is gone", r.pid)),
         Refusal::Refused(libc::EBADF) => gone(format!(
             "the exported memory (fd {} of process {}) no longer exists",
             r.fd, r.pid
