@@ -451,15 +451,7 @@ impl Comm {
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclAllReduce";
-        let count = elems::<T>(send, API, SEND_NOT_WHOLE)?;
-        let got = elems::<T>(recv, API, RECV_NOT_WHOLE)?;
-        if got != count {
-            return Err(length_mismatch(
-                API,
-                "receive length in elements (must equal the send length)",
-                got,
-            ));
-        }
+        let count = equal_count::<T>(API, send, recv)?;
         let (s, r) = (send.as_raw(), recv.as_raw());
         self.enqueue(API, stream, &[send, recv], |h, comm, st| {
             // SAFETY: as in `all_gather`.
@@ -485,15 +477,7 @@ impl Comm {
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclAlltoAll";
-        let total = elems::<T>(send, API, SEND_NOT_WHOLE)?;
-        let got = elems::<T>(recv, API, RECV_NOT_WHOLE)?;
-        if got != total {
-            return Err(length_mismatch(
-                API,
-                "receive length in elements (must equal the send length)",
-                got,
-            ));
-        }
+        let total = equal_count::<T>(API, send, recv)?;
         let n = u64::from(self.size());
         if total % n != 0 {
             return Err(length_mismatch(
@@ -562,4 +546,22 @@ impl Comm {
         close_last(self.inner, "Comm", |inner| inner.destroy_now())
             .map_err(|(e, inner)| (e, Comm { inner }))
     }
+}
+
+/// The element count of `send`, after checking that `recv` holds as many.
+fn equal_count<T: HcclType>(
+    api: &'static str,
+    send: &MappingSlice<'_>,
+    recv: &MappingSlice<'_>,
+) -> Result<u64> {
+    let count = elems::<T>(send, api, SEND_NOT_WHOLE)?;
+    let got = elems::<T>(recv, api, RECV_NOT_WHOLE)?;
+    if got != count {
+        return Err(length_mismatch(
+            api,
+            "receive length in elements (must equal the send length)",
+            got,
+        ));
+    }
+    Ok(count)
 }
