@@ -4,6 +4,10 @@
 //! restarts on the same address the client reconnects and transfers again; all emulator
 //! counters are back to zero at the end.
 //!
+//! Teardown is ordered: by the time the client's engine no longer lists the peer, every
+//! request has failed and every import is unmapped, so the counters are checked the moment
+//! the peer is gone, with no further wait.
+//!
 //! The client runs in a child process with `ASCEND_SIM_STREAM_MODE=deterministic`: its queued
 //! copies only run when someone waits on them, so the requests really are in flight when the
 //! peer dies.
@@ -80,6 +84,16 @@ fn client_role(rt: &ascend_mem::Runtime) {
     let t0 = Instant::now();
     wait_until("peer loss", || !engine.is_connected(&peer));
     let detect = t0.elapsed();
+    // Teardown is complete by the time the peer is gone from the map: checked at once, with
+    // the requests not yet looked at. Imports gone, VA back, the failed slots' streams
+    // destroyed; local memory intact.
+    let c = ascend_sim::counters();
+    assert_eq!(c.imports, 0, "{c}");
+    assert_eq!(engine.pool_usage().0, 0);
+    assert_eq!(c.streams, 0, "failed slots are destroyed: {c}");
+    assert_eq!(c.mappings, 1, "only the local buffer stays mapped: {c}");
+    assert_eq!(reg.in_flight(), 0);
+    assert_eq!(engine.registrations(), 1);
     for r in &reqs {
         assert_eq!(r.status(), TransferStatus::Failed);
         match r.wait(T) {
@@ -90,14 +104,6 @@ fn client_role(rt: &ascend_mem::Runtime) {
         }
     }
     drop(reqs);
-    // Imports gone, VA back, streams of the failed slots destroyed; local memory intact.
-    let c = ascend_sim::counters();
-    assert_eq!(c.imports, 0, "{c}");
-    assert_eq!(engine.pool_usage().0, 0);
-    assert_eq!(c.streams, 0, "failed slots are destroyed: {c}");
-    assert_eq!(c.mappings, 1, "only the local buffer stays mapped: {c}");
-    assert_eq!(reg.in_flight(), 0);
-    assert_eq!(engine.registrations(), 1);
     let mut back = vec![0u8; REGION];
     local.read_into(&mut back, 0).unwrap();
     assert!(back == pattern(7, REGION), "local data intact");

@@ -6,14 +6,15 @@ use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
 
-use ascend_mem::MappingTable;
+use ascend_mem::{Device, MappingTable};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, LostReason};
 use crate::pool::SlotMapping;
 use crate::ranges::RangeMap;
-use crate::transfer::ReqInner;
+use crate::transfer::{fail_all, ReqInner};
 
 /// A peer segment imported and mapped into this engine's VA pool.
 pub(crate) struct Import {
@@ -86,28 +87,83 @@ impl SegIndex {
 
 pub(crate) type ChannelMap = RwLock<HashMap<String, Arc<Channel>>>;
 
+/// What a live channel imported from its peer. Dropping it unmaps every import and returns
+/// its VA to the pool (once no stream holds the table any more).
+pub(crate) struct Remote {
+    /// `map`'s imports as a copy table (entry i = segment i). It holds the imports'
+    /// `SlotMapping`s as well, so whichever goes last, table or map, unmaps an import
+    /// before its VA goes back to the pool (even if a stream that failed to be destroyed
+    /// leaked the table).
+    pub(crate) table: MappingTable,
+    /// Remote va → imported mapping, held inline (one pointer less to chase per
+    /// descriptor than an `Arc` each). Immutable after connect.
+    pub(crate) map: RangeMap<Import>,
+    /// Search index over `map`'s segment starts.
+    pub(crate) index: SegIndex,
+}
+
+impl Remote {
+    /// The imports of `map`, with their copy table and search index.
+    pub(crate) fn new(dev: &Device, map: RangeMap<Import>) -> ascend_mem::Result<Remote> {
+        let table = MappingTable::with_keepalive(
+            dev,
+            map.segments().iter().map(|s| s.value.map.map.as_slice()),
+            map.segments()
+                .iter()
+                .map(|s| s.value.map.clone())
+                .collect::<Vec<_>>(),
+        )?;
+        Ok(Remote {
+            index: SegIndex::new(&map),
+            table,
+            map,
+        })
+    }
+}
+
+/// A channel's submit gate and what it guards: the imports while the channel is open, the
+/// reason once it is lost. Submissions hold it shared from the check until their request is
+/// in `inflight`; losing the channel holds it exclusively for the whole teardown.
+pub(crate) enum Gate {
+    Open(Remote),
+    Lost(LostReason),
+}
+
 pub(crate) struct Channel {
     pub(crate) peer: String,
     pub(crate) addr: SocketAddr,
-    /// `remote`'s imports as a copy table (entry i = segment i). It holds the imports'
-    /// `SlotMapping`s as well, so whichever goes last, table or channel, unmaps an import
-    /// before its VA goes back to the pool (even if a stream that failed to be destroyed
-    /// leaked the table).
-    pub(crate) remote_table: MappingTable,
-    /// Remote va → imported mapping, held inline (one pointer less to chase per
-    /// descriptor than an `Arc` each). Immutable after connect.
-    pub(crate) remote: RangeMap<Import>,
-    /// Search index over `remote`'s segment starts.
-    pub(crate) remote_index: SegIndex,
-    /// The submit gate: `Some` once the channel is lost. Submissions hold it shared from the
-    /// check until their request is in `inflight`; losing the channel takes it exclusively.
-    pub(crate) gate: RwLock<Option<LostReason>>,
+    /// Segments the peer offered (fixed at connect).
+    segments: usize,
+    pub(crate) gate: RwLock<Gate>,
     pub(crate) inflight: Mutex<HashMap<u64, Weak<ReqInner>>>,
     pub(crate) keepalive: Mutex<TcpStream>,
+    /// The keepalive reader thread, joined by whoever loses the channel (unless it is the
+    /// reader itself, which then ends right after).
+    reader: Mutex<Option<JoinHandle<()>>>,
     pub(crate) counters: Counters,
 }
 
 impl Channel {
+    /// An open channel to `peer` over `remote`'s imports; its keepalive reader starts
+    /// with [`start`].
+    pub(crate) fn new(
+        peer: &str,
+        addr: SocketAddr,
+        remote: Remote,
+        keepalive: TcpStream,
+    ) -> Arc<Channel> {
+        Arc::new(Channel {
+            peer: peer.to_owned(),
+            addr,
+            segments: remote.map.len(),
+            gate: RwLock::new(Gate::Open(remote)),
+            inflight: Mutex::new(HashMap::new()),
+            keepalive: Mutex::new(keepalive),
+            reader: Mutex::new(None),
+            counters: Counters::default(),
+        })
+    }
+
     pub(crate) fn stats(&self) -> PeerStats {
         let c = &self.counters;
         PeerStats {
@@ -118,7 +174,7 @@ impl Channel {
             descriptors: c.descriptors.load(Ordering::Relaxed),
             errors: c.errors.load(Ordering::Relaxed),
             in_flight: self.inflight.lock().len() as u64,
-            segments: self.remote.len() as u64,
+            segments: self.segments as u64,
         }
     }
 
@@ -129,71 +185,93 @@ impl Channel {
         }
     }
 
-    /// Marks the channel lost (new submissions fail), then fails and aborts every in-flight
-    /// request, and shuts the keepalive socket. Returns false if it was lost already.
-    pub(crate) fn lose(&self, reason: LostReason) -> bool {
-        {
-            let mut g = self.gate.write();
-            if g.is_some() {
-                return false;
-            }
-            *g = Some(reason);
+    /// Runs `f` on the imports while the channel is open.
+    pub(crate) fn with_remote<R>(&self, f: impl FnOnce(&Remote) -> R) -> Option<R> {
+        match &*self.gate.read() {
+            Gate::Open(r) => Some(f(r)),
+            Gate::Lost(_) => None,
         }
-        let reqs: Vec<Arc<ReqInner>> = self
-            .inflight
-            .lock()
-            .values()
-            .filter_map(Weak::upgrade)
-            .collect();
-        let n = reqs.len();
-        for r in reqs {
-            r.fail(self.lost_error(reason));
-        }
-        let _ = self.keepalive.lock().shutdown(Shutdown::Both);
-        match reason {
-            LostReason::Disconnected | LostReason::EngineShutdown => {
-                tracing::debug!(peer = %self.peer, %reason, aborted = n, "channel closed")
-            }
-            _ => tracing::warn!(peer = %self.peer, %reason, aborted = n, "peer lost"),
-        }
-        true
     }
 }
 
-/// Loses `ch` and removes it from `map` (if it is still the entry for its peer).
-/// The requests fail first, so a caller that sees the peer gone sees them failed too.
-pub(crate) fn lose(map: &ChannelMap, ch: &Arc<Channel>, reason: LostReason) {
-    ch.lose(reason);
-    let mut m = map.write();
-    if m.get(&ch.peer).is_some_and(|c| Arc::ptr_eq(c, ch)) {
-        m.remove(&ch.peer);
+/// Loses `ch`, in this order, all under its gate held exclusively: new submissions fail;
+/// every in-flight request's streams are aborted and its slot destroyed; the imports are
+/// unmapped and freed with their VA back in the pool; the channel leaves `map` (if it is
+/// still the entry for its peer), so `is_connected` turns false; the keepalive socket is
+/// shut (the peer's server sees EOF only now); only then do the requests' waiters see
+/// `PeerLost`. The keepalive reader is joined afterwards (unless this is the reader).
+///
+/// Returns false if the channel was lost already: then only after that loss has finished.
+pub(crate) fn lose(map: &ChannelMap, ch: &Arc<Channel>, reason: LostReason) -> bool {
+    let mut gate = ch.gate.write();
+    let remote = match std::mem::replace(&mut *gate, Gate::Lost(reason)) {
+        Gate::Open(r) => r,
+        lost @ Gate::Lost(_) => {
+            *gate = lost;
+            return false;
+        }
+    };
+    let reqs: Vec<Arc<ReqInner>> = ch
+        .inflight
+        .lock()
+        .values()
+        .filter_map(Weak::upgrade)
+        .collect();
+    let n = reqs.len();
+    fail_all(
+        &reqs,
+        || ch.lost_error(reason),
+        || {
+            // No stream has work on the table any more: the imports unmap here.
+            drop(remote);
+            let mut m = map.write();
+            if m.get(&ch.peer).is_some_and(|c| Arc::ptr_eq(c, ch)) {
+                m.remove(&ch.peer);
+            }
+            drop(m);
+            let _ = ch.keepalive.lock().shutdown(Shutdown::Both);
+        },
+    );
+    drop(gate);
+    match reason {
+        LostReason::Disconnected | LostReason::EngineShutdown => {
+            tracing::debug!(peer = %ch.peer, %reason, aborted = n, "channel closed")
+        }
+        _ => tracing::warn!(peer = %ch.peer, %reason, aborted = n, "peer lost"),
     }
+    let reader = ch.reader.lock().take();
+    if let Some(t) = reader {
+        if t.thread().id() != std::thread::current().id() {
+            let _ = t.join();
+        }
+    }
+    true
 }
 
-/// The keepalive reader: the server never writes on this socket, so EOF or an error means the
-/// peer closed it or died (its kernel closes its sockets).
-pub(crate) fn spawn_reader(
+/// Starts the keepalive reader of `ch`: the server never writes on this socket, so EOF or
+/// an error means the peer closed it or died (its kernel closes its sockets).
+pub(crate) fn start(
     mut sock: TcpStream,
-    ch: Weak<Channel>,
+    ch: &Arc<Channel>,
     map: Weak<ChannelMap>,
 ) -> std::io::Result<()> {
-    let name = format!(
-        "fabric-ka-{}",
-        ch.upgrade().map(|c| c.addr.port()).unwrap_or(0)
-    );
-    std::thread::Builder::new().name(name).spawn(move || {
-        let mut buf = [0u8; 256];
-        loop {
-            match sock.read(&mut buf) {
-                Ok(0) => break,
-                Ok(_) => continue, // HIXL servers send nothing here; ignore
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(_) => break,
+    let weak = Arc::downgrade(ch);
+    let t = std::thread::Builder::new()
+        .name(format!("fabric-ka-{}", ch.addr.port()))
+        .spawn(move || {
+            let mut buf = [0u8; 256];
+            loop {
+                match sock.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(_) => continue, // HIXL servers send nothing here; ignore
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(_) => break,
+                }
             }
-        }
-        if let (Some(ch), Some(map)) = (ch.upgrade(), map.upgrade()) {
-            lose(&map, &ch, LostReason::KeepaliveClosed);
-        }
-    })?;
+            if let (Some(ch), Some(map)) = (weak.upgrade(), map.upgrade()) {
+                lose(&map, &ch, LostReason::KeepaliveClosed);
+            }
+        })?;
+    *ch.reader.lock() = Some(t);
     Ok(())
 }

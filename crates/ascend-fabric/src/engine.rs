@@ -8,12 +8,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ascend_mem::{
-    Device, DeviceBuffer, HostBuffer, MappingSlice, MappingTable, ShareKind, SharedHandle,
-    TableCopy,
+    Device, DeviceBuffer, HostBuffer, MappingSlice, ShareKind, SharedHandle, TableCopy,
 };
 use parking_lot::{Condvar, Mutex, RwLock};
 
-use crate::channel::{self, Channel, ChannelMap, Counters, Import, PeerStats};
+use crate::channel::{self, Channel, ChannelMap, Gate, Import, PeerStats, Remote};
 use crate::control::{self, ControlHandler, ControlServer, ServerConfig};
 use crate::error::{Error, LostReason, Result, Side};
 use crate::options::{EngineAddr, EngineOptions, OptionError};
@@ -156,22 +155,20 @@ impl EngineInner {
         // made after this disconnect reaches the peer after the disconnect request, so the
         // request cannot close the new session (it names the channel, not the session).
         let _serial = self.connect_lock.lock();
-        let ch = {
-            let mut chans = self.channels.write();
-            match chans.get(remote) {
-                Some(c) if only.map_or(true, |o| Arc::ptr_eq(o, c)) => chans.remove(remote),
-                _ => None,
+        let ch = match self.channels.read().get(remote) {
+            Some(c) if only.map_or(true, |o| Arc::ptr_eq(o, c)) => c.clone(),
+            _ => {
+                return Err(Error::NotConnected {
+                    peer: remote.to_owned(),
+                })
+            }
+        };
+        // In-flight transfers fail, imports are unmapped, then the channel leaves the map.
+        if channel::lose(&self.channels, &ch, LostReason::Disconnected) {
+            if let Err(e) = control::disconnect(ch.addr, self.addr.as_str(), timeout) {
+                tracing::debug!(peer = remote, error = %e, "disconnect request not delivered");
             }
         }
-        .ok_or_else(|| Error::NotConnected {
-            peer: remote.to_owned(),
-        })?;
-        // New submissions fail from here; in-flight ones are aborted.
-        ch.lose(LostReason::Disconnected);
-        if let Err(e) = control::disconnect(ch.addr, self.addr.as_str(), timeout) {
-            tracing::debug!(peer = remote, error = %e, "disconnect request not delivered");
-        }
-        drop(ch);
         Ok(())
     }
 }
@@ -438,40 +435,20 @@ impl Engine {
             .keepalive
             .try_clone()
             .map_err(|source| Error::Listen { addr: sa, source })?;
-        let ch = Arc::new(Channel {
-            peer: remote.to_owned(),
-            addr: sa,
-            remote_index: channel::SegIndex::new(&remote_map),
-            remote_table: MappingTable::with_keepalive(
-                &inner.dev,
-                remote_map
-                    .segments()
-                    .iter()
-                    .map(|s| s.value.map.map.as_slice()),
-                remote_map
-                    .segments()
-                    .iter()
-                    .map(|s| s.value.map.clone())
-                    .collect::<Vec<_>>(),
-            )?,
-            remote: remote_map,
-            gate: RwLock::new(None),
-            inflight: Mutex::new(HashMap::new()),
-            keepalive: Mutex::new(c.keepalive),
-            counters: Counters::default(),
-        });
+        let ch = Channel::new(
+            remote,
+            sa,
+            Remote::new(&inner.dev, remote_map)?,
+            c.keepalive,
+        );
         // In the map before the reader starts, so a peer that closes at once is taken out
         // of it again by the reader (not left there, lost, after it).
         inner.channels.write().insert(remote.to_owned(), ch.clone());
-        if let Err(source) = channel::spawn_reader(
-            reader_sock,
-            Arc::downgrade(&ch),
-            Arc::downgrade(&inner.channels),
-        ) {
+        if let Err(source) = channel::start(reader_sock, &ch, Arc::downgrade(&inner.channels)) {
             channel::lose(&inner.channels, &ch, LostReason::Disconnected);
             return Err(Error::Listen { addr: sa, source });
         }
-        tracing::info!(peer = remote, segments = ch.remote.len(), "connected");
+        tracing::info!(peer = remote, segments = ch.stats().segments, "connected");
         Ok(())
     }
 
@@ -503,13 +480,8 @@ impl Engine {
 
     /// The segments `remote` offered: `(va_addr, len)` in address order.
     pub fn remote_segments(&self, remote: &str) -> Option<Vec<(u64, u64)>> {
-        self.inner.channels.read().get(remote).map(|c| {
-            c.remote
-                .segments()
-                .iter()
-                .map(|s| (s.start, s.len))
-                .collect()
-        })
+        let ch = self.inner.channels.read().get(remote)?.clone();
+        ch.with_remote(|r| r.map.segments().iter().map(|s| (s.start, s.len)).collect())
     }
 
     /// Where `remote_addr` (an address `remote` offered) is mapped in this process, for
@@ -517,10 +489,12 @@ impl Engine {
     /// The address stays valid while the channel is connected. `None` when not connected or
     /// the address lies in no offered segment.
     pub fn peer_mapped_addr(&self, remote: &str, remote_addr: u64) -> Option<u64> {
-        let chans = self.inner.channels.read();
-        let ch = chans.get(remote)?;
-        let seg = &ch.remote.segments()[ch.remote.find(remote_addr)?];
-        Some(seg.value.map.map.as_raw() as u64 + (remote_addr - seg.start))
+        let ch = self.inner.channels.read().get(remote)?.clone();
+        ch.with_remote(|r| {
+            let seg = &r.map.segments()[r.map.find(remote_addr)?];
+            Some(seg.value.map.map.as_raw() as u64 + (remote_addr - seg.start))
+        })
+        .flatten()
     }
 
     /// Channel ids of peers connected to this engine's control server.
@@ -691,18 +665,21 @@ impl Engine {
             }
             None => return Err(not_connected()),
         };
-        if let Some(r) = *ch.gate.read() {
+        if let Gate::Lost(r) = *ch.gate.read() {
             return Err(ch.lost_error(r));
         }
         let mut slot = inner.slots.acquire(slot_deadline)?;
         let gate = ch.gate.read();
-        if let Some(r) = *gate {
-            inner.slots.release(slot);
-            return Err(ch.lost_error(r));
-        }
+        let rem = match &*gate {
+            Gate::Open(r) => r,
+            Gate::Lost(r) => {
+                inner.slots.release(slot);
+                return Err(ch.lost_error(*r));
+            }
+        };
         let reg = inner.registry.state.read();
         let local = &reg.ranges;
-        let remote_map = &ch.remote;
+        let remote_map = &rem.map;
         // Check and translate every descriptor before queuing anything: one lookup per side
         // (the local pieces, then the remote ones), merged into pieces that lie in one local
         // and one remote segment each.
@@ -721,7 +698,7 @@ impl Engine {
                 .map_err(|e| (Side::Local, e));
             let r = l.and_then(|()| {
                 // Fast path: the whole range inside the segment the index finds.
-                if let Some((i, start)) = ch.remote_index.holding(d.remote_addr, d.len) {
+                if let Some((i, start)) = rem.index.holding(d.remote_addr, d.len) {
                     rp.push((i, d.remote_addr - start, d.len));
                     return Ok(());
                 }
@@ -849,9 +826,9 @@ impl Engine {
             deal(q);
         }
         let (dtab, stab) = if write {
-            (&ch.remote_table, ltab)
+            (&rem.table, ltab)
         } else {
-            (ltab, &ch.remote_table)
+            (ltab, &rem.table)
         };
         let mut used = 0u32;
         let mut err: Option<Error> = None;
@@ -946,9 +923,9 @@ impl Drop for EngineInner {
             }
         }
         // As HIXL's Finalize: no disconnect request; peers see the keepalive socket close.
-        let chans: Vec<Arc<Channel>> = self.channels.write().drain().map(|(_, c)| c).collect();
+        let chans: Vec<Arc<Channel>> = self.channels.read().values().cloned().collect();
         for ch in chans {
-            ch.lose(LostReason::EngineShutdown);
+            channel::lose(&self.channels, &ch, LostReason::EngineShutdown);
         }
         drop(self.server.lock().take());
     }

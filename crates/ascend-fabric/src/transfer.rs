@@ -476,6 +476,20 @@ impl ReqInner {
     }
 }
 
+/// Fails every request of `reqs` still pending with `err()` (aborting its streams and
+/// destroying its slot), then runs `between`, and only then lets anyone see the failures:
+/// every request's lock is held from before its failure until `between` has returned.
+pub(crate) fn fail_all(reqs: &[Arc<ReqInner>], err: impl Fn() -> Error, between: impl FnOnce()) {
+    let mut held: Vec<_> = reqs.iter().map(|r| (r, r.state.lock())).collect();
+    for (r, st) in &mut held {
+        if matches!(**st, ReqState::Pending(_)) {
+            r.finish(st, Err(err()));
+        }
+    }
+    between();
+    drop(held);
+}
+
 /// An asynchronous transfer (`TransferAsync`'s request).
 ///
 /// Dropping it while the transfer runs aborts the transfer's streams and waits for them, so

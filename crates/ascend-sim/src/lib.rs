@@ -445,6 +445,16 @@ pub mod testing {
             Err(e) => panic!("hold_stream: {}", e.msg),
         }
     }
+
+    /// Holds every threaded-mode stream before its next task (copies, event records, all)
+    /// until the returned [`Hold`] is released or dropped; a stream that is aborted stops
+    /// waiting. For tests that need work to stay queued while something else happens (a peer
+    /// lost with transfers in flight). Deterministic-mode streams are not held.
+    pub fn hold_all_streams() -> Hold {
+        Hold {
+            inner: crate::stream::hold_all(),
+        }
+    }
 }
 
 macro_rules! symbol_table {

@@ -6,7 +6,7 @@
 //! event wait, a test hold) poll the stream's abort epoch so `aclrtStreamAbort` can cancel them.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -319,7 +319,11 @@ fn worker(s: Arc<Stream>) {
 /// Runs the tasks a worker took, in order; stops (discarding the rest) on an abort, or on a
 /// failure when the stream stops on failure.
 fn run_batch(s: &Stream, batch: &mut VecDeque<Task>, epoch: u64) {
-    while let Some(front) = batch.front() {
+    while !batch.is_empty() {
+        wait_hold_all(s, epoch);
+        let Some(front) = batch.front() else {
+            return;
+        };
         if aborted(s, epoch) {
             for t in batch.drain(..) {
                 t.discard();
@@ -573,6 +577,43 @@ impl HoldInner {
 
     fn is_released(&self) -> bool {
         *self.released.lock()
+    }
+}
+
+/// The hold every threaded-mode stream waits on before its next task, if one is set.
+static HOLD_ALL: Mutex<Option<Arc<HoldInner>>> = Mutex::new(None);
+/// Fast check for [`HOLD_ALL`] on the workers' path.
+static HOLD_ALL_SET: AtomicBool = AtomicBool::new(false);
+
+/// Sets a hold that every threaded-mode stream waits on before running its next task, until
+/// it is released or the stream is aborted.
+pub(crate) fn hold_all() -> Arc<HoldInner> {
+    let h = Arc::new(HoldInner::default());
+    *HOLD_ALL.lock() = Some(h.clone());
+    HOLD_ALL_SET.store(true, Ordering::Release);
+    h
+}
+
+/// Waits while a process-wide hold is set and unreleased, unless `s` is aborted.
+fn wait_hold_all(s: &Stream, epoch: u64) {
+    if !HOLD_ALL_SET.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(h) = HOLD_ALL.lock().clone() else {
+        return;
+    };
+    while !h.is_released() && !aborted(s, epoch) {
+        let mut r = h.released.lock();
+        if !*r {
+            h.cv.wait_for(&mut r, POLL);
+        }
+    }
+    if h.is_released() {
+        let mut g = HOLD_ALL.lock();
+        if g.as_ref().is_some_and(|x| Arc::ptr_eq(x, &h)) {
+            *g = None;
+            HOLD_ALL_SET.store(false, Ordering::Release);
+        }
     }
 }
 
