@@ -107,7 +107,9 @@ impl Remote {
     pub(crate) fn new(dev: &Device, map: RangeMap<Import>) -> ascend_mem::Result<Remote> {
         let table = MappingTable::with_keepalive(
             dev,
-            map.segments().iter().map(|s| s.value.map.map.as_slice()),
+            map.segments()
+                .iter()
+                .map(|s| s.value.map.mapping().as_slice()),
             map.segments()
                 .iter()
                 .map(|s| s.value.map.clone())

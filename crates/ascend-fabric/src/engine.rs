@@ -492,7 +492,7 @@ impl Engine {
         let ch = self.inner.channels.read().get(remote)?.clone();
         ch.with_remote(|r| {
             let seg = &r.map.segments()[r.map.find(remote_addr)?];
-            Some(seg.value.map.map.as_raw() as u64 + (remote_addr - seg.start))
+            Some(seg.value.map.mapping().as_raw() as u64 + (remote_addr - seg.start))
         })
         .flatten()
     }
@@ -560,12 +560,19 @@ impl Engine {
         self.inner.slots.created()
     }
 
-    /// 1 GiB VA pool slots in use and in total.
+    /// 1 GiB VA pool slots in use and in total. Quarantined slots count as in use.
     pub fn pool_usage(&self) -> (usize, usize) {
         (
             self.inner.pool.used_slots(),
             self.inner.pool.capacity_slots(),
         )
+    }
+
+    /// 1 GiB VA pool slots out of service for good because unmapping an import (or an alias)
+    /// in them failed: such a slot is never handed out again, since the range may still be
+    /// mapped. The engine goes on using the other slots.
+    pub fn pool_quarantined(&self) -> usize {
+        self.inner.pool.quarantined()
     }
 
     /// Copies `descs` to or from `remote` and waits up to `timeout` (`TransferSync`).

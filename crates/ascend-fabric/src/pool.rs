@@ -2,6 +2,7 @@
 //! 1 GiB-aligned slots (as HIXL's `VirtualMemoryManager`). Imported segments and device
 //! aliases of foreign memory are mapped into slots.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
@@ -17,6 +18,8 @@ pub(crate) struct VaPool {
     /// One bit per slot, set = used.
     bits: Mutex<Vec<u64>>,
     slots: usize,
+    /// Slots kept out of service because unmapping what was mapped in them failed.
+    quarantined: AtomicUsize,
 }
 
 impl std::fmt::Debug for VaPool {
@@ -29,15 +32,21 @@ impl std::fmt::Debug for VaPool {
     }
 }
 
-/// A run of slots; returned to the pool on drop.
+/// A run of slots; returned to the pool on drop unless quarantined.
 pub(crate) struct VaSlot {
     pool: Arc<VaPool>,
     first: usize,
     n: usize,
+    quarantined: bool,
 }
 
 impl Drop for VaSlot {
     fn drop(&mut self) {
+        if self.quarantined {
+            // Something may still be mapped here: the slots stay marked used, for good.
+            self.pool.quarantined.fetch_add(self.n, Ordering::Relaxed);
+            return;
+        }
         let mut bits = self.pool.bits.lock();
         for i in self.first..self.first + self.n {
             bits[i / 64] &= !(1u64 << (i % 64));
@@ -45,10 +54,41 @@ impl Drop for VaSlot {
     }
 }
 
-/// A mapping in a pool slot. Field order: the mapping (unmap) goes before the slot returns.
+/// A mapping in a pool slot. Dropping it unmaps, then returns the slot to the pool; if the
+/// unmap fails, the slot is quarantined instead (never handed out again while the range may
+/// still be mapped) and counted in [`VaPool::quarantined`].
 pub(crate) struct SlotMapping {
-    pub(crate) map: Mapping,
-    _slot: VaSlot,
+    map: Option<Mapping>,
+    slot: VaSlot,
+}
+
+impl SlotMapping {
+    /// The mapping (present until drop).
+    pub(crate) fn mapping(&self) -> &Mapping {
+        self.map
+            .as_ref()
+            .expect("a SlotMapping holds its mapping until dropped")
+    }
+}
+
+impl Drop for SlotMapping {
+    fn drop(&mut self) {
+        let Some(map) = self.map.take() else {
+            return;
+        };
+        if let Err((e, map)) = map.unmap() {
+            tracing::error!(
+                slot = self.slot.first,
+                slots = self.slot.n,
+                error = %e,
+                "VA pool: unmapping a slot failed; the slot is quarantined"
+            );
+            self.slot.quarantined = true;
+            // Its own drop retries the unmap and, failing again, leaks the memory and the
+            // reservation rather than free them under a live mapping.
+            drop(map);
+        }
+    }
 }
 
 impl VaPool {
@@ -86,6 +126,7 @@ impl VaPool {
             va,
             bits: Mutex::new(vec![0; slots.div_ceil(64)]),
             slots,
+            quarantined: AtomicUsize::new(0),
         }))
     }
 
@@ -95,6 +136,12 @@ impl VaPool {
             .iter()
             .map(|w| w.count_ones() as usize)
             .sum()
+    }
+
+    /// Slots out of service because an unmap in them failed (counted in
+    /// [`VaPool::used_slots`] too).
+    pub(crate) fn quarantined(&self) -> usize {
+        self.quarantined.load(Ordering::Relaxed)
     }
 
     pub(crate) fn capacity_slots(&self) -> usize {
@@ -122,6 +169,7 @@ impl VaPool {
                     pool: self.clone(),
                     first,
                     n,
+                    quarantined: false,
                 });
             }
         }
@@ -140,7 +188,10 @@ impl VaPool {
         let slot = self.alloc(mem.len() as u64)?;
         let at = dev.granular(slot.first * SLOT as usize)?;
         let map = self.va.map(mem, at)?;
-        Ok(SlotMapping { map, _slot: slot })
+        Ok(SlotMapping {
+            map: Some(map),
+            slot,
+        })
     }
 }
 

@@ -86,7 +86,7 @@ impl Block {
     pub(crate) fn mapping(&self) -> &Mapping {
         match &self.map {
             BlockMap::Held(m) => m.mapping(),
-            BlockMap::Alias(s) => &s.map,
+            BlockMap::Alias(s) => s.mapping(),
         }
     }
 }
@@ -387,7 +387,9 @@ impl Registry {
         let alias = self.pool.map(&self.dev, &mem)?;
         let host = mem.is_host();
         if host {
-            alias.map.set_device_access(&self.dev, Access::ReadWrite)?;
+            alias
+                .mapping()
+                .set_device_access(&self.dev, Access::ReadWrite)?;
         }
         Ok(Block {
             base,
