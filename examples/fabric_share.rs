@@ -32,7 +32,7 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
 }
 
 fn parent() -> Result<bool, Box<dyn std::error::Error>> {
-    let rt = Runtime::from_env()?;
+    let rt = Runtime::from_env_or_emulator()?;
     println!("[parent] backend: {}", rt.backend());
     let dev = rt.device(0)?;
     let buf = DeviceBuffer::new(&dev, 2 << 20)?;
@@ -79,7 +79,7 @@ fn child() -> Result<bool, Box<dyn std::error::Error>> {
     std::io::stdin().lock().read_line(&mut line)?;
     let bytes = from_hex(&line).ok_or("handle is not hex")?;
     let shared = SharedHandle::from_bytes(&bytes)?;
-    let rt = Runtime::from_env()?;
+    let rt = Runtime::from_env_or_emulator()?;
     let dev = rt.device(0)?;
     let mem = shared.import(&dev)?;
     let len = dev.granular(mem.len())?;

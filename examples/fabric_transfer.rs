@@ -75,7 +75,7 @@ fn hixl_options() -> BTreeMap<String, String> {
 }
 
 fn server(a: &Args) -> Res<bool> {
-    let rt = Runtime::from_env()?;
+    let rt = Runtime::from_env_or_emulator()?;
     let dev = rt.device(0)?;
     let engine = Engine::from_hixl(&dev, &a.server, &hixl_options())?;
     let mem = engine.alloc_device(a.size)?;
@@ -117,7 +117,7 @@ fn server(a: &Args) -> Res<bool> {
 }
 
 fn client(a: &Args) -> Res<bool> {
-    let rt = Runtime::from_env()?;
+    let rt = Runtime::from_env_or_emulator()?;
     let dev = rt.device(0)?;
     let engine = Engine::from_hixl(&dev, &a.client, &hixl_options())?;
     let host = engine.alloc_host(a.size)?;

@@ -37,7 +37,7 @@ fn free_port() -> Res<u16> {
 }
 
 fn open(role: &str) -> Res<Runtime> {
-    let rt = Runtime::from_env()?;
+    let rt = Runtime::from_env_or_emulator()?;
     let hixl = cs::table(&rt)?;
     println!(
         "[{role}] ACL backend: {}; HIXL: {}",

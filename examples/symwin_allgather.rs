@@ -13,7 +13,7 @@
 //! processes of itself through `ascend_launch::Launcher` (torchrun's variables), and exits 0
 //! only when every rank verified. With them set (by the launcher, torchrun or a scheduler) it
 //! is one rank, on device `LOCAL_RANK`. Rank 0 prints each step; the others stay quiet unless
-//! something fails. Runs on whatever `Runtime::from_env()` picks: CANN when installed,
+//! something fails. Runs on whatever `Runtime::from_env_or_emulator()` picks: CANN when installed,
 //! otherwise the emulator (`ASCEND_ACL_LIB=…/libascend_sim.so` takes the dlopen path).
 
 mod common;
@@ -46,7 +46,7 @@ fn rank_main() -> AnyResult<bool> {
     };
     let mut rdv = Rendezvous::join(&env, Duration::from_secs(60))?;
 
-    let rt = Runtime::from_env()?;
+    let rt = Runtime::from_env_or_emulator()?;
     let dev = rt.device(env.local_rank as i32)?;
     say(format!("backend: {} ({n} ranks)", rt.backend()));
 

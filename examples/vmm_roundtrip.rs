@@ -1,7 +1,7 @@
 //! VMM round trip: granularity, reserve, allocate HBM, map, write from the host, copy device
 //! to device, read back, verify, tear down.
 //!
-//! Runs on whatever `Runtime::from_env()` picks: CANN when installed, otherwise the emulator.
+//! Runs on whatever `Runtime::from_env_or_emulator()` picks: CANN when installed, otherwise the emulator.
 //! `ASCEND_ACL_LIB=target/debug/libascend_sim.so` takes the dlopen path to the emulator;
 //! `ASCEND_MEM_BACKEND=sim|cann` forces a backend. Exits 0 only when the bytes verify.
 
@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use ascend_mem::{Backend, MemSpec, PhysicalMem, ReservedVa, Runtime, Stream};
 
 fn run() -> ascend_mem::Result<bool> {
-    let rt = Runtime::from_env()?;
+    let rt = Runtime::from_env_or_emulator()?;
     let how = match rt.backend() {
         Backend::Cann { .. } => "real CANN (dlopen)",
         Backend::EmulatorInProcess => "emulator (in-process)",

@@ -29,32 +29,34 @@ fn roundtrip(rt: &Runtime) -> ascend_mem::Result<()> {
 #[test]
 fn child_entry() {
     let Some(role) = role() else { return };
-    let role = match role.as_str() {
-        "from-env-logged" => {
+    let role = match role.strip_suffix("-logged") {
+        Some(r) => {
             tracing_subscriber::fmt()
                 .with_max_level(tracing_subscriber::filter::LevelFilter::INFO)
                 .with_writer(std::io::stdout)
                 .with_ansi(false)
                 .init();
-            "from-env"
+            r.to_owned()
         }
-        other => other,
+        None => role,
     };
-    match role {
-        "from-env" => match Runtime::from_env() {
-            Ok(rt) => {
-                let kind = match rt.backend() {
-                    Backend::Cann { .. } => "cann",
-                    Backend::EmulatorInProcess => "sim-in-process",
-                    Backend::EmulatorDl { .. } => "sim-dlopen",
-                    _ => "other",
-                };
-                roundtrip(&rt).unwrap();
-                println!("RESULT ok {kind}\nEND");
-            }
-            Err(e) => println!("RESULT err {:?}\n{e}\n{e:?}\nEND", e.kind()),
-        },
+    let rt = match role.as_str() {
+        "from-env" => Runtime::from_env(),
+        "or-emulator" => Runtime::from_env_or_emulator(),
         other => panic!("unknown role {other}"),
+    };
+    match rt {
+        Ok(rt) => {
+            let kind = match rt.backend() {
+                Backend::Cann { .. } => "cann",
+                Backend::EmulatorInProcess => "sim-in-process",
+                Backend::EmulatorDl { .. } => "sim-dlopen",
+                _ => "other",
+            };
+            roundtrip(&rt).unwrap();
+            println!("RESULT ok {kind}\nEND");
+        }
+        Err(e) => println!("RESULT err {:?}\n{e}\n{e:?}\nEND", e.kind()),
     }
 }
 
@@ -119,17 +121,54 @@ fn cann_search_path_lists_every_candidate() {
     }
 }
 
+/// Production is never silently emulated: with nothing set and no CANN, `from_env` is the
+/// load error, which names the switch to the emulator.
 #[test]
-fn unset_backend_falls_back_to_the_emulator() {
+fn unset_backend_without_cann_is_the_load_error() {
     let out = run_role(
         "child_entry",
         "from-env",
         &[
             ("ASCEND_MEM_BACKEND", ""),
             ("ASCEND_ACL_LIB", "/nonexistent/ascend/libascendcl.so"),
+            ("ASCEND_HOME_PATH", "/nonexistent/home"),
+        ],
+    );
+    let r = result(&out);
+    assert!(r.starts_with("err Unavailable"), "{r}");
+    assert!(r.contains("ASCEND_MEM_BACKEND=sim"), "{r}");
+}
+
+/// The fallback a program asks for by name runs on the emulator, and says so at WARN.
+#[test]
+fn unset_backend_with_the_named_fallback_runs_on_the_emulator_and_warns() {
+    let out = run_role(
+        "child_entry",
+        "or-emulator-logged",
+        &[
+            ("ASCEND_MEM_BACKEND", ""),
+            ("ASCEND_ACL_LIB", "/nonexistent/ascend/libascendcl.so"),
+            ("ASCEND_HOME_PATH", "/nonexistent/home"),
         ],
     );
     assert_eq!(result(&out), "ok sim-in-process", "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let warns: Vec<_> = text
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("running on the emulator"))
+        .collect();
+    assert_eq!(warns.len(), 1, "one WARN line: {text}");
+    // Required by name, CANN stays required.
+    let out = run_role(
+        "child_entry",
+        "or-emulator",
+        &[
+            ("ASCEND_MEM_BACKEND", "cann"),
+            ("ASCEND_ACL_LIB", "/nonexistent/ascend/libascendcl.so"),
+            ("ASCEND_HOME_PATH", "/nonexistent/home"),
+        ],
+    );
+    assert!(result(&out).starts_with("err Unavailable"), "{out:?}");
 }
 
 #[test]
@@ -163,7 +202,7 @@ fn unknown_backend_name_is_an_error_naming_it_and_the_accepted_values() {
     assert!(r.contains("UnknownBackend { value: \"Bogus \""), "{r}");
 }
 
-/// Unset backend and `ASCEND_ACL_LIB` at the emulator's library: the info line names the
+/// Unset backend and `ASCEND_ACL_LIB` at the emulator's library: a WARN line names the
 /// emulator, not CANN.
 #[test]
 fn dlopen_path_to_the_emulator_logs_the_emulator() {
@@ -179,7 +218,7 @@ fn dlopen_path_to_the_emulator_logs_the_emulator() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(result(&out), "ok sim-dlopen", "{out:?}");
     assert!(
-        text.contains("using the emulator's shared library") && text.contains(&lib),
+        text.contains("WARN") && text.contains("running on the emulator") && text.contains(&lib),
         "{text}"
     );
     assert!(!text.contains("using CANN"), "{text}");

@@ -134,63 +134,77 @@ impl Runtime {
         Self::from_table(lib)
     }
 
-    /// The in-tree emulator, linked into this process (feature `emulator`, on by default).
+    /// The in-tree emulator, linked into this process (feature `emulator`, off by default).
+    /// The first emulator runtime of a process logs a WARN line saying so.
     ///
     /// # Errors
     /// An `aclInit` failure (the emulator does not normally fail it).
     #[cfg(feature = "emulator")]
     pub fn emulated() -> Result<Runtime> {
-        Self::from_table(ascend_sim::acl_table())
+        let rt = Self::from_table(ascend_sim::acl_table())?;
+        warn_emulated(rt.backend());
+        Ok(rt)
     }
 
-    /// Picks the backend from `ASCEND_MEM_BACKEND`: `cann` ([`Runtime::load`]), `sim` or
-    /// `emulator` (`Runtime::emulated`, feature `emulator`). Unset or empty: the standard
-    /// search of [`Runtime::load`] when it finds a library (which may be the emulator's shared
-    /// library, e.g. through `ASCEND_ACL_LIB`), otherwise the in-process emulator, with an
-    /// info line naming the backend chosen.
+    /// Picks the backend from `ASCEND_MEM_BACKEND`: `cann` or unset ([`Runtime::load`]), `sim`
+    /// or `emulator` (`Runtime::emulated`, feature `emulator`). Production is never silently
+    /// emulated: with the variable unset and no CANN found, this is the load error listing
+    /// every path tried (which also names `ASCEND_MEM_BACKEND=sim`). A library found by the
+    /// search that is the emulator's shared library (e.g. through `ASCEND_ACL_LIB`) is used,
+    /// with a WARN line saying so.
+    ///
+    /// Programs that want CANN when present and the emulator otherwise (demos, examples) ask
+    /// for it by name: `Runtime::from_env_or_emulator`.
     ///
     /// # Errors
-    /// As [`Runtime::load`] for `cann`; [`Error::UnknownBackend`] naming the value and the
-    /// accepted values for anything else; without the `emulator` feature, a load error when
-    /// CANN is absent.
+    /// As [`Runtime::load`]; [`Error::UnknownBackend`] naming the value and the accepted
+    /// values for anything else.
     pub fn from_env() -> Result<Runtime> {
-        #[cfg(feature = "emulator")]
-        const ACCEPTED: &str =
-            "\"cann\", \"sim\" or \"emulator\" (or unset/empty: CANN if found, else the emulator)";
-        #[cfg(not(feature = "emulator"))]
-        const ACCEPTED: &str =
-            "\"cann\" (or unset/empty); \"sim\"/\"emulator\" need ascend-mem's `emulator` feature";
-        let choice = std::env::var("ASCEND_MEM_BACKEND").unwrap_or_default();
-        match choice.trim().to_ascii_lowercase().as_str() {
-            "cann" => Self::load(),
+        match backend_choice()? {
+            Choice::Cann => Self::load_noting_emulator(),
             #[cfg(feature = "emulator")]
-            "sim" | "emulator" => Self::emulated(),
-            "" => match Self::load() {
-                Ok(rt) => {
-                    // The search may have found the emulator's shared library: name what it is.
-                    let backend = rt.backend();
-                    if backend.is_emulator() {
-                        tracing::info!(%backend, "ascend-mem: using the emulator's shared library");
-                    } else {
-                        tracing::info!(%backend, "ascend-mem: using CANN");
-                    }
-                    Ok(rt)
-                }
-                #[cfg(feature = "emulator")]
+            Choice::Sim => Self::emulated(),
+        }
+    }
+
+    /// As [`Runtime::from_env`], except that with `ASCEND_MEM_BACKEND` unset and no CANN
+    /// found it falls back to the in-process emulator (with a WARN line), so the program runs
+    /// anywhere. `ASCEND_MEM_BACKEND=cann` still requires CANN. For examples and demos; a
+    /// production service should call [`Runtime::from_env`] or [`Runtime::load`].
+    ///
+    /// # Errors
+    /// As [`Runtime::from_env`] (a load error only when CANN was required by name).
+    #[cfg(feature = "emulator")]
+    pub fn from_env_or_emulator() -> Result<Runtime> {
+        let explicit = !std::env::var("ASCEND_MEM_BACKEND")
+            .unwrap_or_default()
+            .trim()
+            .is_empty();
+        match backend_choice()? {
+            Choice::Cann if explicit => Self::load_noting_emulator(),
+            Choice::Cann => match Self::load_noting_emulator() {
                 Err(Error::Load(e)) => {
-                    tracing::info!(
+                    tracing::debug!(
                         tried = e.attempts.len(),
-                        "ascend-mem: CANN runtime not found, using the in-process emulator (set ASCEND_MEM_BACKEND=cann to require CANN)"
+                        "ascend-mem: CANN runtime not found"
                     );
                     Self::emulated()
                 }
-                Err(e) => Err(e),
+                r => r,
             },
-            _ => Err(Error::UnknownBackend {
-                value: choice.into_boxed_str(),
-                accepted: ACCEPTED,
-            }),
+            Choice::Sim => Self::emulated(),
         }
+    }
+
+    /// [`Runtime::load`], with a WARN line when what it found is the emulator's library.
+    fn load_noting_emulator() -> Result<Runtime> {
+        let rt = Self::load()?;
+        if rt.backend().is_emulator() {
+            warn_emulated(rt.backend());
+        } else {
+            tracing::info!(backend = %rt.backend(), "ascend-mem: using CANN");
+        }
+        Ok(rt)
     }
 
     /// Opens an ACL runtime library from one explicit file (CANN or the emulator's
@@ -291,4 +305,42 @@ impl Runtime {
         devs.insert(id, Arc::downgrade(dev.ctx()));
         Ok(dev)
     }
+}
+
+/// What `ASCEND_MEM_BACKEND` asks for.
+enum Choice {
+    /// `cann`, or unset/empty.
+    Cann,
+    /// `sim` or `emulator`.
+    #[cfg(feature = "emulator")]
+    Sim,
+}
+
+fn backend_choice() -> Result<Choice> {
+    #[cfg(feature = "emulator")]
+    const ACCEPTED: &str = "\"cann\" (or unset/empty), \"sim\" or \"emulator\"";
+    #[cfg(not(feature = "emulator"))]
+    const ACCEPTED: &str =
+        "\"cann\" (or unset/empty); \"sim\"/\"emulator\" need ascend-mem's `emulator` feature";
+    let value = std::env::var("ASCEND_MEM_BACKEND").unwrap_or_default();
+    match value.trim().to_ascii_lowercase().as_str() {
+        "" | "cann" => Ok(Choice::Cann),
+        #[cfg(feature = "emulator")]
+        "sim" | "emulator" => Ok(Choice::Sim),
+        _ => Err(Error::UnknownBackend {
+            value: value.into_boxed_str(),
+            accepted: ACCEPTED,
+        }),
+    }
+}
+
+/// Says once per process, at WARN, that the emulator serves this process.
+fn warn_emulated(backend: &Backend) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tracing::warn!(
+            %backend,
+            "ascend-mem: running on the emulator (host memory, no NPU); not for production"
+        )
+    });
 }

@@ -1,0 +1,32 @@
+//! A program built the way production builds it (`cargo test -p ascend-mem
+//! --no-default-features --test production`: no `emulator` feature, so the emulator is not
+//! even linked) gets the missing-CANN error from `Runtime::from_env()` on a host without
+//! CANN, an error that lists the paths tried and names the switch to the emulator. It holds
+//! with the feature on as well: `from_env` never falls back on its own.
+
+use ascend_mem::{ErrorKind, Runtime};
+
+#[test]
+fn from_env_without_cann_is_the_load_error_naming_the_emulator_switch() {
+    // The one test of this binary: nothing else reads the environment concurrently.
+    std::env::remove_var("ASCEND_MEM_BACKEND");
+    std::env::set_var("ASCEND_ACL_LIB", "/nonexistent/ascend/libascendcl.so");
+    std::env::set_var("ASCEND_HOME_PATH", "/nonexistent/home");
+    std::env::remove_var("ASCEND_TOOLKIT_HOME");
+    if let Ok(rt) = Runtime::load() {
+        // A host with CANN where the search still finds it (the build-time directory or
+        // the loader's path): then from_env must give CANN, never the emulator.
+        assert!(!rt.backend().is_emulator(), "{:?}", rt.backend());
+        let env = Runtime::from_env().expect("CANN found by load is found by from_env");
+        assert!(!env.backend().is_emulator());
+        return;
+    }
+    let e = Runtime::from_env().expect_err("no CANN and no emulator fallback");
+    assert_eq!(e.kind(), ErrorKind::Unavailable, "{e}");
+    let text = format!("{e}");
+    assert!(
+        text.contains("/nonexistent/ascend/libascendcl.so"),
+        "lists the path tried: {text}"
+    );
+    assert!(text.contains("ASCEND_MEM_BACKEND=sim"), "{text}");
+}
