@@ -6,12 +6,9 @@
 //! build-time default. Without CANN nothing is recorded and the build goes on: the emulator
 //! serves every call.
 
-include!("acl-sys/build/cann.rs");
-
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=acl-sys/build/cann.rs");
-    record_build_lib_dir(
+    ascend_build::record_build_lib_dir(
         "ASCEND_BUILD_CANN_LIB_DIR",
         &["libascendcl.so", "libacl_rt.so"],
     );

@@ -1,18 +1,14 @@
 //! Build script of hccl-sys: records a CANN install found at build time as the loader's
 //! default directory and, with the `bindgen` feature, regenerates the bindings. The shared
-//! support code lives in acl-sys.
-
-include!("../acl-sys/build/cann.rs");
-include!("../acl-sys/build/regen.rs");
+//! support code is the `ascend-build` crate.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../acl-sys/build/cann.rs");
-    println!("cargo:rerun-if-changed=../acl-sys/build/regen.rs");
-    record_build_lib_dir("HCCL_SYS_BUILD_LIB_DIR", &["libhccl.so", "libhcomm.so"]);
+    ascend_build::record_build_lib_dir("HCCL_SYS_BUILD_LIB_DIR", &["libhccl.so", "libhcomm.so"]);
     #[cfg(feature = "bindgen")]
-    regenerate(&Regen {
+    ascend_build::regenerate(&ascend_build::Regen {
         krate: "hccl-sys",
+        package: "ascend-hccl-sys",
         header: "include/hccl_decls.h",
         real_wrapper:
             "#include <hccl/hccl.h>\n#include <hccl/hccl_comm.h>\n#include <hccl/hccl_types.h>\n",

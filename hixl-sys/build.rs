@@ -1,18 +1,14 @@
 //! Build script of hixl-sys: records a CANN install found at build time as the loader's
 //! default directory and, with the `bindgen` feature, regenerates the bindings. The shared
-//! support code lives in acl-sys.
-
-include!("../acl-sys/build/cann.rs");
-include!("../acl-sys/build/regen.rs");
+//! support code is the `ascend-build` crate.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../acl-sys/build/cann.rs");
-    println!("cargo:rerun-if-changed=../acl-sys/build/regen.rs");
-    record_build_lib_dir("HIXL_SYS_BUILD_LIB_DIR", &["libcann_hixl.so"]);
+    ascend_build::record_build_lib_dir("HIXL_SYS_BUILD_LIB_DIR", &["libcann_hixl.so"]);
     #[cfg(feature = "bindgen")]
-    regenerate(&Regen {
+    ascend_build::regenerate(&ascend_build::Regen {
         krate: "hixl-sys",
+        package: "ascend-hixl-sys",
         header: "include/hixl_decls.h",
         real_wrapper: "#include <cs/hixl_cs.h>\n",
         real_probe: "cs/hixl_cs.h",

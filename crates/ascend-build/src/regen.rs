@@ -1,45 +1,45 @@
-// Build-script support shared by the `-sys` crates (included with `include!`, after
-// `cann.rs`): with the `bindgen` feature, `regenerate` runs bindgen over a header and splits
-// its output into `bindings.rs` (types, constants, layout assertions) and `functions.rs` (the
-// extern block wrapped in the crate's `functions!` macro, which builds the lazily resolved
-// loader table). Output goes to `$OUT_DIR`; with `<PREFIX>_UPDATE_BINDINGS=1` it also replaces
-// the checked-in files under `src/`.
+//! bindgen over a crate's declarations header (or the real CANN headers), split into the
+//! checked-in `bindings.rs` and `functions.rs`.
 
-#[cfg(feature = "bindgen")]
-#[allow(dead_code)]
-struct Regen<'a> {
+use std::path::PathBuf;
+
+/// What to generate for one crate.
+#[derive(Debug)]
+pub struct Regen<'a> {
     /// Crate directory name, for the generated-file comment.
-    krate: &'a str,
+    pub krate: &'a str,
+    /// Package name, for the regeneration command in that comment.
+    pub package: &'a str,
     /// Our declarations, relative to the crate.
-    header: &'a str,
+    pub header: &'a str,
     /// Real-header wrapper and the file whose presence under `$CANN/include` enables it.
-    real_wrapper: &'a str,
-    real_probe: &'a str,
+    pub real_wrapper: &'a str,
+    pub real_probe: &'a str,
     /// Extra clang arguments for the real headers (e.g. C++ mode).
-    real_clang_args: &'a [&'a str],
+    pub real_clang_args: &'a [&'a str],
     /// Allowlist regexes for functions, types and constants.
-    functions: &'a str,
-    types: &'a str,
-    vars: &'a str,
+    pub functions: &'a str,
+    pub types: &'a str,
+    pub vars: &'a str,
     /// Types bound by another crate, re-imported with `raw_lines`.
-    blocklist: &'a [&'a str],
-    raw_lines: &'a [&'a str],
+    pub blocklist: &'a [&'a str],
+    pub raw_lines: &'a [&'a str],
     /// `<PREFIX>_UPDATE_BINDINGS`.
-    update_var: &'a str,
+    pub update_var: &'a str,
 }
 
-#[cfg(feature = "bindgen")]
-fn regenerate(r: &Regen<'_>) {
-    use std::path::PathBuf;
+/// Runs bindgen for `r` (see the crate docs). Panics on failure: it runs in a build script,
+/// where a panic is the error report.
+pub fn regenerate(r: &Regen<'_>) {
     println!("cargo:rerun-if-env-changed={}", r.update_var);
     println!("cargo:rerun-if-changed={}", r.header);
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
-    let real = cann_home()
+    let real = crate::cann_home()
         .map(|h| h.join("include"))
         .filter(|inc| inc.join(r.real_probe).exists());
     let regen_cmd = format!(
         "// Regenerate: {}=1 cargo build -p {} --features bindgen",
-        r.update_var, r.krate
+        r.update_var, r.package
     );
     let mut b = bindgen::Builder::default()
         .allowlist_function(r.functions)
@@ -106,7 +106,10 @@ fn regenerate(r: &Regen<'_>) {
     std::fs::write(out.join("bindings.rs"), &types).unwrap();
     std::fs::write(out.join("functions.rs"), &functions).unwrap();
     if std::env::var_os(r.update_var).is_some_and(|v| v == "1") {
-        for (name, text) in [("src/bindings.rs", &types), ("src/functions.rs", &functions)] {
+        for (name, text) in [
+            ("src/bindings.rs", &types),
+            ("src/functions.rs", &functions),
+        ] {
             let path = manifest.join(name);
             if std::fs::read_to_string(&path).ok().as_deref() != Some(text.as_str()) {
                 std::fs::write(&path, text).unwrap();

@@ -1,0 +1,42 @@
+//! Build-script support shared by the Ascend `-sys` crates (`ascend-acl-sys`,
+//! `ascend-hccl-sys`, `ascend-hixl-sys`) and the `ascend` facade: finding a CANN install and
+//! recording its `lib64` as the loaders' build-time default directory, and (feature
+//! `bindgen`) regenerating a crate's bindings from its declarations header, or from the real
+//! CANN headers when an install has them.
+//!
+//! [`regenerate`] splits bindgen's output into `bindings.rs` (types, constants, layout
+//! assertions) and `functions.rs` (the extern block wrapped in the crate's `functions!` macro,
+//! which builds the lazily resolved loader table). Output goes to `$OUT_DIR`; with
+//! `<PREFIX>_UPDATE_BINDINGS=1` it also replaces the checked-in files under `src/`.
+
+use std::path::PathBuf;
+
+/// The CANN install this build sees: `ASCEND_HOME_PATH`, then `ASCEND_TOOLKIT_HOME`, then the
+/// default `/usr/local/Ascend/ascend-toolkit/latest` if it exists.
+pub fn cann_home() -> Option<PathBuf> {
+    for var in ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"] {
+        if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+            return Some(PathBuf::from(v));
+        }
+    }
+    let default = PathBuf::from("/usr/local/Ascend/ascend-toolkit/latest");
+    default.is_dir().then_some(default)
+}
+
+/// Sets the compile-time variable `env_name` to the install's `lib64` when it holds one of
+/// `file_names`; sets nothing (and never fails) without CANN.
+pub fn record_build_lib_dir(env_name: &str, file_names: &[&str]) {
+    println!("cargo:rerun-if-env-changed=ASCEND_HOME_PATH");
+    println!("cargo:rerun-if-env-changed=ASCEND_TOOLKIT_HOME");
+    if let Some(home) = cann_home() {
+        let lib64 = home.join("lib64");
+        if file_names.iter().any(|f| lib64.join(f).exists()) {
+            println!("cargo:rustc-env={env_name}={}", lib64.display());
+        }
+    }
+}
+
+#[cfg(feature = "bindgen")]
+mod regen;
+#[cfg(feature = "bindgen")]
+pub use regen::{regenerate, Regen};
