@@ -39,7 +39,7 @@ fn failed_unmap_in_drop_is_sticky_and_frees_nothing_under_it() {
         other => panic!("expected a sticky error, got {other:?}"),
     }
     assert_eq!(e.code().unwrap().0, acl::ACL_ERROR_RT_DRV_INTERNAL_ERROR);
-    ReservedVa::new(&env.dev, g).unwrap();
+    drop(ReservedVa::new(&env.dev, g).unwrap());
     let after = ascend_sim::counters();
     assert_eq!(
         after.mappings,

@@ -397,7 +397,7 @@ fn r6_r7_locations_and_attributes() {
     }
     // HOST_NUMA through the safe API.
     let g = env.dev.round_up_for(MemSpec::host_numa(0), 1).unwrap();
-    PhysicalMem::host(&env.dev, g, Some(0)).unwrap();
+    drop(PhysicalMem::host(&env.dev, g, Some(0)).unwrap());
     env.finish();
 }
 

@@ -563,6 +563,7 @@ fn comm_mem<M: CommMemory>(m: &M) -> (MemKind, hixl::CommMem) {
 // Server
 
 /// A HixlCS server: endpoints, tagged registered memory, a listener. Destroyed on drop.
+#[must_use = "dropping the Server stops serving and deregisters its memory"]
 pub struct Server {
     lib: &'static HixlLib,
     dev: Device,
@@ -796,6 +797,7 @@ impl Drop for ServerMem<'_> {
 /// A HixlCS client. Destroyed on drop; if async batches are still in flight then (their
 /// [`Completion`]s were leaked), the client and the memory those batches use are leaked
 /// instead, so no copy can run into freed memory.
+#[must_use = "dropping the Client disconnects it"]
 pub struct Client {
     lib: &'static HixlLib,
     dev: Device,

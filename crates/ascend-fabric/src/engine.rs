@@ -76,6 +76,7 @@ pub(crate) struct EngineInner {
 /// imported peer segments and for device aliases of foreign memory. Reserving VA costs no
 /// memory (the emulator reserves with `PROT_NONE | MAP_NORESERVE`).
 #[derive(Clone)]
+#[must_use = "dropping the last Engine clone closes every channel and stops its server"]
 pub struct Engine {
     inner: Arc<EngineInner>,
 }

@@ -171,7 +171,27 @@ impl Drop for RegHandle {
 /// complete, so dropping a registration never frees memory under a copy:
 /// [`Engine::deregister`](crate::Engine::deregister) reports [`Error::Busy`] instead while
 /// transfers use it, and a plain drop defers the release.
+///
+/// The value is the registration: a result left unused deregisters at once, which the
+/// compiler points out.
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # fn f(engine: &ascend_fabric::Engine, kv: &ascend_mem::DeviceBuffer) -> ascend_fabric::Result<()> {
+/// engine.register(kv)?; // error: unused `Registration` that must be used
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ```
+/// #![deny(unused_must_use)]
+/// # fn f(engine: &ascend_fabric::Engine, kv: &ascend_mem::DeviceBuffer) -> ascend_fabric::Result<()> {
+/// let _kv_reg = engine.register(kv)?; // registered until `_kv_reg` goes
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Clone)]
+#[must_use = "dropping the last Registration clone deregisters the memory (once no transfer uses it) and closes the sessions of peers that imported it"]
 pub struct Registration {
     h: Arc<RegHandle>,
 }

@@ -493,7 +493,29 @@ pub(crate) fn fail_all(reqs: &[Arc<ReqInner>], err: impl Fn() -> Error, between:
 /// An asynchronous transfer (`TransferAsync`'s request).
 ///
 /// Dropping it while the transfer runs aborts the transfer's streams and waits for them, so
-/// no copy outlives the request; the memory it touched was kept alive until then.
+/// no copy outlives the request; the memory it touched was kept alive until then. So a
+/// request left unused is a transfer aborted at once, which the compiler points out:
+///
+/// ```compile_fail
+/// #![deny(unused_must_use)]
+/// # use ascend_fabric::{Engine, TransferDesc, TransferOp};
+/// # fn f(engine: &Engine, d: TransferDesc) -> ascend_fabric::Result<()> {
+/// engine.transfer_async("10.0.0.2:26000", TransferOp::Write, &[d])?; // error: unused
+/// # Ok(())
+/// # }
+/// ```
+///
+/// ```
+/// #![deny(unused_must_use)]
+/// # use ascend_fabric::{Engine, TransferDesc, TransferOp};
+/// # use std::time::Duration;
+/// # fn f(engine: &Engine, d: TransferDesc) -> ascend_fabric::Result<()> {
+/// let req = engine.transfer_async("10.0.0.2:26000", TransferOp::Write, &[d])?;
+/// req.wait(Duration::from_secs(5))?;
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "dropping a TransferRequest aborts the transfer and waits for its streams"]
 pub struct TransferRequest {
     pub(crate) inner: Arc<ReqInner>,
     pub(crate) peer: String,

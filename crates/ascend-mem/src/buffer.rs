@@ -137,6 +137,7 @@ macro_rules! buffer_common {
 /// view.len();
 /// # }
 /// ```
+#[must_use = "dropping a DeviceBuffer unmaps and frees it"]
 pub struct DeviceBuffer {
     map: Mapping,
 }
@@ -179,6 +180,7 @@ buffer_common!(DeviceBuffer);
 /// view.len();
 /// # }
 /// ```
+#[must_use = "dropping a HostBuffer unmaps and frees it"]
 pub struct HostBuffer {
     map: Mapping,
 }

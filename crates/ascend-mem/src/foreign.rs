@@ -35,6 +35,7 @@ use crate::vmm::{Mapping, Origin, PhysInner, PhysicalMem};
 /// While a `MappingRef` exists, [`Mapping::unmap`] returns [`Error::Busy`]; dropping the
 /// original mapping only drops its handle. Cheap to clone.
 #[derive(Clone)]
+#[must_use = "dropping a MappingRef lets the mapping go"]
 pub struct MappingRef {
     map: Arc<Mapping>,
 }

@@ -217,6 +217,7 @@ impl SharedHandle {
 /// Cheap to clone. One allocation is exported at most once per process (rule R15): keep and
 /// clone this value rather than exporting again.
 #[derive(Clone)]
+#[must_use = "dropping a FabricHandle lets the exported memory go"]
 pub struct FabricHandle {
     mem: PhysicalMem,
     shared: SharedHandle,

@@ -109,6 +109,7 @@ enum Keep {
 /// fn share<T: Sync>(_: &T) {}
 /// fn f(s: ascend_mem::Stream) { share(&s); }
 /// ```
+#[must_use = "dropping a Stream waits for its work and destroys it"]
 pub struct Stream {
     dev: Device,
     raw: acl::aclrtStream,
@@ -560,6 +561,7 @@ impl Drop for EventInner {
 /// A point in a stream's work (`aclrtCreateEvent`); destroyed on drop.
 ///
 /// `Send`, not `Sync` (as [`Stream`]).
+#[must_use = "dropping an Event destroys it"]
 pub struct Event {
     inner: Arc<EventInner>,
     _not_sync: PhantomData<Cell<()>>,
@@ -712,6 +714,7 @@ struct PoolInner {
 /// A fixed set of streams created up front and leased round-robin; a lease returns its
 /// stream on drop. `Send + Sync`: share it between threads by reference or in an `Arc`.
 #[derive(Clone)]
+#[must_use = "dropping the StreamPool destroys its streams"]
 pub struct StreamPool {
     inner: Arc<PoolInner>,
 }
@@ -801,6 +804,7 @@ impl StreamPool {
 
 /// A stream leased from a [`StreamPool`]; derefs to [`Stream`] and goes back to the pool
 /// (at the end of the rotation) on drop.
+#[must_use = "dropping a StreamLease returns the stream to its pool"]
 pub struct StreamLease {
     stream: Option<Stream>,
     pool: Arc<PoolInner>,

@@ -76,6 +76,7 @@ impl Drop for VaInner {
 /// Map [`PhysicalMem`] into it with [`ReservedVa::map`]. Cheap to clone (an `Arc`); the
 /// reservation is released when the last clone and the last [`Mapping`] in it are gone.
 #[derive(Clone)]
+#[must_use = "dropping the last ReservedVa handle releases the address range (once nothing is mapped in it)"]
 pub struct ReservedVa {
     pub(crate) inner: Arc<VaInner>,
 }
@@ -411,6 +412,7 @@ impl Drop for PhysInner {
 /// Cheap to clone (an `Arc`); freed when the last clone, [`Mapping`] and
 /// [`FabricHandle`](crate::FabricHandle) holding it are gone.
 #[derive(Clone)]
+#[must_use = "dropping the last PhysicalMem handle frees the memory (once nothing maps it)"]
 pub struct PhysicalMem {
     pub(crate) inner: Arc<PhysInner>,
 }
@@ -640,6 +642,7 @@ impl Drop for MapInner {
 /// order: the unmap always comes first. Host access copies through `aclrtMemcpy`
 /// ([`read_into`](Mapping::read_into), [`write_from`](Mapping::write_from),
 /// [`fill`](Mapping::fill)); no `&[u8]` is ever formed over memory a device or peer may write.
+#[must_use = "dropping a Mapping unmaps it (once no stream has work on it)"]
 pub struct Mapping {
     pub(crate) inner: Arc<MapInner>,
 }

@@ -83,6 +83,7 @@ impl Drop for CommInner {
 /// device and run when the stream reaches them; their failures surface at the stream's
 /// synchronize and through [`Comm::async_error`]. Every rank must call the same collectives in
 /// the same order with matching arguments.
+#[must_use = "dropping a Comm destroys the communicator"]
 pub struct Comm {
     pub(crate) inner: Arc<CommInner>,
 }

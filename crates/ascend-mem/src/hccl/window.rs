@@ -120,6 +120,7 @@ impl Drop for WinInner {
 /// stream's next synchronize (where every rank, following the same program, reaches it);
 /// [`SymWindow::close`] deregisters now and reports failure. Drop never panics: a failed
 /// deregistration is logged and recorded as the device's sticky error.
+#[must_use = "dropping a SymWindow deregisters the window (collectively)"]
 pub struct SymWindow {
     inner: Arc<WinInner>,
 }
