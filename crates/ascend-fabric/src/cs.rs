@@ -149,10 +149,10 @@ pub enum Error {
         msg: Box<str>,
     },
     /// The HIXL library could not be opened.
-    #[error("cannot load the HIXL library: {0}")]
+    #[error("cannot load the HIXL library")]
     Load(#[source] Box<hixl::LoadError>),
     /// The library lacks a symbol (CANN too old).
-    #[error("{0}")]
+    #[error(transparent)]
     MissingSymbol(#[from] hixl::MissingSymbol),
     /// An ACL-side failure (binding the device, ...).
     #[error(transparent)]

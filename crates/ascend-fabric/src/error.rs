@@ -121,7 +121,7 @@ pub enum Error {
     #[error(transparent)]
     Range(#[from] RangeError),
     /// The control server could not start.
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Listen {
         /// The engine address.
         addr: std::net::SocketAddr,

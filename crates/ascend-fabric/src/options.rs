@@ -96,28 +96,43 @@ pub struct EngineAddr {
 }
 
 impl EngineAddr {
-    /// Parses `ip`, `ip:port` or `[ipv6]:port`.
+    /// Parses `ip`, `ip:port`, `[ipv6]:port`, `host` or `host:port`. A host name is resolved
+    /// now (IPv4 or IPv6, the resolver's first answer); the text as given stays the engine's
+    /// identity.
     ///
     /// # Errors
-    /// [`OptionError::BadAddress`].
+    /// [`OptionError::BadAddress`]: not an address, a bad port, or a name that does not
+    /// resolve.
     pub fn parse(s: &str) -> Result<Self, OptionError> {
         let bad = |reason| OptionError::BadAddress {
             value: s.to_owned(),
             reason,
         };
-        if let Ok(ip) = s.parse::<IpAddr>() {
-            return Ok(EngineAddr {
-                ip,
-                port: 0,
-                text: s.to_owned(),
-            });
-        }
-        let sa: SocketAddr = s.parse().map_err(|_| bad("not an address"))?;
-        Ok(EngineAddr {
-            ip: sa.ip(),
-            port: sa.port(),
+        let at = |ip, port| EngineAddr {
+            ip,
+            port,
             text: s.to_owned(),
-        })
+        };
+        if let Ok(ip) = s.parse::<IpAddr>() {
+            return Ok(at(ip, 0));
+        }
+        if let Ok(sa) = s.parse::<SocketAddr>() {
+            return Ok(at(sa.ip(), sa.port()));
+        }
+        let (host, port) = match s.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad("not a port number"))?),
+            None => (s, 0),
+        };
+        let valid = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '.';
+        if host.is_empty() || !host.chars().all(valid) {
+            return Err(bad("not an address or a host name"));
+        }
+        let mut found = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+            .map_err(|_| bad("the host name does not resolve"))?;
+        let sa = found
+            .next()
+            .ok_or_else(|| bad("the host name resolves to no address"))?;
+        Ok(at(sa.ip(), port))
     }
 
     /// Whether this engine runs a control server.
@@ -463,7 +478,19 @@ mod tests {
         assert!(!b.listens());
         let c = EngineAddr::parse("[::1]:26001").unwrap();
         assert_eq!(c.ip, "::1".parse::<IpAddr>().unwrap());
-        for bad in ["", "host:1", "1.2.3.4:99999", "[::1]", "1.2.3.4:"] {
+        let d = EngineAddr::parse("localhost:26002").unwrap();
+        assert!(d.ip.is_loopback() && d.port == 26002, "{d:?}");
+        assert_eq!(d.as_str(), "localhost:26002");
+        assert!(!EngineAddr::parse("localhost").unwrap().listens());
+        for bad in [
+            "",
+            "1.2.3.4:99999",
+            "[::1]",
+            "1.2.3.4:",
+            "localhost:port",
+            "two words:1",
+            "no-such-host.invalid:1",
+        ] {
             assert!(
                 matches!(EngineAddr::parse(bad), Err(OptionError::BadAddress { .. })),
                 "{bad}"

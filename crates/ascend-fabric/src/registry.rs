@@ -326,6 +326,13 @@ impl Registry {
                 found: map.device().id(),
             }));
         }
+        if map.device().id() != self.dev.id() {
+            return Err(Error::Mem(ascend_mem::Error::WrongDevice {
+                what: "register: the memory belongs to another device than the engine's",
+                expected: self.dev.id(),
+                found: map.device().id(),
+            }));
+        }
         let _span = tracing::debug_span!("register", addr, len).entered();
         let mut st = self.state.write();
         if let Some(r) = Self::existing(&mut st, addr, len)? {

@@ -107,7 +107,7 @@ pub enum WireError {
     },
     /// The payload is not valid JSON for the expected message, or a field has the wrong type
     /// or value.
-    #[error("invalid {message} payload: {source}")]
+    #[error("invalid {message} payload")]
     Json {
         /// Which message was being parsed.
         message: &'static str,
@@ -132,7 +132,7 @@ pub enum WireError {
         len: usize,
     },
     /// Reading or writing the socket failed.
-    #[error("control-plane I/O: {0}")]
+    #[error("control-plane I/O")]
     Io(#[from] io::Error),
 }
 

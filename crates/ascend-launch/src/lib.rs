@@ -65,7 +65,7 @@ pub enum Error {
         what: String,
     },
     /// Spawning or waiting for a rank process failed.
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         /// What was being done.
         what: String,

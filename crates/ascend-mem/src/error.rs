@@ -327,7 +327,7 @@ pub enum Error {
         refs: usize,
     },
     /// An error a `Drop` on this device recorded earlier (drops cannot return errors).
-    #[error("an earlier teardown on device {device} failed: {source}")]
+    #[error("an earlier teardown on device {device} failed")]
     Sticky {
         /// The device whose teardown failed.
         device: i32,
