@@ -150,10 +150,10 @@ fn rank_main() -> AnyResult<bool> {
     ));
 
     // 11. Deregister (collective), then tear down.
-    win.close().map_err(|(e, _)| e)?;
+    win.close()?;
     say("11. window deregistered".into());
     drop(stream);
-    comm.close().map_err(|(e, _)| e)?;
+    comm.close()?;
     drop((map, mem, va));
     dev.check_sticky()?;
     say("12. torn down (stream, communicator, unmap, free, release)".into());

@@ -294,7 +294,7 @@ fn close_reports_busy_and_hands_the_value_back() {
     let va = ReservedVa::new(&env.dev, g).unwrap();
     let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
     let map = va.map(&mem, g.zero()).unwrap();
-    let (e, va) = va.close().unwrap_err();
+    let (e, va) = va.close().unwrap_err().into_parts();
     assert!(
         matches!(
             e,
@@ -305,7 +305,7 @@ fn close_reports_busy_and_hands_the_value_back() {
         ),
         "{e:?}"
     );
-    let (e, mem) = mem.close().unwrap_err();
+    let (e, mem) = mem.close().unwrap_err().into_parts();
     assert!(
         matches!(
             e,

@@ -230,7 +230,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
             )
             .unwrap();
         assert_eq!(b_reg.in_flight(), 1);
-        let (e, b_reg) = b.deregister(b_reg.clone()).expect_err("busy");
+        let (e, b_reg) = b.deregister(b_reg.clone()).expect_err("busy").into_parts();
         assert!(matches!(e, Error::Busy { in_flight: 1, .. }), "{e:?}");
         assert_eq!(e.status(), HixlCode::FAILED);
         req.wait(T).unwrap();

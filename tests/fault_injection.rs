@@ -84,14 +84,17 @@ const TEARDOWN: &[&str] = &[
 
 fn retry<T>(
     x: T,
-    close: fn(T) -> Result<(), (Error, T)>,
+    close: fn(T) -> Result<(), ascend_mem::CloseError<T>>,
     seen: &mut Vec<Error>,
 ) -> Result<(), Error> {
     match close(x) {
         Ok(()) => Ok(()),
-        Err((e, x)) => {
+        Err(e) => {
+            let (e, x) = e.into_parts();
             seen.push(e);
-            close(x).map_err(|(e, _)| e)
+            // `?` takes the error and lets the value go.
+            close(x)?;
+            Ok(())
         }
     }
 }

@@ -285,7 +285,7 @@ fn matrix(n: u32) {
         let sym_ops = every_type(r, &area) + large_and_in_place(r, &area);
         r.barrier.wait();
         let sym = ascend_sim::hccl_stats();
-        win.close().map_err(|(e, _)| e).unwrap();
+        win.close().unwrap();
         (staged_ops, staged, sym_ops, sym)
     });
     let (ops, staged, sym_ops, sym) = per_rank[0];
@@ -439,7 +439,7 @@ fn measure_symmetric_vs_staged_allgather() {
             assert_eq!(read::<f32>(&recv), want, "{name}");
             out.push((name, dt, st));
         }
-        win.close().map_err(|(e, _)| e).unwrap();
+        win.close().unwrap();
         out
     });
     println!(
@@ -512,7 +512,7 @@ fn in_place_on_some_ranks_only() {
         }
         let st = ascend_sim::hccl_stats();
         assert_eq!(st.staged_ops, 0, "{st:?}");
-        win.close().map_err(|(e, _)| e).unwrap();
+        win.close().unwrap();
     });
     env.finish();
 }

@@ -104,14 +104,14 @@ fn rank_life(rank: u32, root: &RootInfo, die: bool) -> (Error, Option<HcclCode>,
     // its failed work), the window, locally (close reports the peer's absence and hands back
     // a window that is no longer registered), then the communicator.
     drop(stream);
-    match win.close() {
+    match win.close().map_err(|e| e.into_parts()) {
         Ok(()) => {}
         Err((e, w)) => {
             assert!(!w.is_registered().unwrap(), "{e}");
             drop(w);
         }
     }
-    comm.close().map_err(|(e, _)| e).unwrap();
+    comm.close().unwrap();
     drop((win_buf, plain_send, plain_recv));
     let _ = dev.check_sticky();
     dev.check_sticky().unwrap();
@@ -262,7 +262,7 @@ fn the_emulator_by_dlopen_serves_hccl_too() {
                 r.stream.synchronize().unwrap();
                 let mut got = [0u8; 128];
                 recv.read_into(&mut got, 0).unwrap();
-                win.close().map_err(|(e, _)| e).unwrap();
+                win.close().unwrap();
                 got[..64] == [5; 64] && got[64..] == [6; 64]
             });
             assert_eq!(res, [true, true]);

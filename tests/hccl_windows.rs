@@ -137,7 +137,7 @@ fn register_rules_enforced_by_hccl_on_every_rank() {
 
         // Another handle (from the lookup) makes close Busy; the communicator is Busy too
         // while a window (or a stream) holds it, and both hand the value back.
-        let w = match w.close() {
+        let w = match w.close().map_err(|e| e.into_parts()) {
             Err((
                 Error::Busy {
                     what: "SymWindow",
@@ -148,11 +148,11 @@ fn register_rules_enforced_by_hccl_on_every_rank() {
             other => panic!("{other:?}"),
         };
         drop(found);
-        match w.comm().close() {
+        match w.comm().close().map_err(|e| e.into_parts()) {
             Err((Error::Busy { what: "Comm", .. }, c)) => drop(c),
             other => panic!("{other:?}"),
         }
-        w.close().map_err(|(e, _)| e).unwrap();
+        w.close().unwrap();
         assert_eq!(
             r.comm
                 .window_of(&buf.slice(..64).unwrap())
@@ -178,7 +178,7 @@ fn op_expansion_other_than_ai_cpu_is_not_supported() {
         ranks(&env.rt, 2, &cfg, |r| {
             let buf = DeviceBuffer::new(&r.dev, 2 * MIB).unwrap();
             match SymWindow::register_mapping(&r.comm, buf.mapping()) {
-                Ok(w) if ok => w.close().map_err(|(e, _)| e).unwrap(),
+                Ok(w) if ok => w.close().unwrap(),
                 Err(e) if !ok => assert_hccl(
                     &e,
                     "HcclCommSymWinRegister",
@@ -205,7 +205,7 @@ fn deregistering_different_windows_is_an_error_and_close_hands_them_back() {
         let b = SymWindow::register_mapping(&r.comm, b_buf.mapping()).unwrap();
         // Rank 0 closes a, rank 1 closes b.
         let (a, b) = if r.rank == 0 {
-            let (e, a) = a.close().unwrap_err();
+            let (e, a) = a.close().unwrap_err().into_parts();
             assert_hccl(
                 &e,
                 "HcclCommSymWinDeregister",
@@ -214,7 +214,7 @@ fn deregistering_different_windows_is_an_error_and_close_hands_them_back() {
             );
             (a, b)
         } else {
-            let (e, b) = b.close().unwrap_err();
+            let (e, b) = b.close().unwrap_err().into_parts();
             assert_hccl(
                 &e,
                 "HcclCommSymWinDeregister",
@@ -232,8 +232,8 @@ fn deregistering_different_windows_is_an_error_and_close_hands_them_back() {
             .unwrap();
         assert_eq!((found.as_raw(), off), (a.as_raw(), 8));
         drop(found);
-        a.close().map_err(|(e, _)| e).unwrap();
-        b.close().map_err(|(e, _)| e).unwrap();
+        a.close().unwrap();
+        b.close().unwrap();
     });
     assert_eq!(ascend_sim::counters().windows, 0);
     env.finish();
@@ -278,7 +278,7 @@ fn a_failed_deregistration_in_drop_becomes_the_sticky_error() {
                 dev.check_sticky().unwrap();
                 // The ranks now hold different windows, so closing the one left fails too;
                 // the communicator's destroy removes whatever HCCL still has registered.
-                let (e, left) = left.close().unwrap_err();
+                let (e, left) = left.close().unwrap_err().into_parts();
                 assert_eq!(e.hccl_code(), Some(HcclCode::E_PARA));
                 assert!(left.is_registered().unwrap());
                 drop(left);
@@ -362,7 +362,7 @@ fn ranks_disagreeing_on_a_collective_fail_on_every_rank() {
             assert_eq!(got[..16], [1; 16]);
             assert_eq!(got[16..], [2; 16]);
         }
-        win.close().map_err(|(e, _)| e).unwrap();
+        win.close().unwrap();
     });
     env.finish();
 }
@@ -532,7 +532,7 @@ fn comm_init_errors_and_queries() {
         r.comm.barrier(&mut r.stream).unwrap();
         let stand_in = placeholder(r);
         let comm = std::mem::replace(&mut r.comm, stand_in);
-        let comm = match comm.close() {
+        let comm = match comm.close().map_err(|e| e.into_parts()) {
             Err((
                 Error::Busy {
                     what: "Comm",
@@ -545,7 +545,7 @@ fn comm_init_errors_and_queries() {
         drop(hold);
         r.stream.synchronize().unwrap();
         let spare = std::mem::replace(&mut r.comm, comm);
-        spare.close().map_err(|(e, _)| e).unwrap();
+        spare.close().unwrap();
     });
     env.finish();
 }

@@ -72,7 +72,7 @@ fn serve(dev: &Device, f: impl FnOnce(&Server, &Fixture)) {
     f(&server, &Fixture { port, kv });
     r2.unregister().unwrap();
     drop(r1);
-    server.close().map_err(|(e, _)| e).unwrap();
+    server.close().unwrap();
 }
 
 fn pattern(seed: u8, n: usize) -> Vec<u8> {
@@ -147,7 +147,7 @@ fn roundtrip_sync_and_async() {
         assert_eq!(client.in_flight(), 0);
 
         drop((s, d));
-        client.close().map_err(|(e, _)| e).unwrap();
+        client.close().unwrap();
     });
     assert_hixl_clean();
     env.finish();
@@ -350,7 +350,7 @@ fn bad_inputs_are_typed_errors() {
         let c = client.put_async(&[Op::new(&local, 0, kv, 0, 64)]).unwrap();
         std::mem::forget(c);
         drop(local); // unregisters; the in-flight table still holds the memory
-        let (e, client) = client.close().unwrap_err();
+        let (e, client) = client.close().unwrap_err().into_parts();
         assert!(
             matches!(&e, Error::Busy { in_flight: 1, source } if matches!(**source, Error::Hixl { api: "HixlCSClientDestroy", code: HixlCode::FAILED, .. })),
             "{e}"
@@ -361,7 +361,7 @@ fn bad_inputs_are_typed_errors() {
         let deadline = Instant::now() + SEC;
         let mut client = client;
         loop {
-            match client.close() {
+            match client.close().map_err(|e| e.into_parts()) {
                 Ok(()) => break,
                 Err((_, c)) if Instant::now() < deadline => {
                     client = c;

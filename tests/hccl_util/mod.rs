@@ -62,7 +62,7 @@ pub fn ranks<R: Send>(
                         dev, comm, stream, ..
                     } = ctx;
                     drop(stream);
-                    if let Err((e, _)) = comm.close() {
+                    if let Err(e) = comm.close() {
                         panic!("rank {rank}: Comm::close: {e}");
                     }
                     dev.check_sticky()

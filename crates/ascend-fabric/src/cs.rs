@@ -59,6 +59,7 @@
 //! ```
 #![allow(unsafe_code)]
 
+use ascend_mem::CloseError;
 use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -684,13 +685,13 @@ impl Server {
     /// `HixlCSServerDestroy` failures.
     #[doc(alias = "HixlCSServerDestroy")]
     #[allow(clippy::result_large_err)] // as Client::close
-    pub fn close(mut self) -> std::result::Result<(), (Error, Server)> {
+    pub fn close(mut self) -> std::result::Result<(), CloseError<Server, Error>> {
         match self.destroy() {
             Ok(()) => {
                 self.destroyed = true;
                 Ok(())
             }
-            Err(e) => Err((e, self)),
+            Err(e) => Err(CloseError::new(e, self)),
         }
     }
 
@@ -1430,13 +1431,13 @@ impl Client {
     // The client is handed back on failure, as every `close` of this crate family does; the
     // error path is rare, so its size does not matter.
     #[allow(clippy::result_large_err)]
-    pub fn close(mut self) -> std::result::Result<(), (Error, Client)> {
+    pub fn close(mut self) -> std::result::Result<(), CloseError<Client, Error>> {
         match self.destroy() {
             Ok(()) => {
                 self.destroyed = true;
                 Ok(())
             }
-            Err(e) => Err((e, self)),
+            Err(e) => Err(CloseError::new(e, self)),
         }
     }
 

@@ -1,5 +1,6 @@
 //! The engine: registrations, the control server, channels to peers and transfers.
 
+use ascend_mem::CloseError;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -349,7 +350,10 @@ impl Engine {
     /// [`Error::Busy`] (with the registration back) while transfers that use it are in
     /// flight: wait for them, then retry (or drop the registration: the release is then
     /// deferred until they finish).
-    pub fn deregister(&self, reg: Registration) -> std::result::Result<(), (Error, Registration)> {
+    pub fn deregister(
+        &self,
+        reg: Registration,
+    ) -> std::result::Result<(), CloseError<Registration, Error>> {
         self.inner.registry.deregister(reg)
     }
 

@@ -303,3 +303,15 @@ impl Error {
 
 /// The engine's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl<T> From<ascend_mem::CloseError<T, Error>> for Error {
+    fn from(e: ascend_mem::CloseError<T, Error>) -> Error {
+        e.into_error()
+    }
+}
+
+impl<T> From<ascend_mem::CloseError<T>> for Error {
+    fn from(e: ascend_mem::CloseError<T>) -> Error {
+        Error::Mem(e.into_error())
+    }
+}

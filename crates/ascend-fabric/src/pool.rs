@@ -76,7 +76,7 @@ impl Drop for SlotMapping {
         let Some(map) = self.map.take() else {
             return;
         };
-        if let Err((e, map)) = map.unmap() {
+        if let Err((e, map)) = map.unmap().map_err(|e| e.into_parts()) {
             tracing::error!(
                 slot = self.slot.first,
                 slots = self.slot.n,

@@ -9,6 +9,7 @@
 //! memory is retained (`aclrtMemRetainAllocationHandle`) and mapped again into the engine's VA
 //! pool, so copies never touch a range its owner may unmap.
 
+use ascend_mem::CloseError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -498,14 +499,14 @@ impl Registry {
     pub(crate) fn deregister(
         &self,
         reg: Registration,
-    ) -> std::result::Result<(), (Error, Registration)> {
+    ) -> std::result::Result<(), CloseError<Registration, Error>> {
         let _span =
             tracing::debug_span!("deregister", addr = reg.addr(), len = reg.len()).entered();
         let mut st = self.state.write();
         let n = reg.h.reg.in_flight.load(Ordering::Acquire);
         if n > 0 {
             drop(st);
-            return Err((
+            return Err(CloseError::new(
                 Error::Busy {
                     what: "registration",
                     in_flight: n,

@@ -412,6 +412,79 @@ impl From<acl::MissingSymbol> for Error {
 /// `Result` with this crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// A teardown call (`close`, `unmap`, `deregister`) that failed: the error, and the value
+/// handed back so the caller can retry or look at it.
+///
+/// It displays as its error and reports the error's source, so a chain prints each part
+/// once. `?` converts it into the error: the value is then dropped, and its own `Drop` makes
+/// the teardown's last attempt (keeping the error for the device's next call if that fails
+/// too).
+///
+/// ```
+/// # fn f(va: ascend_mem::ReservedVa) -> ascend_mem::Result<()> {
+/// va.close()?;
+/// # Ok(())
+/// # }
+/// ```
+pub struct CloseError<T, E = Error> {
+    error: E,
+    value: T,
+}
+
+impl<T, E> CloseError<T, E> {
+    /// The error and the value.
+    pub fn new(error: E, value: T) -> Self {
+        CloseError { error, value }
+    }
+
+    /// Why the teardown failed.
+    pub fn error(&self) -> &E {
+        &self.error
+    }
+
+    /// The value, to retry or to drop.
+    pub fn into_inner(self) -> T {
+        self.value
+    }
+
+    /// The error, letting the value go.
+    pub fn into_error(self) -> E {
+        self.error
+    }
+
+    /// Both.
+    pub fn into_parts(self) -> (E, T) {
+        (self.error, self.value)
+    }
+}
+
+impl<T, E: fmt::Debug> fmt::Debug for CloseError<T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CloseError")
+            .field("error", &self.error)
+            .field("value", &std::any::type_name::<T>())
+            .finish()
+    }
+}
+
+impl<T, E: fmt::Display> fmt::Display for CloseError<T, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.error.fmt(f)
+    }
+}
+
+impl<T, E: std::error::Error> std::error::Error for CloseError<T, E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
+    }
+}
+
+impl<T> From<CloseError<T>> for Error {
+    fn from(e: CloseError<T>) -> Error {
+        e.error
+    }
+}
+
 /// The body of every `close(self)`: when `inner` has no other owner, tears it down with
 /// `teardown`, giving `inner` back with the error if that fails; otherwise gives it back with
 /// [`Error::Busy`] naming `what` and the number of other owners.

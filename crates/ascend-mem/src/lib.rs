@@ -135,7 +135,7 @@ mod vmm;
 pub use acl;
 pub use buffer::{DeviceBuffer, HostBuffer};
 pub use device::{Device, Granular};
-pub use error::{AclCode, Error, ErrorKind, Result};
+pub use error::{AclCode, CloseError, Error, ErrorKind, Result};
 pub use foreign::{MappingRef, PointerInfo};
 pub use runtime::{Backend, Runtime};
 pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDLE_BYTES};

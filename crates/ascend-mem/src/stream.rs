@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::device::Device;
-use crate::error::{close_last, Error, Result};
+use crate::error::{close_last, CloseError, Error, Result};
 use crate::ffi;
 use crate::table::{CopySide, MappingTable, TableCopy, TableInner};
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
@@ -469,14 +469,14 @@ impl Stream {
     /// An `aclrtSynchronizeStream` failure (a failed or aborted task) or an
     /// `aclrtDestroyStream` failure.
     #[doc(alias = "aclrtDestroyStream")]
-    pub fn close(mut self) -> std::result::Result<(), (Error, Stream)> {
+    pub fn close(mut self) -> std::result::Result<(), CloseError<Stream>> {
         let _span = tracing::debug_span!("destroy_stream", dev = self.dev.id()).entered();
         let r = self.dev.bind().and_then(|()| {
             // SAFETY: the stream is live (owned by self).
             unsafe { ffi::stream::synchronize(self.dev.lib(), self.raw) }
         });
         if let Err(e) = r {
-            return Err((e, self));
+            return Err(CloseError::new(e, self));
         }
         // SAFETY: we own the stream; its work is done; it is not used again (raw is nulled,
         // so Drop skips it).
@@ -486,7 +486,7 @@ impl Stream {
                 self.keep.clear();
                 Ok(())
             }
-            Err(e) => Err((e, self)),
+            Err(e) => Err(CloseError::new(e, self)),
         }
     }
 
@@ -623,9 +623,9 @@ impl Event {
     /// [`Error::Busy`] while a stream that recorded or waited on it has not been synchronized
     /// past that point; an `aclrtDestroyEvent` failure.
     #[doc(alias = "aclrtDestroyEvent")]
-    pub fn close(self) -> std::result::Result<(), (Error, Event)> {
+    pub fn close(self) -> std::result::Result<(), CloseError<Event>> {
         close_last(self.inner, "Event", |inner| inner.destroy_now()).map_err(|(e, inner)| {
-            (
+            CloseError::new(
                 e,
                 Event {
                     inner,

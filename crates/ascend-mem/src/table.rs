@@ -21,10 +21,12 @@ use crate::vmm::{Mapping, MappingSlice};
 /// Cloning is cheap (a shared reference).
 ///
 /// ```
+/// # #[cfg(not(feature = "emulator"))] fn main() {}
+/// # #[cfg(feature = "emulator")]
 /// # fn main() -> ascend_mem::Result<()> {
 /// use ascend_mem::{DeviceBuffer, MappingTable, Runtime, Stream, TableCopy};
 ///
-/// let rt = Runtime::emulated()?;
+/// let rt = Runtime::emulated()?; // or Runtime::from_env()? on an NPU host
 /// let dev = rt.device(0)?;
 /// let a = DeviceBuffer::new(&dev, 2 << 20)?;
 /// let b = DeviceBuffer::new(&dev, 2 << 20)?;

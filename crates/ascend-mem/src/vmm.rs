@@ -23,7 +23,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 use crate::device::{Device, Granular};
-use crate::error::{close_last, AclCode, Error, Result};
+use crate::error::{close_last, AclCode, CloseError, Error, Result};
 use crate::ffi;
 use crate::spec::{Location, MemSpec};
 
@@ -329,9 +329,9 @@ impl ReservedVa {
     /// # Errors
     /// [`Error::Busy`] while a mapping or clone holds it; an `aclrtReleaseMemAddress` failure.
     #[doc(alias = "aclrtReleaseMemAddress")]
-    pub fn close(self) -> std::result::Result<(), (Error, ReservedVa)> {
+    pub fn close(self) -> std::result::Result<(), CloseError<ReservedVa>> {
         close_last(self.inner, "ReservedVa", |inner| inner.release_now())
-            .map_err(|(e, inner)| (e, ReservedVa { inner }))
+            .map_err(|(e, inner)| CloseError::new(e, ReservedVa { inner }))
     }
 }
 
@@ -577,9 +577,9 @@ impl PhysicalMem {
     /// [`Error::Busy`] while a mapping, export or clone holds it; an `aclrtFreePhysical`
     /// failure.
     #[doc(alias = "aclrtFreePhysical")]
-    pub fn close(self) -> std::result::Result<(), (Error, PhysicalMem)> {
+    pub fn close(self) -> std::result::Result<(), CloseError<PhysicalMem>> {
         close_last(self.inner, "PhysicalMem", |inner| inner.free_now())
-            .map_err(|(e, inner)| (e, PhysicalMem { inner }))
+            .map_err(|(e, inner)| CloseError::new(e, PhysicalMem { inner }))
     }
 }
 
@@ -823,9 +823,9 @@ impl Mapping {
     /// [`Error::Busy`] while a stream still holds it for a pending copy (synchronize the
     /// stream first); an `aclrtUnmapMem` failure.
     #[doc(alias = "aclrtUnmapMem")]
-    pub fn unmap(self) -> std::result::Result<(), (Error, Mapping)> {
+    pub fn unmap(self) -> std::result::Result<(), CloseError<Mapping>> {
         close_last(self.inner, "Mapping", |inner| inner.unmap_now())
-            .map_err(|(e, inner)| (e, Mapping { inner }))
+            .map_err(|(e, inner)| CloseError::new(e, Mapping { inner }))
     }
 }
 

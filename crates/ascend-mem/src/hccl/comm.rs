@@ -14,7 +14,7 @@ use super::types::{HcclType, ReduceOp};
 use super::window::WinInner;
 use super::HcclCode;
 use crate::device::Device;
-use crate::error::{close_last, Error, Result};
+use crate::error::{close_last, CloseError, Error, Result};
 use crate::stream::Stream;
 use crate::vmm::MappingSlice;
 
@@ -543,9 +543,9 @@ impl Comm {
     /// [`Error::Busy`] while a [`SymWindow`](super::SymWindow) on it or a stream with
     /// unsynchronized collectives of it holds it; an `HcclCommDestroy` failure.
     #[doc(alias = "HcclCommDestroy")]
-    pub fn close(self) -> std::result::Result<(), (Error, Comm)> {
+    pub fn close(self) -> std::result::Result<(), CloseError<Comm>> {
         close_last(self.inner, "Comm", |inner| inner.destroy_now())
-            .map_err(|(e, inner)| (e, Comm { inner }))
+            .map_err(|(e, inner)| CloseError::new(e, Comm { inner }))
     }
 }
 

@@ -58,7 +58,7 @@
 //! let mut stream = Stream::new(&dev)?;
 //! comm.all_gather::<f32>(&send, &recv, &mut stream)?; // symmetric: both in windows
 //! stream.synchronize()?;
-//! win.close().map_err(|(e, _)| e)?; // every rank
+//! win.close()?; // every rank
 //! # Ok(()) }
 //! ```
 

@@ -10,7 +10,7 @@ use hccl_sys::HcclCommSymWindow;
 use super::comm::{same_device, Comm, CommInner};
 use super::table::hcall;
 use super::HcclCode;
-use crate::error::{Error, Result};
+use crate::error::{CloseError, Error, Result};
 use crate::vmm::{MapInner, Mapping, MappingSlice};
 
 pub(crate) struct WinInner {
@@ -275,17 +275,17 @@ impl SymWindow {
     /// gone, in which case the window is removed locally anyway (the returned window then
     /// reports [`is_registered`](SymWindow::is_registered) false and its drop does nothing).
     #[doc(alias = "HcclCommSymWinDeregister")]
-    pub fn close(self) -> std::result::Result<(), (Error, SymWindow)> {
+    pub fn close(self) -> std::result::Result<(), CloseError<SymWindow>> {
         match Arc::try_unwrap(self.inner) {
             Ok(mut inner) => match inner.deregister_now() {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     let inner = Arc::new(inner);
                     inner.comm.windows.lock().push(Arc::downgrade(&inner));
-                    Err((e, SymWindow { inner }))
+                    Err(CloseError::new(e, SymWindow { inner }))
                 }
             },
-            Err(inner) => Err((
+            Err(inner) => Err(CloseError::new(
                 Error::Busy {
                     what: "SymWindow",
                     refs: Arc::strong_count(&inner) - 1,
