@@ -159,8 +159,12 @@ pub struct EngineOptions {
     pub heartbeat_interval: Duration,
     /// Default connect timeout (HIXL's default argument: 1000 ms).
     pub connect_timeout: Duration,
-    /// Optional shared secret a peer must present when connecting (off by default, as HIXL
-    /// has none).
+    /// Optional shared secret (off by default, as HIXL has none). When set, every control
+    /// request in both directions (connect, disconnect, notify) starts with a mutual
+    /// HMAC-SHA256 challenge-response proving both sides know it; the secret itself never
+    /// crosses the wire, and peers without it can neither connect, disconnect nor notify.
+    /// Later bytes are not encrypted (see [`crate::control`]). Both engines need the same
+    /// secret; HIXL peers cannot take part.
     pub shared_secret: Option<String>,
     /// Optional allow-list of peer IPs for incoming control connections (off by default).
     pub allowed_peers: Option<Vec<IpAddr>>,
@@ -400,7 +404,8 @@ impl EngineOptionsBuilder {
         self
     }
 
-    /// Require peers to present this secret when connecting.
+    /// Require every control request, ours and our peers', to prove knowledge of this
+    /// secret (see [`EngineOptions::shared_secret`]).
     pub fn shared_secret(mut self, secret: impl Into<String>) -> Self {
         self.opts.shared_secret = Some(secret.into());
         self

@@ -375,3 +375,67 @@ fn a_live_server_survives_arbitrary_proofs() {
     assert!(srv.sessions().is_empty());
     control::connect(srv.local_addr(), "after", T, Some(SECRET)).unwrap();
 }
+
+/// Engines with the same secret connect, transfer, notify and disconnect; an engine without
+/// it can do none of that.
+#[test]
+fn engines_with_the_secret_work_and_without_it_do_not() {
+    use ascend_fabric::{Engine, EngineOptions, TransferDesc, TransferOp};
+    let dev = device();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let remote = format!("127.0.0.1:{port}");
+    let opts = EngineOptions::builder()
+        .pool_capacity(64 << 30)
+        .shared_secret(SECRET)
+        .build()
+        .unwrap();
+    let srv = Engine::new(&dev, &remote, opts).unwrap();
+    let target = srv.alloc_device(MIB2).unwrap();
+    let _reg = srv.register(&target).unwrap();
+
+    let outsider = client_engine(&dev, None);
+    assert!(outsider.connect(&remote, T).is_err());
+    assert!(
+        outsider.send_notify(&remote, "n", "forged", T).is_ok(),
+        "no reply to notify"
+    );
+    let wrong = client_engine(&dev, Some("wrong"));
+    assert!(wrong.connect(&remote, T).is_err());
+
+    let member = client_engine(&dev, Some(SECRET));
+    member.connect(&remote, T).unwrap();
+    let local = member.alloc_device(MIB2).unwrap();
+    let data = pattern(5, 4096);
+    local.write_from(&data, 0).unwrap();
+    let _lreg = member.register(&local).unwrap();
+    let d = TransferDesc::new(local.as_raw() as u64, target.as_raw() as u64, 4096);
+    member
+        .transfer_sync(&remote, TransferOp::Write, &[d], T)
+        .unwrap();
+    let mut back = vec![0u8; 4096];
+    target.read_into(&mut back, 0).unwrap();
+    assert!(back == data);
+    member.send_notify(&remote, "kv", "ready", T).unwrap();
+    let mut got = Vec::new();
+    wait_until("notify", || {
+        got.extend(srv.take_notifies());
+        !got.is_empty()
+    });
+    assert_eq!(got, [("kv".to_owned(), "ready".to_owned())]);
+    assert_eq!(srv.sessions().len(), 1);
+    member.disconnect(&remote, T).unwrap();
+    assert!(
+        srv.sessions().is_empty(),
+        "the disconnect request was honoured"
+    );
+    // The outsider's connect and notify and the wrong secret's handshake were all refused.
+    wait_until("refusals counted", || srv.rejected_connections() == 3);
+    assert!(
+        srv.take_notifies().is_empty(),
+        "the forged notify was queued"
+    );
+}

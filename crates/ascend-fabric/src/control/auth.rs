@@ -57,19 +57,27 @@ impl Nonces {
     }
 }
 
-/// A fresh nonce from the operating system's random source.
+/// Fills `buf` from the kernel's random source. Opened per call (not cached) so that no
+/// descriptor outlives its user.
+fn os_random(buf: &mut [u8]) -> io::Result<()> {
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom")?.read_exact(buf)
+}
+
+/// A fresh nonce from the kernel's random source.
 pub(super) fn nonce() -> io::Result<[u8; AUTH_NONCE_LEN]> {
     let mut n = [0u8; AUTH_NONCE_LEN];
-    getrandom::fill(&mut n).map_err(|e| io::Error::other(e.to_string()))?;
+    os_random(&mut n)?;
     Ok(n)
 }
 
 /// 64 random bits for making identifiers unique (an engine's channel id). Taken from the
-/// operating system's random source; should that fail, from std's randomly keyed hasher over
-/// the time, the process id and a counter, which is still unique in practice.
+/// kernel's random source; should that fail, from std's randomly keyed hasher over the time,
+/// the process id and a counter, which is still unique in practice.
 pub fn unique_suffix() -> u64 {
-    if let Ok(v) = getrandom::u64() {
-        return v;
+    let mut b = [0u8; 8];
+    if os_random(&mut b).is_ok() {
+        return u64::from_ne_bytes(b);
     }
     use std::hash::{BuildHasher, Hash, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};

@@ -146,8 +146,13 @@ impl Conn {
     pub(super) fn eof_reason(&self) -> Close {
         match &self.phase {
             Phase::AwaitHello | Phase::AwaitRequest if !self.inbuf.is_empty() => {
+                // What the frame needed: its header, and its length once the header is in.
+                let header = wire::FRAME_HEADER_LEN as u64;
+                let needed = self.inbuf.get(4..12).map_or(header, |l| {
+                    header.saturating_add(u64::from_ne_bytes(l.try_into().expect("8 bytes")))
+                });
                 Close::Malformed(WireError::Truncated {
-                    needed: 0,
+                    needed,
                     got: self.inbuf.len() as u64,
                 })
             }
