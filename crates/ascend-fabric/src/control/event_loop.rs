@@ -130,7 +130,14 @@ impl Loop {
             match self.listener.get().accept() {
                 Ok((stream, peer)) => self.admit(stream, peer),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                // A connection that was reset before we took it: skip it.
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::Interrupted
+                            | io::ErrorKind::ConnectionAborted
+                            | io::ErrorKind::ConnectionReset
+                    ) => {}
                 Err(e) => {
                     // Out of descriptors or memory: pause rather than spin on a ready listener.
                     let now = Instant::now();
