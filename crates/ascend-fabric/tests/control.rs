@@ -194,15 +194,11 @@ fn shared_secret_and_allow_list() {
     // With the wrong secret the client rejects the server's proof first.
     let err = control::connect(srv.local_addr(), "a", T, Some("wrong")).unwrap_err();
     assert!(matches!(err, ClientError::ServerAuth { .. }), "{err}");
-    assert_eq!(
-        control::connect(srv.local_addr(), "a", T, Some("s3cret"))
-            .unwrap()
-            .entries
-            .len(),
-        1
-    );
+    let ok = control::connect(srv.local_addr(), "a", T, Some("s3cret")).unwrap();
+    assert_eq!(ok.entries.len(), 1);
     wait_until("auth failures counted", || srv.stats().auth_failures == 2);
-    assert!(srv.sessions() == ["a"]);
+    assert_eq!(srv.sessions(), ["a"]);
+    drop(ok);
 
     let config = ServerConfig {
         allowed_peers: Some(vec!["10.9.9.9".parse().unwrap()]),
