@@ -240,6 +240,7 @@ impl Engine {
             let config = ServerConfig {
                 shared_secret: opts.shared_secret.clone(),
                 allowed_peers: opts.allowed_peers.clone(),
+                session_heartbeat_timeout: opts.session_heartbeat_timeout,
                 ..ServerConfig::default()
             };
             let sa = addr.socket_addr();

@@ -168,6 +168,12 @@ pub struct EngineOptions {
     pub shared_secret: Option<String>,
     /// Optional allow-list of peer IPs for incoming control connections (off by default).
     pub allowed_peers: Option<Vec<IpAddr>>,
+    /// Our control server closes a peer's session after this long without a heartbeat
+    /// (default 120 s, HIXL's figure; `None`: never, as HIXL's engine in practice). Our
+    /// engines send one every [`heartbeat_interval`](Self::heartbeat_interval); HIXL clients
+    /// that neither listen nor use AutoConnect send none, so serving those for longer than
+    /// this needs `None`.
+    pub session_heartbeat_timeout: Option<Duration>,
 }
 
 const TB: u64 = 1 << 40;
@@ -183,6 +189,7 @@ impl Default for EngineOptions {
             connect_timeout: Duration::from_millis(1000),
             shared_secret: None,
             allowed_peers: None,
+            session_heartbeat_timeout: Some(Duration::from_secs(120)),
         }
     }
 }
@@ -417,6 +424,13 @@ impl EngineOptionsBuilder {
         self
     }
 
+    /// How long our control server keeps a peer's session without a heartbeat (`None`:
+    /// forever); see [`EngineOptions::session_heartbeat_timeout`].
+    pub fn session_heartbeat_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.opts.session_heartbeat_timeout = timeout;
+        self
+    }
+
     /// Checks the values and returns the options.
     ///
     /// # Errors
@@ -442,6 +456,13 @@ impl EngineOptionsBuilder {
         }
         if o.heartbeat_interval.is_zero() {
             return Err(invalid("heartbeat_interval", "0s", "must be above 0"));
+        }
+        if o.session_heartbeat_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(invalid(
+                "session_heartbeat_timeout",
+                "0s",
+                "must be above 0 (None keeps sessions)",
+            ));
         }
         Ok(o)
     }
@@ -603,5 +624,21 @@ mod tests {
             .unwrap();
         assert_eq!(o.shared_secret.as_deref(), Some("s"));
         assert_eq!(o.allowed_peers.unwrap().len(), 1);
+        assert_eq!(
+            o.session_heartbeat_timeout,
+            Some(Duration::from_secs(120)),
+            "HIXL's figure by default"
+        );
+        assert!(matches!(
+            EngineOptions::builder()
+                .session_heartbeat_timeout(Some(Duration::ZERO))
+                .build(),
+            Err(OptionError::Invalid { .. })
+        ));
+        let never = EngineOptions::builder()
+            .session_heartbeat_timeout(None)
+            .build()
+            .unwrap();
+        assert_eq!(never.session_heartbeat_timeout, None);
     }
 }

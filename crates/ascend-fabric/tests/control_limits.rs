@@ -210,3 +210,31 @@ fn revoke_closes_the_sessions_offered_an_address() {
     wait_until("raw session gone", || srv.sessions().is_empty());
     assert_eq!(*h.closed.lock(), [engine_id, "raw".to_owned()]);
 }
+
+/// The engine's option reaches its server: a client that sends no heartbeats is reaped, an
+/// engine (heartbeats every 200 ms) keeps its session.
+#[test]
+fn an_engine_server_reaps_silent_clients_and_keeps_engines() {
+    use ascend_fabric::{Engine, EngineOptions};
+    let dev = device();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let remote = format!("127.0.0.1:{port}");
+    let opts = EngineOptions::builder()
+        .pool_capacity(64 << 30)
+        .session_heartbeat_timeout(Some(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let srv = Engine::new(&dev, &remote, opts).unwrap();
+    let peer = client_engine(&dev, None);
+    peer.connect(&remote, T).unwrap();
+    let mut silent = control::connect(srv.listen_addr().unwrap(), "silent", T, None).unwrap();
+    assert_eq!(srv.sessions().len(), 2);
+    assert!(closed_by_peer(&mut silent.keepalive, GUARD), "not reaped");
+    wait_until("reaped", || srv.sessions().len() == 1);
+    assert!(srv.sessions()[0].starts_with("127.0.0.1#"));
+    assert!(peer.is_connected(&remote));
+}

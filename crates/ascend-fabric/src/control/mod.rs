@@ -22,8 +22,9 @@
 //! `request_timeout` of being accepted (silent and trickling senders are closed then); a
 //! session that sends no heartbeat for `session_heartbeat_timeout` (default 120 s, HIXL's
 //! figure) is reaped. HIXL clients that neither listen nor use AutoConnect send no heartbeats
-//! and would be reaped after that timeout: set it to `None` to serve them indefinitely. Our own
-//! engines send one every [`EngineOptions::heartbeat_interval`](crate::EngineOptions).
+//! and would be reaped after that timeout: set it to `None` to serve them indefinitely (an
+//! engine takes it from [`EngineOptions::session_heartbeat_timeout`](crate::EngineOptions)).
+//! Our own engines send one every [`EngineOptions::heartbeat_interval`](crate::EngineOptions).
 //!
 //! # The shared secret
 //! With [`ServerConfig::shared_secret`] set, every connection, whatever it asks for (connect,
