@@ -49,6 +49,9 @@ struct Monitor {
 
 pub(crate) struct EngineInner {
     addr: EngineAddr,
+    /// This engine's identity on the control wire: its address plus 64 random bits, so two
+    /// engines at the same address (every port-less engine is just its IP) never collide.
+    channel_id: String,
     opts: EngineOptions,
     dev: Device,
     pool: Arc<VaPool>,
@@ -167,7 +170,12 @@ impl EngineInner {
         };
         // In-flight transfers fail, imports are unmapped, then the channel leaves the map.
         if channel::lose(&self.channels, &ch, LostReason::Disconnected) {
-            if let Err(e) = control::disconnect(ch.addr, self.addr.as_str(), timeout) {
+            if let Err(e) = control::disconnect(
+                ch.addr,
+                &self.channel_id,
+                timeout,
+                self.opts.shared_secret.as_deref(),
+            ) {
                 tracing::debug!(peer = remote, error = %e, "disconnect request not delivered");
             }
         }
@@ -231,6 +239,8 @@ impl Engine {
             let config = ServerConfig {
                 shared_secret: opts.shared_secret.clone(),
                 allowed_peers: opts.allowed_peers.clone(),
+                session_heartbeat_timeout: opts.session_heartbeat_timeout,
+                ..ServerConfig::default()
             };
             let sa = addr.socket_addr();
             Some(
@@ -242,6 +252,7 @@ impl Engine {
         };
         let inner = Arc::new(EngineInner {
             slots: SlotPool::new(dev, opts.task_stream_num as usize),
+            channel_id: format!("{}#{:016x}", addr.as_str(), control::unique_suffix()),
             addr,
             dev: dev.clone(),
             pool,
@@ -406,7 +417,7 @@ impl Engine {
         let sa = addr.socket_addr();
         let c = control::connect(
             sa,
-            inner.addr.as_str(),
+            &inner.channel_id,
             timeout,
             inner.opts.shared_secret.as_deref(),
         )?;
@@ -541,6 +552,7 @@ impl Engine {
                 notify_msg: msg.to_owned(),
             },
             timeout,
+            self.inner.opts.shared_secret.as_deref(),
         )?;
         Ok(())
     }

@@ -29,7 +29,10 @@
 //! Building blocks, usable alone:
 //! * [`wire`]: the control-plane codec (request/response framing, heartbeat framing, JSON
 //!   messages) exactly as a C++ HIXL engine writes and reads them;
-//! * [`control`]: the control server and client calls;
+//! * [`control`]: the control server (one event-loop thread; caps on connections, per-IP
+//!   connections and request time; heartbeat reaping; revocation of sessions by offered
+//!   address) and the client calls, with an optional shared secret proven by an HMAC
+//!   challenge-response on every request (see its docs for what that does and does not protect);
 //! * [`options`]: the typed configuration and HIXL's option map read into it;
 //! * [`ranges`]: the sorted range map that checks and translates descriptor addresses.
 //!
@@ -39,9 +42,14 @@
 //! * keep every byte a copy touches mapped until the copy is observed complete or aborted;
 //! * detect a dead peer through its keepalive socket (EOF, as its kernel closes it) and
 //!   heartbeats, fail its in-flight transfers with [`Error::PeerLost`], abort their streams
-//!   and unmap and free its imports.
+//!   and unmap and free its imports;
+//! * identify itself to peers by a channel id unique to the engine instance (its address and
+//!   64 random bits), so engines sharing an address never take each other's session.
 //!
 //! # Does not
+//! * encrypt or integrity-protect control traffic: the shared secret controls who may connect,
+//!   disconnect and notify, but the share-handle list and everything after the handshake
+//!   travel in clear;
 //! * run HIXL's AICPU path (`fabric_memory.enable_aicpu_unfold` must be false) or the
 //!   HixlCS/HCCL engines;
 //! * reconnect on its own unless `AutoConnect` is on: then a transfer to a peer it is not

@@ -174,11 +174,21 @@ pub struct EngineOptions {
     pub heartbeat_interval: Duration,
     /// Default connect timeout (HIXL's default argument: 1000 ms).
     pub connect_timeout: Duration,
-    /// Optional shared secret a peer must present when connecting (off by default, as HIXL
-    /// has none).
+    /// Optional shared secret (off by default, as HIXL has none). When set, every control
+    /// request in both directions (connect, disconnect, notify) starts with a mutual
+    /// HMAC-SHA256 challenge-response proving both sides know it; the secret itself never
+    /// crosses the wire, and peers without it can neither connect, disconnect nor notify.
+    /// Later bytes are not encrypted (see [`crate::control`]). Both engines need the same
+    /// secret; HIXL peers cannot take part.
     pub shared_secret: Option<String>,
     /// Optional allow-list of peer IPs for incoming control connections (off by default).
     pub allowed_peers: Option<Vec<IpAddr>>,
+    /// Our control server closes a peer's session after this long without a heartbeat
+    /// (default 120 s, HIXL's figure; `None`: never, as HIXL's engine in practice). Our
+    /// engines send one every [`heartbeat_interval`](Self::heartbeat_interval); HIXL clients
+    /// that neither listen nor use AutoConnect send none, so serving those for longer than
+    /// this needs `None`.
+    pub session_heartbeat_timeout: Option<Duration>,
 }
 
 const TB: u64 = 1 << 40;
@@ -194,6 +204,7 @@ impl Default for EngineOptions {
             connect_timeout: Duration::from_millis(1000),
             shared_secret: None,
             allowed_peers: None,
+            session_heartbeat_timeout: Some(Duration::from_secs(120)),
         }
     }
 }
@@ -415,7 +426,8 @@ impl EngineOptionsBuilder {
         self
     }
 
-    /// Require peers to present this secret when connecting.
+    /// Require every control request, ours and our peers', to prove knowledge of this
+    /// secret (see [`EngineOptions::shared_secret`]).
     pub fn shared_secret(mut self, secret: impl Into<String>) -> Self {
         self.opts.shared_secret = Some(secret.into());
         self
@@ -424,6 +436,13 @@ impl EngineOptionsBuilder {
     /// Accept control connections only from these IPs.
     pub fn allowed_peers(mut self, peers: impl IntoIterator<Item = IpAddr>) -> Self {
         self.opts.allowed_peers = Some(peers.into_iter().collect());
+        self
+    }
+
+    /// How long our control server keeps a peer's session without a heartbeat (`None`:
+    /// forever); see [`EngineOptions::session_heartbeat_timeout`].
+    pub fn session_heartbeat_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.opts.session_heartbeat_timeout = timeout;
         self
     }
 
@@ -452,6 +471,13 @@ impl EngineOptionsBuilder {
         }
         if o.heartbeat_interval.is_zero() {
             return Err(invalid("heartbeat_interval", "0s", "must be above 0"));
+        }
+        if o.session_heartbeat_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(invalid(
+                "session_heartbeat_timeout",
+                "0s",
+                "must be above 0 (None keeps sessions)",
+            ));
         }
         Ok(o)
     }
@@ -625,5 +651,21 @@ mod tests {
             .unwrap();
         assert_eq!(o.shared_secret.as_deref(), Some("s"));
         assert_eq!(o.allowed_peers.unwrap().len(), 1);
+        assert_eq!(
+            o.session_heartbeat_timeout,
+            Some(Duration::from_secs(120)),
+            "HIXL's figure by default"
+        );
+        assert!(matches!(
+            EngineOptions::builder()
+                .session_heartbeat_timeout(Some(Duration::ZERO))
+                .build(),
+            Err(OptionError::Invalid { .. })
+        ));
+        let never = EngineOptions::builder()
+            .session_heartbeat_timeout(None)
+            .build()
+            .unwrap();
+        assert_eq!(never.session_heartbeat_timeout, None);
     }
 }

@@ -11,6 +11,11 @@
 //! All integers are in host byte order (little-endian on the targets HIXL supports). JSON
 //! objects are written with their keys in alphabetical order, as HIXL's serialiser writes
 //! them, and read by key. Every limit is checked before a byte of payload is allocated.
+//!
+//! Our engines add three request types of their own, far outside HIXL's range, for the
+//! shared-secret handshake ([`AuthHello`], [`AuthChallenge`], [`AuthProof`], types 1001–1003).
+//! They travel in the request framing and are only ever sent when a secret is configured, so
+//! without one the bytes on the wire are exactly HIXL's.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::io::{self, Read, Write};
@@ -46,6 +51,12 @@ pub enum MsgType {
     Status,
     /// `kSendNotifyReq`: client → server.
     SendNotify,
+    /// Ours, not HIXL's: client → server, opens the shared-secret handshake ([`AuthHello`]).
+    AuthHello,
+    /// Ours: server → client, the server's nonce and proof ([`AuthChallenge`]).
+    AuthChallenge,
+    /// Ours: client → server, the client's proof ([`AuthProof`]).
+    AuthProof,
 }
 
 impl MsgType {
@@ -56,6 +67,9 @@ impl MsgType {
             MsgType::Disconnect => 2,
             MsgType::Status => 3,
             MsgType::SendNotify => 4,
+            MsgType::AuthHello => 1001,
+            MsgType::AuthChallenge => 1002,
+            MsgType::AuthProof => 1003,
         }
     }
 
@@ -66,6 +80,9 @@ impl MsgType {
             2 => MsgType::Disconnect,
             3 => MsgType::Status,
             4 => MsgType::SendNotify,
+            1001 => MsgType::AuthHello,
+            1002 => MsgType::AuthChallenge,
+            1003 => MsgType::AuthProof,
             _ => return None,
         })
     }
@@ -294,6 +311,77 @@ pub fn read_heartbeat(r: &mut impl Read) -> Result<i32, WireError> {
     Ok(i32::from_ne_bytes(body[0..4].try_into().unwrap()))
 }
 
+/// Decodes one request/response frame from the front of `buf`, for a reader that buffers
+/// partial input: `Ok(None)` while the frame is incomplete, else the frame and the bytes it
+/// used. The header is checked as soon as its 12 bytes are there, and `length` against
+/// `max_len` (at most [`MAX_FRAME_LEN`]), before the payload has arrived.
+///
+/// # Errors
+/// [`WireError::BadMagic`], [`WireError::BadLength`].
+pub fn decode_frame(buf: &[u8], max_len: u64) -> Result<Option<(Frame, usize)>, WireError> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let magic = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes"));
+    if magic != FRAME_MAGIC {
+        return Err(WireError::BadMagic {
+            found: magic,
+            expected: FRAME_MAGIC,
+        });
+    }
+    if buf.len() < FRAME_HEADER_LEN {
+        return Ok(None);
+    }
+    let length = u64::from_ne_bytes(buf[4..12].try_into().expect("8 bytes"));
+    let max = max_len.min(MAX_FRAME_LEN);
+    if !(4..=max).contains(&length) {
+        return Err(WireError::BadLength { length, max });
+    }
+    // `length` is at most 1 MiB, so this cannot overflow.
+    let total = FRAME_HEADER_LEN + length as usize;
+    if buf.len() < total {
+        return Ok(None);
+    }
+    let msg_type = i32::from_ne_bytes(buf[12..16].try_into().expect("4 bytes"));
+    Ok(Some((
+        Frame {
+            msg_type,
+            payload: buf[16..total].to_vec(),
+        },
+        total,
+    )))
+}
+
+/// Decodes the fixed part of a keepalive-socket frame (header and message type, 20 bytes) from
+/// the front of `buf`: `Ok(None)` while incomplete, else the message type and how many body
+/// bytes follow the type (to be skipped: the body is not interpreted). The magic is checked as
+/// soon as 4 bytes are there.
+///
+/// # Errors
+/// [`WireError::BadMagic`], [`WireError::BadLength`].
+pub fn decode_heartbeat_head(buf: &[u8]) -> Result<Option<(i32, u64)>, WireError> {
+    if buf.len() < 4 {
+        return Ok(None);
+    }
+    let magic = u32::from_ne_bytes(buf[0..4].try_into().expect("4 bytes"));
+    if magic != HEARTBEAT_MAGIC {
+        return Err(WireError::BadMagic {
+            found: magic,
+            expected: HEARTBEAT_MAGIC,
+        });
+    }
+    if buf.len() < HEARTBEAT_HEADER_LEN {
+        return Ok(None);
+    }
+    let size = u64::from_ne_bytes(buf[8..16].try_into().expect("8 bytes"));
+    check_length(size)?;
+    if buf.len() < HEARTBEAT_HEADER_LEN + 4 {
+        return Ok(None);
+    }
+    let msg_type = i32::from_ne_bytes(buf[16..20].try_into().expect("4 bytes"));
+    Ok(Some((msg_type, size - 4)))
+}
+
 /// One exported segment in a connect response.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShareHandleEntry {
@@ -419,6 +507,82 @@ impl NotifyMsg {
         }
         Ok(())
     }
+}
+
+/// Bytes in an authentication nonce.
+pub const AUTH_NONCE_LEN: usize = 32;
+/// Bytes in an authentication MAC (HMAC-SHA256).
+pub const AUTH_MAC_LEN: usize = 32;
+/// Longest accepted frame `length` for the handshake messages (they are about 150 bytes).
+pub const MAX_AUTH_FRAME_LEN: u64 = 1024;
+
+/// 32 bytes carried as 64 lowercase hex digits; anything else is refused when reading.
+mod hex32 {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(b: &[u8; 32], s: S) -> Result<S::Ok, S::Error> {
+        let mut out = String::with_capacity(64);
+        for byte in b {
+            out.push(char::from_digit(u32::from(byte >> 4), 16).expect("nibble"));
+            out.push(char::from_digit(u32::from(byte & 15), 16).expect("nibble"));
+        }
+        s.serialize_str(&out)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; 32], D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        parse(&text).ok_or_else(|| serde::de::Error::custom("expected 64 lowercase hex digits"))
+    }
+
+    pub(super) fn parse(text: &str) -> Option<[u8; 32]> {
+        let digits = text.as_bytes();
+        if digits.len() != 64 {
+            return None;
+        }
+        let nibble = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        let mut out = [0u8; 32];
+        for (i, pair) in digits.chunks_exact(2).enumerate() {
+            out[i] = (nibble(pair[0])? << 4) | nibble(pair[1])?;
+        }
+        Some(out)
+    }
+}
+
+/// The handshake's first message (type 1001), client → server: the client's fresh nonce.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthHello {
+    /// 32 random bytes, new for every connection.
+    #[serde(with = "hex32")]
+    pub client_nonce: [u8; AUTH_NONCE_LEN],
+}
+
+/// The server's answer (type 1002): its nonce and its proof of knowing the secret,
+/// `HMAC-SHA256(secret, "ascend-fabric/control/server" ‖ client_nonce ‖ server_nonce)`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthChallenge {
+    /// The server's proof.
+    #[serde(with = "hex32")]
+    pub server_mac: [u8; AUTH_MAC_LEN],
+    /// 32 random bytes, new for every connection.
+    #[serde(with = "hex32")]
+    pub server_nonce: [u8; AUTH_NONCE_LEN],
+}
+
+/// The client's proof (type 1003),
+/// `HMAC-SHA256(secret, "ascend-fabric/control/client" ‖ client_nonce ‖ server_nonce)`; the
+/// request frame follows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthProof {
+    /// The client's proof.
+    #[serde(with = "hex32")]
+    pub client_mac: [u8; AUTH_MAC_LEN],
 }
 
 #[cfg(test)]

@@ -73,7 +73,7 @@ fn connect_heartbeat_disconnect() {
     wait_until("heartbeat", || {
         srv.since_heartbeat("127.0.0.1:26001").unwrap() < before
     });
-    control::disconnect(addr, "127.0.0.1:26001", T).unwrap();
+    control::disconnect(addr, "127.0.0.1:26001", T, None).unwrap();
     wait_until("session gone", || srv.sessions().is_empty());
     // The server shut the keepalive socket down.
     let mut b = [0u8; 1];
@@ -96,19 +96,27 @@ fn closing_the_keepalive_socket_ends_the_session() {
 }
 
 #[test]
-fn duplicate_channel_id_gets_success_but_no_second_session() {
-    let (srv, _h) = server(0, ServerConfig::default());
+fn duplicate_channel_id_is_refused_with_already_connected() {
+    let (srv, _h) = server(1, ServerConfig::default());
     let _a = control::connect(srv.local_addr(), "dup", T, None).unwrap();
     wait_until("session", || srv.sessions().len() == 1);
-    let mut b = control::connect(srv.local_addr(), "dup", T, None).unwrap();
-    let mut byte = [0u8; 1];
-    b.keepalive.set_read_timeout(Some(T)).unwrap();
-    assert_eq!(
-        b.keepalive.read(&mut byte).unwrap_or(0),
-        0,
-        "the duplicate's socket is closed"
+    let err = control::connect(srv.local_addr(), "dup", T, None).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Status {
+                code: status::ALREADY_CONNECTED,
+                ..
+            }
+        ),
+        "{err}"
     );
     assert_eq!(srv.sessions(), ["dup"]);
+    assert_eq!(srv.stats().sessions, 1);
+    // Once the first session is gone, the id is free again.
+    drop(_a);
+    wait_until("first session gone", || srv.sessions().is_empty());
+    control::connect(srv.local_addr(), "dup", T, None).unwrap();
 }
 
 fn send_raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
@@ -179,27 +187,18 @@ fn shared_secret_and_allow_list() {
         ..Default::default()
     };
     let (srv, _h) = server(1, config);
+    // Without the handshake the server closes the connection: no answer at all.
     let err = control::connect(srv.local_addr(), "a", T, None).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ClientError::Status {
-                code: status::PARAM_INVALID,
-                ..
-            }
-        ),
-        "{err}"
-    );
-    assert_eq!(err.status(), status::PARAM_INVALID);
+    assert!(matches!(err, ClientError::Wire { .. }), "{err}");
+    assert_eq!(srv.stats().auth_failures, 1);
+    // With the wrong secret the client rejects the server's proof first.
     let err = control::connect(srv.local_addr(), "a", T, Some("wrong")).unwrap_err();
-    assert!(matches!(err, ClientError::Status { .. }));
-    assert_eq!(
-        control::connect(srv.local_addr(), "a", T, Some("s3cret"))
-            .unwrap()
-            .entries
-            .len(),
-        1
-    );
+    assert!(matches!(err, ClientError::ServerAuth { .. }), "{err}");
+    let ok = control::connect(srv.local_addr(), "a", T, Some("s3cret")).unwrap();
+    assert_eq!(ok.entries.len(), 1);
+    wait_until("auth failures counted", || srv.stats().auth_failures == 2);
+    assert_eq!(srv.sessions(), ["a"]);
+    drop(ok);
 
     let config = ServerConfig {
         allowed_peers: Some(vec!["10.9.9.9".parse().unwrap()]),
@@ -218,13 +217,13 @@ fn notifies_are_queued_and_limited() {
         name: "kv".into(),
         notify_msg: "block 7 ready".into(),
     };
-    control::send_notify(srv.local_addr(), &n, T).unwrap();
+    control::send_notify(srv.local_addr(), &n, T, None).unwrap();
     wait_until("notify", || !srv.take_notifies().is_empty());
     let long = NotifyMsg {
         name: "x".repeat(1025),
         notify_msg: String::new(),
     };
-    assert!(control::send_notify(srv.local_addr(), &long, T).is_err());
+    assert!(control::send_notify(srv.local_addr(), &long, T, None).is_err());
 }
 
 #[test]

@@ -1,0 +1,264 @@
+//! The client calls: connect, disconnect, notify (each on a new connection), heartbeats.
+
+use super::auth::{self, Nonces, Role};
+use super::{status, SERVER_IO_TIMEOUT};
+use crate::wire::{
+    self, AuthChallenge, AuthHello, AuthProof, ConnectMsg, DisconnectMsg, Frame, MsgType,
+    NotifyMsg, ShareHandleEntry, StatusMsg, WireError,
+};
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// An error of a client exchange.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The TCP connection could not be made within the timeout.
+    #[error("cannot reach {addr}: {source}")]
+    Connect {
+        /// The server.
+        addr: SocketAddr,
+        /// The OS error.
+        #[source]
+        source: io::Error,
+    },
+    /// A frame was malformed or unexpected, or I/O failed mid-exchange.
+    #[error("control exchange with {addr}: {source}")]
+    Wire {
+        /// The server.
+        addr: SocketAddr,
+        /// What went wrong.
+        #[source]
+        source: WireError,
+    },
+    /// The server answered with a non-zero status.
+    #[error("{addr} refused the request with status {code}")]
+    Status {
+        /// The server.
+        addr: SocketAddr,
+        /// The HIXL status code.
+        code: u32,
+    },
+    /// We hold a shared secret and the server did not prove it knows it: it closed the
+    /// connection or answered without a challenge (it has no secret, or is not ours), or its
+    /// proof did not verify (an impostor, or the two sides' secrets differ). Nothing past
+    /// the handshake was sent to it.
+    #[error("{addr} did not prove it knows the shared secret: {reason}")]
+    ServerAuth {
+        /// The server.
+        addr: SocketAddr,
+        /// What the server did instead.
+        reason: &'static str,
+    },
+}
+
+impl ClientError {
+    /// The HIXL status this error corresponds to.
+    pub fn status(&self) -> u32 {
+        match self {
+            ClientError::Connect { source, .. } if source.kind() == io::ErrorKind::TimedOut => {
+                status::TIMEOUT
+            }
+            ClientError::Connect { .. } => status::FAILED,
+            ClientError::Wire {
+                source: WireError::Io(e),
+                ..
+            } if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+            {
+                status::TIMEOUT
+            }
+            ClientError::Wire { .. } => status::PARAM_INVALID,
+            ClientError::Status { code, .. } => *code,
+            ClientError::ServerAuth { .. } => status::FAILED,
+        }
+    }
+}
+
+/// Opens a connection and, with a secret, runs the handshake; the request frame goes next.
+fn open(
+    addr: SocketAddr,
+    timeout: Duration,
+    secret: Option<&str>,
+) -> Result<TcpStream, ClientError> {
+    let t = if timeout.is_zero() {
+        SERVER_IO_TIMEOUT
+    } else {
+        timeout
+    };
+    let mut s = TcpStream::connect_timeout(&addr, t)
+        .map_err(|source| ClientError::Connect { addr, source })?;
+    let _ = s.set_nodelay(true);
+    let _ = s.set_read_timeout(Some(t));
+    let _ = s.set_write_timeout(Some(t));
+    if let Some(secret) = secret {
+        authenticate(&mut s, addr, secret)?;
+    }
+    Ok(s)
+}
+
+fn authenticate(s: &mut TcpStream, addr: SocketAddr, secret: &str) -> Result<(), ClientError> {
+    let wire_err = |source| ClientError::Wire { addr, source };
+    let client = auth::nonce().map_err(|e| wire_err(e.into()))?;
+    let hello = Frame::new(
+        MsgType::AuthHello,
+        &AuthHello {
+            client_nonce: client,
+        },
+    )
+    .map_err(wire_err)?;
+    wire::write_frame(s, &hello).map_err(wire_err)?;
+    let answer = match wire::read_frame(s) {
+        Ok(f) => f,
+        Err(WireError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(wire_err(WireError::Io(e)))
+        }
+        Err(_) => {
+            return Err(ClientError::ServerAuth {
+                addr,
+                reason: "it closed the connection instead of answering the handshake",
+            })
+        }
+    };
+    let challenge: AuthChallenge = answer
+        .parse(MsgType::AuthChallenge, "auth challenge")
+        .map_err(|_| ClientError::ServerAuth {
+            addr,
+            reason: "it answered the handshake without a valid challenge",
+        })?;
+    let nonces = Nonces {
+        client,
+        server: challenge.server_nonce,
+    };
+    if !nonces.check(secret, Role::Server, &challenge.server_mac) {
+        return Err(ClientError::ServerAuth {
+            addr,
+            reason: "its proof did not verify (an impostor, or the secrets differ)",
+        });
+    }
+    let proof = AuthProof {
+        client_mac: nonces.prove(secret, Role::Client),
+    };
+    wire::write_frame(
+        s,
+        &Frame::new(MsgType::AuthProof, &proof).map_err(wire_err)?,
+    )
+    .map_err(wire_err)
+}
+
+fn read_status(s: &mut TcpStream, addr: SocketAddr) -> Result<(), ClientError> {
+    let st: StatusMsg = wire::read_frame(s)
+        .and_then(|f| f.parse(MsgType::Status, "status"))
+        .map_err(|source| ClientError::Wire { addr, source })?;
+    if st.error_code != status::SUCCESS {
+        return Err(ClientError::Status {
+            addr,
+            code: st.error_code,
+        });
+    }
+    Ok(())
+}
+
+/// A successful connect: what the server offered, and the keepalive socket.
+#[derive(Debug)]
+pub struct Connected {
+    /// The server's share-handle list.
+    pub entries: Vec<ShareHandleEntry>,
+    /// The socket that now carries heartbeats; closing it ends the session.
+    pub keepalive: TcpStream,
+}
+
+/// Connects as `channel_id` (unique to this client; see [`unique_suffix`](super::unique_suffix))
+/// to the server at `addr`, proving knowledge of `secret` first if one is given.
+///
+/// # Errors
+/// [`ClientError`] for an unreachable server, a malformed or unexpected frame, a refusal
+/// (`ALREADY_CONNECTED` when `channel_id` has a session there), or a server that cannot prove
+/// it knows `secret` ([`ClientError::ServerAuth`]).
+pub fn connect(
+    addr: SocketAddr,
+    channel_id: &str,
+    timeout: Duration,
+    secret: Option<&str>,
+) -> Result<Connected, ClientError> {
+    let wire_err = |source| ClientError::Wire { addr, source };
+    let mut s = open(addr, timeout, secret)?;
+    let req = ConnectMsg::request(channel_id, timeout.as_millis() as i64);
+    wire::write_frame(
+        &mut s,
+        &Frame::new(MsgType::Connect, &req).map_err(wire_err)?,
+    )
+    .map_err(wire_err)?;
+    let resp: ConnectMsg = wire::read_frame(&mut s)
+        .and_then(|f| f.parse(MsgType::Connect, "connect response"))
+        .map_err(wire_err)?;
+    read_status(&mut s, addr)?;
+    let _ = s.set_read_timeout(None);
+    Ok(Connected {
+        entries: resp.share_handles,
+        keepalive: s,
+    })
+}
+
+/// Sends one heartbeat on a keepalive socket (3 s send timeout, as HIXL).
+///
+/// # Errors
+/// The I/O error: the peer is gone.
+pub fn send_heartbeat(keepalive: &mut TcpStream) -> io::Result<()> {
+    keepalive.set_write_timeout(Some(Duration::from_secs(3)))?;
+    keepalive.write_all(&wire::heartbeat_bytes())
+}
+
+/// Asks the server at `addr` to close the session of `channel_id`, on a new connection
+/// (authenticated first if `secret` is given).
+///
+/// # Errors
+/// [`ClientError`]; the caller may ignore it, as HIXL does.
+pub fn disconnect(
+    addr: SocketAddr,
+    channel_id: &str,
+    timeout: Duration,
+    secret: Option<&str>,
+) -> Result<(), ClientError> {
+    let wire_err = |source| ClientError::Wire { addr, source };
+    let mut s = open(addr, timeout, secret)?;
+    let msg = DisconnectMsg {
+        channel_id: channel_id.to_owned(),
+    };
+    wire::write_frame(
+        &mut s,
+        &Frame::new(MsgType::Disconnect, &msg).map_err(wire_err)?,
+    )
+    .map_err(wire_err)?;
+    read_status(&mut s, addr)
+}
+
+/// Sends a notify on a new connection (authenticated first if `secret` is given; no reply,
+/// as in HIXL).
+///
+/// # Errors
+/// [`ClientError`] for an unreachable server, a notify over the length limits, or a server
+/// that cannot prove it knows `secret`.
+pub fn send_notify(
+    addr: SocketAddr,
+    msg: &NotifyMsg,
+    timeout: Duration,
+    secret: Option<&str>,
+) -> Result<(), ClientError> {
+    let wire_err = |source| ClientError::Wire { addr, source };
+    msg.validate().map_err(wire_err)?;
+    let mut s = open(addr, timeout, secret)?;
+    wire::write_frame(
+        &mut s,
+        &Frame::new(MsgType::SendNotify, msg).map_err(wire_err)?,
+    )
+    .map_err(wire_err)
+}

@@ -1,0 +1,273 @@
+//! The public face of the control server: start, queries, revocation, stop.
+
+use super::event_loop;
+use super::source::Registered;
+use super::{ControlHandler, ServerConfig, ServerStats};
+use crate::wire::NotifyMsg;
+use parking_lot::{Condvar, Mutex};
+use polling::Poller;
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
+
+/// Key of the listener in the poller; connections use keys from 1.
+pub(super) const LISTENER_KEY: usize = 0;
+
+/// A live session as the server's callers see it.
+pub(super) struct SessionEntry {
+    /// The connection's key in the event loop.
+    pub(super) key: usize,
+    pub(super) last_heartbeat: Instant,
+}
+
+/// Totals and current values behind [`ServerStats`].
+#[derive(Default)]
+pub(super) struct Counters {
+    pub(super) open_connections: AtomicU64,
+    pub(super) sessions: AtomicU64,
+    pub(super) refused_over_cap: AtomicU64,
+    pub(super) refused_not_allowed: AtomicU64,
+    pub(super) closed_at_deadline: AtomicU64,
+    pub(super) reaped: AtomicU64,
+    pub(super) auth_failures: AtomicU64,
+    pub(super) malformed: AtomicU64,
+}
+
+/// Progress of one [`ControlServer::revoke`] call, shared between the caller and the loop.
+#[derive(Default)]
+pub(super) struct RevokeWait {
+    state: Mutex<RevokeState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct RevokeState {
+    /// The loop has handled the command (or has stopped).
+    started: bool,
+    /// Sessions the command revoked.
+    revoked: usize,
+    /// Of those, how many are still open.
+    open: usize,
+}
+
+impl RevokeWait {
+    /// The loop revoked `n` sessions, each holding a clone of this wait until it closes.
+    pub(super) fn started(&self, n: usize) {
+        let mut st = self.state.lock();
+        st.started = true;
+        st.revoked += n;
+        st.open += n;
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    /// One revoked session is gone.
+    pub(super) fn closed(&self) {
+        let mut st = self.state.lock();
+        st.open = st.open.saturating_sub(1);
+        drop(st);
+        self.cv.notify_all();
+    }
+}
+
+/// Work for the event loop from other threads.
+pub(super) enum Command {
+    Revoke {
+        va_addrs: Vec<u64>,
+        wait: Arc<RevokeWait>,
+    },
+}
+
+/// State shared by the server handle and its event loop.
+pub(super) struct Shared {
+    pub(super) handler: Arc<dyn ControlHandler>,
+    pub(super) config: ServerConfig,
+    pub(super) poller: Arc<Poller>,
+    pub(super) stop: AtomicBool,
+    pub(super) commands: Mutex<Vec<Command>>,
+    pub(super) sessions: Mutex<HashMap<String, SessionEntry>>,
+    pub(super) notifies: Mutex<VecDeque<NotifyMsg>>,
+    pub(super) counters: Counters,
+    pub(super) loop_thread: OnceLock<ThreadId>,
+}
+
+impl Shared {
+    /// Marks every queued command done; the loop calls it as it exits, so no caller waits on
+    /// a loop that is gone.
+    pub(super) fn abandon_commands(&self) {
+        for c in self.commands.lock().drain(..) {
+            match c {
+                Command::Revoke { wait, .. } => wait.started(0),
+            }
+        }
+    }
+}
+
+/// A running control server. Dropping it stops the event loop, joins its thread and closes
+/// every connection and session.
+pub struct ControlServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for ControlServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlServer")
+            .field("addr", &self.addr)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl ControlServer {
+    /// Binds `addr` and starts serving on one event-loop thread.
+    ///
+    /// # Errors
+    /// The bind error (e.g. the port is taken), or failing to create the poller or the thread.
+    pub fn start(
+        addr: SocketAddr,
+        handler: Arc<dyn ControlHandler>,
+        config: ServerConfig,
+    ) -> io::Result<Self> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        listener.set_nonblocking(true)?;
+        let poller = Arc::new(Poller::new()?);
+        let listener = Registered::new(&poller, listener, LISTENER_KEY)?;
+        let shared = Arc::new(Shared {
+            handler,
+            config,
+            poller,
+            stop: AtomicBool::new(false),
+            commands: Mutex::new(Vec::new()),
+            sessions: Mutex::new(HashMap::new()),
+            notifies: Mutex::new(VecDeque::new()),
+            counters: Counters::default(),
+            loop_thread: OnceLock::new(),
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("fabric-ctl-{}", addr.port()))
+            .spawn(move || event_loop::run(listener, s))?;
+        tracing::debug!(%addr, "control server listening");
+        Ok(ControlServer {
+            addr,
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Channel ids of the live keepalive sessions.
+    pub fn sessions(&self) -> Vec<String> {
+        self.shared.sessions.lock().keys().cloned().collect()
+    }
+
+    /// Drains the queued notifies.
+    pub fn take_notifies(&self) -> Vec<NotifyMsg> {
+        self.shared.notifies.lock().drain(..).collect()
+    }
+
+    /// Connections closed because their request was malformed or refused: the sum of
+    /// [`ServerStats::malformed`], [`ServerStats::auth_failures`] and
+    /// [`ServerStats::refused_not_allowed`].
+    pub fn rejected(&self) -> u64 {
+        let s = self.stats();
+        s.malformed + s.auth_failures + s.refused_not_allowed
+    }
+
+    /// The server's counters.
+    pub fn stats(&self) -> ServerStats {
+        let c = &self.shared.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        ServerStats {
+            open_connections: get(&c.open_connections),
+            sessions: get(&c.sessions),
+            refused_over_cap: get(&c.refused_over_cap),
+            refused_not_allowed: get(&c.refused_not_allowed),
+            closed_at_deadline: get(&c.closed_at_deadline),
+            reaped: get(&c.reaped),
+            auth_failures: get(&c.auth_failures),
+            malformed: get(&c.malformed),
+        }
+    }
+
+    /// Time since the last heartbeat of a session (since it opened, if none came yet).
+    pub fn since_heartbeat(&self, channel_id: &str) -> Option<Duration> {
+        self.shared
+            .sessions
+            .lock()
+            .get(channel_id)
+            .map(|s| s.last_heartbeat.elapsed())
+    }
+
+    /// Revokes every session that was offered any of `va_addrs` (the `va_addr` of a
+    /// share-handle entry in its connect response): the server shuts down its write side of
+    /// each such session's socket, so the client's keepalive reader sees EOF, and then waits up
+    /// to `wait` until each of those clients has closed its side too (or the session is
+    /// otherwise gone). Returns how many sessions were revoked; the sessions not yet closed
+    /// when `wait` runs out stay half-closed until their client closes them or they are reaped.
+    ///
+    /// Must not be called from a [`ControlHandler`] callback (they run on the event loop,
+    /// which this waits for): it returns 0 there, with a logged error. Nor while holding a lock
+    /// that [`ControlHandler::share_handles`] takes, since the loop may need it meanwhile.
+    pub fn revoke(&self, va_addrs: &[u64], wait: Duration) -> usize {
+        if va_addrs.is_empty() {
+            return 0;
+        }
+        if self.shared.loop_thread.get() == Some(&std::thread::current().id()) {
+            tracing::error!("ControlServer::revoke called from the event loop; nothing revoked");
+            return 0;
+        }
+        let deadline = Instant::now() + wait;
+        let w = Arc::new(RevokeWait::default());
+        self.shared.commands.lock().push(Command::Revoke {
+            va_addrs: va_addrs.to_vec(),
+            wait: w.clone(),
+        });
+        if let Err(e) = self.shared.poller.notify() {
+            tracing::error!(error = %e, "cannot wake the control loop; nothing revoked");
+            return 0;
+        }
+        let mut st = w.state.lock();
+        // The loop answers every command it takes, and on exit abandons the rest, so this
+        // first wait ends; the second is bounded by `wait`.
+        while !st.started {
+            w.cv.wait(&mut st);
+        }
+        while st.open > 0 {
+            if w.cv.wait_until(&mut st, deadline).timed_out() {
+                tracing::warn!(
+                    revoked = st.revoked,
+                    still_open = st.open,
+                    "revoke: not every client closed its session in time"
+                );
+                break;
+            }
+        }
+        st.revoked
+    }
+}
+
+impl Drop for ControlServer {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        if let Err(e) = self.shared.poller.notify() {
+            tracing::error!(error = %e, "cannot wake the control loop to stop it");
+        }
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("the control loop panicked");
+            }
+        }
+    }
+}
