@@ -58,7 +58,7 @@ pub(crate) struct EngineInner {
     registry: Arc<Registry>,
     channels: Arc<ChannelMap>,
     slots: Arc<SlotPool>,
-    server: Mutex<Option<ControlServer>>,
+    server: Mutex<Option<Arc<ControlServer>>>,
     connect_lock: Mutex<()>,
     monitor: Arc<Monitor>,
     monitor_thread: Mutex<Option<JoinHandle<()>>>,
@@ -133,6 +133,11 @@ struct Piece {
     r_off: u64,
     len: u64,
 }
+
+/// How long a deregistration waits for the peers that imported the memory to let go of it
+/// (to close their keepalive sockets, which engines of this crate do once their channel is
+/// torn down); a peer that has not by then is cut off anyway.
+pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(3);
 
 /// Timeout of a connect made on demand (`AutoConnect`), as HIXL's.
 pub(crate) const AUTO_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -243,10 +248,26 @@ impl Engine {
                 ..ServerConfig::default()
             };
             let sa = addr.socket_addr();
-            Some(
+            let server = Arc::new(
                 ControlServer::start(sa, handler, config)
                     .map_err(|source| Error::Listen { addr: sa, source })?,
-            )
+            );
+            // Memory no registration covers any more is revoked: the peers that imported it
+            // are cut off (their channels torn down) before the deregistration returns.
+            let weak = Arc::downgrade(&server);
+            registry.on_revoke(Box::new(move |bases: &[u64]| {
+                if let Some(s) = weak.upgrade() {
+                    let n = s.revoke(bases, REVOKE_WAIT);
+                    if n > 0 {
+                        tracing::info!(
+                            sessions = n,
+                            blocks = bases.len(),
+                            "revoked peers' imports"
+                        );
+                    }
+                }
+            }));
+            Some(server)
         } else {
             None
         };
@@ -356,6 +377,15 @@ impl Engine {
     }
 
     /// Deregisters now.
+    ///
+    /// Revocation: connected peers imported every block this engine offered when they
+    /// connected. A block that no registration covers any more is revoked: each peer session
+    /// that was offered it is closed (its keepalive socket shut), and this call returns once
+    /// those peers have closed their side, at most 3 s. A peer running this crate closes its
+    /// side only after its channel is torn down (its in-flight transfers failed with
+    /// [`Error::PeerLost`], its imports unmapped), so when this returns no copy of theirs can
+    /// still land in the memory. Such peers may connect again; they are then offered only what
+    /// is still registered. Dropping the last clone of a registration does the same.
     ///
     /// # Errors
     /// [`Error::Busy`] (with the registration back) while transfers that use it are in

@@ -18,7 +18,7 @@ use ascend_mem::{
     Access, Device, DeviceBuffer, ExportFlags, HostBuffer, Mapping, MappingRef, MappingSlice,
     MappingTable, PhysicalMem, ShareKind, SharedHandle,
 };
-use parking_lot::RwLock;
+use parking_lot::{RwLock, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
 use crate::pool::{SlotMapping, VaPool};
@@ -99,7 +99,7 @@ pub(crate) struct RegInner {
     pub(crate) kind: MemKind,
     /// Transfers submitted and not yet observed complete that use this registration.
     pub(crate) in_flight: AtomicUsize,
-    _blocks: Vec<Arc<Block>>,
+    blocks: Vec<Arc<Block>>,
 }
 
 /// A local segment: part of a registration inside one block.
@@ -143,11 +143,16 @@ impl RegState {
     }
 }
 
+/// Called with the bases of blocks no registration covers any more, after the registry's
+/// lock is released: the engine closes the sessions of the peers that imported them.
+pub(crate) type RevokeHook = Box<dyn Fn(&[u64]) + Send + Sync>;
+
 pub(crate) struct Registry {
     dev: Device,
     pool: Arc<VaPool>,
     pub(crate) state: RwLock<RegState>,
     next_id: AtomicU64,
+    revoke: OnceLock<RevokeHook>,
 }
 
 struct RegHandle {
@@ -256,6 +261,7 @@ impl Registry {
             pool,
             state: RwLock::new(RegState::default()),
             next_id: AtomicU64::new(1),
+            revoke: OnceLock::new(),
         })
     }
 
@@ -442,7 +448,7 @@ impl Registry {
             len,
             kind,
             in_flight: AtomicUsize::new(0),
-            _blocks: blocks.clone(),
+            blocks: blocks.clone(),
         });
         let end = addr + len;
         for b in &blocks {
@@ -488,11 +494,49 @@ impl Registry {
         st.blocks.retain(|_, w| w.strong_count() > 0);
     }
 
-    pub(crate) fn remove(&self, reg: &RegInner) {
-        let mut st = self.state.write();
+    /// Sets what happens to blocks that no registration covers any more (once).
+    pub(crate) fn on_revoke(&self, hook: RevokeHook) {
+        let _ = self.revoke.set(hook);
+    }
+
+    /// The blocks of `reg` that no remaining registration covers: no longer offered to new
+    /// peers. Returns their bases.
+    fn orphaned(st: &mut RegState, reg: &RegInner) -> Vec<u64> {
+        let segs = st.ranges.segments();
+        let mut gone = Vec::new();
+        for b in &reg.blocks {
+            // Segments never overlap and lie inside their block, so any segment starting
+            // inside the block's range belongs to it.
+            let i = segs.partition_point(|s| s.start < b.base);
+            if !segs.get(i).is_some_and(|s| s.start < b.base + b.len) {
+                gone.push(b.base);
+            }
+        }
+        for base in &gone {
+            st.blocks.remove(base);
+        }
+        gone
+    }
+
+    /// Removes `reg`, then revokes the blocks it leaves uncovered (without the lock held:
+    /// revoking waits for the peers).
+    fn remove_and_revoke(&self, mut st: RwLockWriteGuard<'_, RegState>, reg: &RegInner) {
         Self::remove_locked(&mut st, reg.id, reg.addr, reg.len);
+        let gone = Self::orphaned(&mut st, reg);
         drop(st);
-        tracing::debug!(addr = reg.addr, len = reg.len, "deregistered");
+        tracing::debug!(
+            addr = reg.addr,
+            len = reg.len,
+            revoked = gone.len(),
+            "deregistered"
+        );
+        if let (false, Some(hook)) = (gone.is_empty(), self.revoke.get()) {
+            hook(&gone);
+        }
+    }
+
+    pub(crate) fn remove(&self, reg: &RegInner) {
+        self.remove_and_revoke(self.state.write(), reg);
     }
 
     /// Deregisters now unless transfers use it.
@@ -502,7 +546,7 @@ impl Registry {
     ) -> std::result::Result<(), CloseError<Registration, Error>> {
         let _span =
             tracing::debug_span!("deregister", addr = reg.addr(), len = reg.len()).entered();
-        let mut st = self.state.write();
+        let st = self.state.write();
         let n = reg.h.reg.in_flight.load(Ordering::Acquire);
         if n > 0 {
             drop(st);
@@ -514,7 +558,7 @@ impl Registry {
                 reg,
             ));
         }
-        Self::remove_locked(&mut st, reg.h.reg.id, reg.h.reg.addr, reg.h.reg.len);
+        self.remove_and_revoke(st, &reg.h.reg);
         Ok(())
     }
 }
