@@ -345,14 +345,18 @@ impl Engine {
     /// and local descriptors may use it. The allocation is exported once (FABRIC, no pid
     /// validation) and stays mapped while registered, even if the buffer is dropped. The same
     /// range twice gives the same registration; a range overlapping another registration is an
-    /// error.
+    /// error. Several mappings (or views) lying back to back in one reservation register as
+    /// one range, e.g. a KV cache mapped piece by piece: `engine.register(&[m0, m1, m2])`;
+    /// each mapping is exported once, however many registrations share it.
     ///
     /// # Errors
-    /// [`Error::RegistrationOverlap`]; [`Error::Mem`] for an export failure
+    /// [`Error::BadSpan`] for parts that are not one contiguous range of one reservation and
+    /// one memory kind; [`Error::Mem`] with [`ascend_mem::Error::WrongDevice`] for memory of
+    /// another device or runtime; [`Error::RegistrationOverlap`]; [`Error::Mem`] for an export failure
     /// ([`ascend_mem::Error::AlreadyExported`] when the memory was exported with
     /// `PhysicalMem::export` instead of through the engine).
-    pub fn register(&self, mem: &impl Registrable) -> Result<Registration> {
-        self.register_slice(&mem.region())
+    pub fn register<R: Registrable + ?Sized>(&self, mem: &R) -> Result<Registration> {
+        self.inner.registry.register_slices(&mem.regions())
     }
 
     /// Registers a view (see [`Engine::register`]).
@@ -360,7 +364,7 @@ impl Engine {
     /// # Errors
     /// As [`Engine::register`].
     pub fn register_slice(&self, s: &MappingSlice<'_>) -> Result<Registration> {
-        self.inner.registry.register_slice(s)
+        self.inner.registry.register_slices(&[*s])
     }
 
     /// Registers memory this crate did not map (foreign VMM memory of this runtime), by

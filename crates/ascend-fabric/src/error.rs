@@ -153,6 +153,16 @@ pub enum Error {
         /// Start of the existing registration.
         existing: u64,
     },
+    /// The parts of a registration do not form one contiguous range of one reservation.
+    #[error("register: part {index} at {addr:#x}: {reason}")]
+    BadSpan {
+        /// The part (0-based).
+        index: usize,
+        /// Its first address.
+        addr: u64,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A transfer was given no descriptors.
     #[error("transfer: the descriptor list is empty")]
     EmptyBatch,
@@ -279,6 +289,7 @@ impl Error {
             Error::Listen { .. } => HixlCode::FAILED,
             Error::NotShareable { .. }
             | Error::RegistrationOverlap { .. }
+            | Error::BadSpan { .. }
             | Error::EmptyBatch
             | Error::ZeroLength { .. }
             | Error::Overflow { .. }

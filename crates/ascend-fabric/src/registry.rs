@@ -34,34 +34,54 @@ pub enum MemKind {
     Host,
 }
 
-/// Memory that can be registered with an engine: ascend-mem buffers, mappings, and views of
-/// them. Plain host memory (`Vec`, `Box`, the stack) cannot be: peers could never import it.
+/// Memory that can be registered with an engine: ascend-mem buffers, mappings, views of
+/// them, and lists of these that together form one contiguous range of one reservation (a KV
+/// cache mapped piece by piece into one `ReservedVa`). Plain host memory (`Vec`, `Box`, the
+/// stack) cannot be: peers could never import it.
 pub trait Registrable {
-    /// The byte range to register.
-    fn region(&self) -> MappingSlice<'_>;
+    /// The byte ranges to register as one, in address order.
+    fn regions(&self) -> Vec<MappingSlice<'_>>;
 }
 
 impl Registrable for DeviceBuffer {
-    fn region(&self) -> MappingSlice<'_> {
-        self.as_slice()
+    fn regions(&self) -> Vec<MappingSlice<'_>> {
+        vec![self.as_slice()]
     }
 }
 
 impl Registrable for HostBuffer {
-    fn region(&self) -> MappingSlice<'_> {
-        self.as_slice()
+    fn regions(&self) -> Vec<MappingSlice<'_>> {
+        vec![self.as_slice()]
     }
 }
 
 impl Registrable for Mapping {
-    fn region(&self) -> MappingSlice<'_> {
-        self.as_slice()
+    fn regions(&self) -> Vec<MappingSlice<'_>> {
+        vec![self.as_slice()]
     }
 }
 
 impl Registrable for MappingSlice<'_> {
-    fn region(&self) -> MappingSlice<'_> {
-        *self
+    fn regions(&self) -> Vec<MappingSlice<'_>> {
+        vec![*self]
+    }
+}
+
+impl<R: Registrable> Registrable for [R] {
+    fn regions(&self) -> Vec<MappingSlice<'_>> {
+        self.iter().flat_map(|r| r.regions()).collect()
+    }
+}
+
+impl<R: Registrable, const N: usize> Registrable for [R; N] {
+    fn regions(&self) -> Vec<MappingSlice<'_>> {
+        self[..].regions()
+    }
+}
+
+impl<R: Registrable> Registrable for Vec<R> {
+    fn regions(&self) -> Vec<MappingSlice<'_>> {
+        self[..].regions()
     }
 }
 
@@ -318,57 +338,111 @@ impl Registry {
         Ok(None)
     }
 
-    /// Registers a view of an ascend-mem mapping.
-    pub(crate) fn register_slice(self: &Arc<Self>, s: &MappingSlice<'_>) -> Result<Registration> {
-        let addr = s.as_raw() as u64;
-        let len = s.len() as u64;
-        if len == 0 {
-            return Err(Error::Range(RangeError::Empty { addr }));
+    /// Checks that `parts` are views of this engine's device and runtime, non-empty, of one
+    /// memory kind, and lie back to back in one reservation; returns the range they cover.
+    fn check_span(&self, parts: &[MappingSlice<'_>]) -> Result<(u64, u64)> {
+        let first = parts.first().ok_or(Error::BadSpan {
+            index: 0,
+            addr: 0,
+            reason: "no memory given",
+        })?;
+        let (addr, va, host) = (
+            first.as_raw() as u64,
+            first.mapping().reservation().as_raw(),
+            first.mapping().is_host(),
+        );
+        let mut end = addr;
+        for (index, p) in parts.iter().enumerate() {
+            let map = p.mapping();
+            let found = map.device().id();
+            let what = if !std::ptr::eq(map.device().runtime().acl(), self.dev.runtime().acl()) {
+                Some("register: the memory belongs to another runtime")
+            } else if found != self.dev.id() {
+                Some("register: the memory belongs to another device than the engine's")
+            } else {
+                None
+            };
+            if let Some(what) = what {
+                let expected = self.dev.id();
+                return Err(Error::Mem(ascend_mem::Error::WrongDevice {
+                    what,
+                    expected,
+                    found,
+                }));
+            }
+            let at = p.as_raw() as u64;
+            let bad = |reason| Error::BadSpan {
+                index,
+                addr: at,
+                reason,
+            };
+            if p.is_empty() {
+                return Err(if parts.len() == 1 {
+                    Error::Range(RangeError::Empty { addr: at })
+                } else {
+                    bad("empty")
+                });
+            }
+            if at != end {
+                return Err(bad("does not start where the previous part ends"));
+            }
+            if map.reservation().as_raw() != va {
+                return Err(bad("lies in another reservation than part 0"));
+            }
+            if map.is_host() != host {
+                return Err(bad(
+                    "is of another memory kind (host or device) than part 0",
+                ));
+            }
+            end = at + p.len() as u64;
         }
-        let map = s.mapping();
-        if !std::ptr::eq(map.device().runtime().acl(), self.dev.runtime().acl()) {
-            return Err(Error::Mem(ascend_mem::Error::WrongDevice {
-                what: "register: the memory belongs to another runtime",
-                expected: self.dev.id(),
-                found: map.device().id(),
-            }));
-        }
-        if map.device().id() != self.dev.id() {
-            return Err(Error::Mem(ascend_mem::Error::WrongDevice {
-                what: "register: the memory belongs to another device than the engine's",
-                expected: self.dev.id(),
-                found: map.device().id(),
-            }));
-        }
-        let _span = tracing::debug_span!("register", addr, len).entered();
+        Ok((addr, end - addr))
+    }
+
+    /// Registers views of ascend-mem mappings that together form one contiguous range of
+    /// one reservation (usually one view): one block per mapping, each exported once.
+    pub(crate) fn register_slices(
+        self: &Arc<Self>,
+        parts: &[MappingSlice<'_>],
+    ) -> Result<Registration> {
+        let (addr, len) = self.check_span(parts)?;
+        let _span = tracing::debug_span!("register", addr, len, parts = parts.len()).entered();
         let mut st = self.state.write();
         if let Some(r) = Self::existing(&mut st, addr, len)? {
             return Ok(r);
         }
-        let base = map.as_raw() as u64;
-        let block = match st.blocks.get(&base).and_then(Weak::upgrade) {
-            Some(b) => b,
-            None => {
-                let shared = map
-                    .memory()
-                    .export_cached(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)?;
-                let b = Arc::new(Block {
-                    base,
-                    len: map.len() as u64,
-                    host: map.is_host(),
-                    map: BlockMap::Held(map.hold()),
-                    shared,
-                });
-                st.blocks.insert(base, Arc::downgrade(&b));
-                b
+        let mut blocks: Vec<Arc<Block>> = Vec::with_capacity(parts.len());
+        for p in parts {
+            let map = p.mapping();
+            let base = map.as_raw() as u64;
+            if blocks.last().is_some_and(|b| b.base == base) {
+                continue; // two views of one mapping
             }
-        };
-        let kind = if block.host {
+            let block = match st.blocks.get(&base).and_then(Weak::upgrade) {
+                Some(b) => b,
+                None => {
+                    let shared = map
+                        .memory()
+                        .export_cached(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)?;
+                    let b = Arc::new(Block {
+                        base,
+                        len: map.len() as u64,
+                        host: map.is_host(),
+                        map: BlockMap::Held(map.hold()),
+                        shared,
+                    });
+                    st.blocks.insert(base, Arc::downgrade(&b));
+                    b
+                }
+            };
+            blocks.push(block);
+        }
+        let kind = if blocks[0].host {
             MemKind::Host
         } else {
             MemKind::Device
         };
-        Ok(self.insert(&mut st, addr, len, kind, vec![block]))
+        Ok(self.insert(&mut st, addr, len, kind, blocks))
     }
 
     /// Registers foreign VMM memory by address, block by block.
