@@ -4,7 +4,7 @@
 //! `bindgen`) regenerating a crate's bindings from its declarations header, or from the real
 //! CANN headers when an install has them.
 //!
-//! [`regenerate`] splits bindgen's output into `bindings.rs` (types, constants, layout
+//! `regenerate` (feature `bindgen`) splits bindgen's output into `bindings.rs` (types, constants, layout
 //! assertions) and `functions.rs` (the extern block wrapped in the crate's `functions!` macro,
 //! which builds the lazily resolved loader table). Output goes to `$OUT_DIR`; with
 //! `<PREFIX>_UPDATE_BINDINGS=1` it also replaces the checked-in files under `src/`.
