@@ -42,7 +42,12 @@
 //! * keep every byte a copy touches mapped until the copy is observed complete or aborted;
 //! * detect a dead peer through its keepalive socket (EOF, as its kernel closes it) and
 //!   heartbeats, fail its in-flight transfers with [`Error::PeerLost`], abort their streams
-//!   and unmap and free its imports;
+//!   and unmap and free its imports, all of it before the peer leaves [`Engine::peers`] and
+//!   before any waiter sees the error (so a caller that sees a peer gone may rely on its VA
+//!   being back);
+//! * revoke what it deregisters: peers that imported memory no registration covers any more
+//!   are cut off, and [`Engine::deregister`] returns once they have let go of it;
+//! * quarantine a VA slot whose unmap failed instead of handing it out again;
 //! * identify itself to peers by a channel id unique to the engine instance (its address and
 //!   64 random bits), so engines sharing an address never take each other's session.
 //!
