@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p ascend-bench -- <transfer|translate|collectives|all> [--quick] [--out DIR]
+//! cargo run --release -p ascend-bench -- soak [--seconds N] [--seed S] [--peers P]
 //! ```
 //!
 //! * **transfer**: two engines in two processes (this binary re-executed as the peer), WRITE
@@ -25,6 +26,9 @@
 //!   mode, so no copy runs while descriptors are submitted.
 //! * **collectives**: AllGather and AllReduce (sum), 4 ranks as threads of this process (one
 //!   emulated device each), 8 MiB per rank, fp32, with symmetric windows and staged.
+//! * **soak**: a randomized run against peer processes that are killed and restarted, with
+//!   ACL faults injected and every byte checked against a model; it has its own `RESULT`
+//!   line (see the `soak` module).
 //!
 //! RESULT keys: `write_64MiB_vs_memcpy`, `read_64MiB_vs_memcpy` (walk, engine GB/s over
 //! memcpy GB/s), `write_4KiB_ops_vs_memcpy` (walk, descriptors/s over memcpy's),

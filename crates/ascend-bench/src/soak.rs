@@ -170,6 +170,11 @@ fn report(s: &Stats, took: Duration) {
         s.failed_as_expected
     );
     println!(
+        "killed peers: {} kill(s) with transfers in flight; transfers to killed peers: {} done, \
+         {} PeerLost, {} NotConnected; {} loss(es) whose imports were unmapped late",
+        s.kills_in_flight, s.dead[0], s.dead[1], s.dead[2], s.late_teardown
+    );
+    println!(
         "choices digest {:016x} over the first {} choices",
         s.choices, s.choices_n
     );

@@ -129,6 +129,7 @@ impl Driver {
         };
         let r = self.eng.connect(&addr, OP_TIMEOUT);
         self.stats.connects += 1;
+        self.peer_slots[p] = self.eng.pool_usage().0.saturating_sub(pool0);
         let expect = match &armed {
             Some(a) if Faults::disarm(a) => Expect::Fault(a.sym, a.nth),
             _ => Expect::Clean,
@@ -154,6 +155,7 @@ impl Driver {
         self.eng
             .connect(&addr, OP_TIMEOUT)
             .map_err(|e| format!("connect to {addr}: {e}"))?;
+        self.peer_slots[p] = self.eng.pool_usage().0.saturating_sub(pool0);
         Ok(())
     }
 
@@ -175,9 +177,15 @@ impl Driver {
             self.peers[p].del(ids[(pick % ids.len() as u64) as usize])?;
         }
         let addr = self.peers[p].addr.clone();
+        let pool0 = self.eng.pool_usage().0;
         if let Err(e) = self.eng.disconnect(&addr, OP_TIMEOUT) {
             self.unexpected("disconnect", format!("{addr}: {e:?}"));
         }
+        self.check_imports_gone(
+            &addr,
+            "disconnected",
+            pool0.saturating_sub(self.peer_slots[p]),
+        );
         self.connect_peer(p, true)
     }
 
@@ -186,8 +194,12 @@ impl Driver {
     pub(crate) fn kill_and_restart(&mut self, p: usize) -> Res<()> {
         let probe = self.rng.below(3);
         let addr = self.peers[p].addr.clone();
+        let pool0 = self.eng.pool_usage().0;
         self.peers[p].kill()?;
         self.stats.kills += 1;
+        if self.outstanding.iter().any(|o| o.batch.peer == p) {
+            self.stats.kills_in_flight += 1;
+        }
         for o in self.outstanding.iter_mut().filter(|o| o.batch.peer == p) {
             o.expect = Expect::Dead;
         }
@@ -209,6 +221,7 @@ impl Driver {
                 format!("{addr} after {LOSS_LIMIT:?}"),
             );
         }
+        self.check_imports_gone(&addr, "lost", pool0.saturating_sub(self.peer_slots[p]));
         // After the loss: NotConnected.
         if let Some(b) = self.plan_dead(p) {
             let descs = b.to_descs(&self.locals, &self.peers[p].regions);
@@ -220,6 +233,33 @@ impl Driver {
         }
         self.peers[p] = self.spawn_peer()?;
         self.connect_peer(p, true)
+    }
+
+    /// Once a peer is no longer connected (lost or disconnected, and nothing of it in
+    /// flight), its imports must be back in the VA pool (`want` slots left in use): at once
+    /// per the design, or else late (a finding).
+    pub(crate) fn check_imports_gone(&mut self, addr: &str, how: &str, want: usize) {
+        if self.eng.pool_usage().0 == want {
+            return;
+        }
+        let now = self.eng.pool_usage().0;
+        let t = std::time::Instant::now();
+        if wait_for(LOSS_LIMIT, || self.eng.pool_usage().0 == want) {
+            self.stats.late_teardown += 1;
+            if self.stats.late_teardown <= 3 {
+                println!(
+                    "FINDING: {addr} {how}: is_connected was false with {now} VA pool slot(s) \
+                     in use, {want} expected; the imports went back within {:?}",
+                    t.elapsed()
+                );
+            }
+        } else {
+            let d = format!(
+                "{addr}: {} slot(s) in use, {want} expected",
+                self.eng.pool_usage().0
+            );
+            self.unexpected("a lost peer's imports stay mapped", d);
+        }
     }
 
     fn plan_dead(&mut self, p: usize) -> Option<super::batch::Batch> {

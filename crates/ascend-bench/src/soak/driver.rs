@@ -31,6 +31,12 @@ pub(crate) struct Stats {
     pub(crate) peer_reg_changes: u64,
     pub(crate) connects: u64,
     pub(crate) bytes_moved: u64,
+    /// Outcomes of transfers to killed peers: done, `PeerLost`, `NotConnected`.
+    pub(crate) dead: [u64; 3],
+    /// Kills with transfers to that peer in flight.
+    pub(crate) kills_in_flight: u64,
+    /// Losses whose imports went back to the VA pool only after `is_connected` was false.
+    pub(crate) late_teardown: u64,
     /// A digest of the first choices, to compare runs with the same seed.
     pub(crate) choices: u64,
     pub(crate) choices_n: u64,
@@ -47,6 +53,8 @@ pub(crate) struct Driver {
     pub(crate) faults: Faults,
     pub(crate) stats: Stats,
     next_region: u32,
+    /// VA pool slots each peer's connect took.
+    pub(crate) peer_slots: Vec<usize>,
 }
 
 impl Driver {
@@ -70,6 +78,7 @@ impl Driver {
             faults: Faults::new(),
             stats: Stats::default(),
             next_region: 0,
+            peer_slots: vec![0; npeers],
         };
         for i in 0..npeers {
             let p = d.spawn_peer()?;
@@ -276,6 +285,14 @@ impl Driver {
             }
             self.stats.faults += 1;
         }
+        if matches!(expect, Expect::Dead) {
+            let i = match &r {
+                Ok(()) => 0,
+                Err(Error::PeerLost { .. }) => 1,
+                Err(_) => 2,
+            };
+            self.stats.dead[i] += 1;
+        }
         if r.is_err() {
             self.forget(&b);
             return Ok(());
@@ -376,7 +393,7 @@ pub(crate) fn wait_for(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
         if t.elapsed() > limit {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(1));
     }
     true
 }

@@ -122,10 +122,13 @@ pub(crate) fn teardown(mut d: Driver) -> Stats {
     if let Err(e) = d.drain(None).and_then(|()| d.verify_locals()) {
         d.unexpected("final wait", e.to_string());
     }
-    for p in std::mem::take(&mut d.peers) {
+    for (i, p) in std::mem::take(&mut d.peers).into_iter().enumerate() {
+        let pool0 = d.eng.pool_usage().0;
         if let Err(e) = d.eng.disconnect(&p.addr, OP_TIMEOUT) {
             d.unexpected("final disconnect", format!("{}: {e:?}", p.addr));
         }
+        let want = pool0.saturating_sub(d.peer_slots[i]);
+        d.check_imports_gone(&p.addr, "disconnected", want);
         let addr = p.addr.clone();
         match p.finish() {
             Ok(c) if c == "ok" => {}
