@@ -26,7 +26,9 @@
 //!   `aclrtSynchronizeEventWithTimeout`, `aclrtQueryEventStatus`, `aclrtSynchronizeStream`,
 //!   `aclrtCreateStreamWithConfig`, `aclrtCreateEvent` (transfers),
 //!   `aclrtMemImportFromShareableHandleV2`, `aclrtMapMem`, `aclrtMemSetAccess` (connects),
-//!   `aclrtMemExportToShareableHandleV2`, `aclrtMemRetainAllocationHandle` (registers);
+//!   `aclrtMemExportToShareableHandleV2` (registers: a local buffer is now and then replaced
+//!   by a fresh allocation, whose first register exports it); candidates the engine never
+//!   calls are listed at the end and never armed;
 //! * a peer killed with SIGKILL (transfers may be in flight), probed (a transfer or a connect
 //!   right after the kill), its loss awaited, then restarted with fresh memory.
 //!

@@ -6,6 +6,7 @@ use ascend_fabric::Error;
 use super::batch;
 use super::driver::{is_busy, region_span, wait_for, Driver, OP_TIMEOUT};
 use super::faults::{judge, Class, Expect, Faults, Verdict};
+use super::local::LocalBuf;
 use super::model::fnv64;
 use crate::Res;
 
@@ -75,6 +76,12 @@ impl Driver {
             }
             return Ok(());
         }
+        self.register_chunk(b, c, inject);
+        Ok(())
+    }
+
+    /// Registers chunk `c` of local buffer `b`, with a fault armed if `inject`.
+    fn register_chunk(&mut self, b: usize, c: usize, inject: bool) {
         let before = Faults::snapshot(Class::Register);
         let armed = if inject {
             self.faults.arm(&mut self.rng, Class::Register)
@@ -90,6 +97,24 @@ impl Driver {
             self.faults.learn(Class::Register, &before);
         }
         self.judge_other("register", &expect, &r);
+    }
+
+    /// Replaces a local buffer by a fresh allocation with a new pattern, registering its
+    /// chunks again (the first register exports the new allocation and may get a fault).
+    pub(crate) fn replace_local(&mut self) -> Res<()> {
+        self.drain(None)?;
+        let b = self.rng.below(self.locals.len() as u64) as usize;
+        let key = self.rng.next_u64();
+        let regs = self.rng.below(16) | 1;
+        let inject = self.rng.chance(500);
+        let (host, chunks) = (self.locals[b].is_host(), self.locals[b].chunks());
+        self.locals[b] = LocalBuf::new(&self.eng, host, chunks, key, 0)?;
+        self.stats.local_reg_changes += 1;
+        let mut first = true;
+        for c in (0..chunks).filter(|c| regs & (1 << c) != 0) {
+            self.register_chunk(b, c, inject && first);
+            first = false;
+        }
         Ok(())
     }
 

@@ -155,6 +155,7 @@ impl Driver {
             780..=794 => self.change_peer_regions(p),
             795..=804 => self.verify_locals(),
             805..=811 => self.kill_and_restart(p),
+            812..=819 => self.replace_local(),
             _ => self.fault_transfer(p),
         }
     }

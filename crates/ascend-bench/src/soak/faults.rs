@@ -45,10 +45,7 @@ impl Class {
                 "aclrtMapMem",
                 "aclrtMemSetAccess",
             ],
-            Class::Register => &[
-                "aclrtMemExportToShareableHandleV2",
-                "aclrtMemRetainAllocationHandle",
-            ],
+            Class::Register => &["aclrtMemExportToShareableHandleV2"],
         }
     }
 }
@@ -115,6 +112,16 @@ impl Faults {
         let at = fault::calls(sym) + nth;
         fault::fail_nth(sym, nth, CODE);
         Some(Armed { sym, at, nth })
+    }
+
+    /// Candidate symbols no clean operation of their class called (never armed).
+    pub(crate) fn never_called(&self) -> Vec<&'static str> {
+        [Class::Transfer, Class::Connect, Class::Register]
+            .iter()
+            .flat_map(|c| c.symbols().iter().map(move |s| (*c, *s)))
+            .filter(|k| known(k.1) && self.seen.get(k).copied().unwrap_or(0) == 0)
+            .map(|k| k.1)
+            .collect()
     }
 
     /// Disarms; returns whether the armed fault fired.

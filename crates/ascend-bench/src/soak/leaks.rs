@@ -178,6 +178,10 @@ fn print_faults(d: &Driver) {
         .map(|(s, (failed, absorbed))| format!("{s} {failed} failed/{absorbed} absorbed"))
         .collect();
     println!("faults fired: {}", per.join(", "));
+    println!(
+        "fault candidates the engine never called (not armed): {:?}",
+        d.faults.never_called()
+    );
     if !d.faults.missing.is_empty() {
         println!(
             "fault symbols the emulator lacks (skipped): {:?}",

@@ -72,6 +72,10 @@ impl LocalBuf {
         }
     }
 
+    pub(crate) fn is_host(&self) -> bool {
+        matches!(self.buf, Buf::Host(_))
+    }
+
     pub(crate) fn chunks(&self) -> usize {
         self.regs.len()
     }
