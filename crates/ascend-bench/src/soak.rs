@@ -172,6 +172,10 @@ fn report(s: &Stats, took: Duration) {
         s.failed_as_expected
     );
     println!(
+        "descriptors done spanning two local registrations: {}, spanning two remote segments: {}",
+        s.spanning[0], s.spanning[1]
+    );
+    println!(
         "killed peers: {} kill(s) with transfers in flight; transfers to killed peers: {} done, \
          {} PeerLost, {} NotConnected; {} loss(es) whose imports were unmapped late",
         s.kills_in_flight, s.dead[0], s.dead[1], s.dead[2], s.late_teardown

@@ -31,6 +31,9 @@ pub(crate) struct Stats {
     pub(crate) peer_reg_changes: u64,
     pub(crate) connects: u64,
     pub(crate) bytes_moved: u64,
+    /// Descriptors of completed transfers whose local range spanned two registrations, and
+    /// whose remote range spanned the two segments of a split region.
+    pub(crate) spanning: [u64; 2],
     /// Outcomes of transfers to killed peers: done, `PeerLost`, `NotConnected`.
     pub(crate) dead: [u64; 3],
     /// Kills with transfers to that peer in flight.
@@ -299,6 +302,7 @@ impl Driver {
             return Ok(());
         }
         self.stats.bytes_moved += b.bytes();
+        self.count_spanning(&b);
         let dead = matches!(expect, Expect::Dead);
         match b.op {
             TransferOp::Write if dead => Ok(()),
@@ -308,6 +312,21 @@ impl Driver {
                 Ok(())
             }
             TransferOp::Read => self.check_read(&b),
+        }
+    }
+
+    fn count_spanning(&mut self, b: &Batch) {
+        use super::local::CHUNK;
+        for d in &b.descs {
+            if d.loff / CHUNK != (d.loff + d.len - 1) / CHUNK {
+                self.stats.spanning[0] += 1;
+            }
+            if let Some(r) = self.peers[b.peer].regions.get(&d.region) {
+                let mid = r.shadow.len() / 2;
+                if r.split && d.roff < mid && d.roff + d.len > mid {
+                    self.stats.spanning[1] += 1;
+                }
+            }
         }
     }
 

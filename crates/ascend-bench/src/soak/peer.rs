@@ -223,6 +223,8 @@ fn command(
 pub(crate) struct RemoteRegion {
     pub(crate) addr: u64,
     pub(crate) shadow: Shadow,
+    /// Two segments (kind `s`), the second starting at half the length.
+    pub(crate) split: bool,
 }
 
 /// A region to create: id, bytes, kind (`d`, `h`, `s`).
@@ -260,7 +262,15 @@ impl SoakPeer {
                 return Err(format!("bad READY entry {r:?}").into());
             };
             let shadow = Shadow::pattern(region_key(key, id as u32), len as usize);
-            regions.insert(id as u32, RemoteRegion { addr, shadow });
+            let split = specs.iter().any(|s| s.0 == id as u32 && s.2 == "s");
+            regions.insert(
+                id as u32,
+                RemoteRegion {
+                    addr,
+                    shadow,
+                    split,
+                },
+            );
         }
         Ok(SoakPeer {
             proc,
@@ -283,7 +293,15 @@ impl SoakPeer {
             return Err(format!("bad ADDED reply {r:?}").into());
         };
         let shadow = Shadow::pattern(region_key(self.key, id), len as usize);
-        self.regions.insert(id, RemoteRegion { addr, shadow });
+        let split = kind == "s";
+        self.regions.insert(
+            id,
+            RemoteRegion {
+                addr,
+                shadow,
+                split,
+            },
+        );
         Ok(())
     }
 
