@@ -30,7 +30,9 @@
 //!   by a fresh allocation, whose first register exports it); candidates the engine never
 //!   calls are listed at the end and never armed;
 //! * a peer killed with SIGKILL (transfers may be in flight), probed (a transfer or a connect
-//!   right after the kill), its loss awaited, then restarted with fresh memory.
+//!   right after the kill), its loss awaited, then restarted on the same address with fresh
+//!   memory (half the time with connects retried while it starts: refused with
+//!   `Error::Control` until one is accepted, which is disconnected again).
 //!
 //! The model holds every byte of the driver's and the peers' registered memory: a peer's
 //! regions start as a pattern seeded per region, WRITE sources are fresh random bytes, READ
@@ -179,6 +181,10 @@ fn report(s: &Stats, took: Duration) {
         "killed peers: {} kill(s) with transfers in flight; transfers to killed peers: {} done, \
          {} PeerLost, {} NotConnected; {} loss(es) whose imports were unmapped late",
         s.kills_in_flight, s.dead[0], s.dead[1], s.dead[2], s.late_teardown
+    );
+    println!(
+        "connects retried while a killed peer restarted on its address: {} refused, {} accepted",
+        s.restart_connects[0], s.restart_connects[1]
     );
     println!(
         "choices digest {:016x} over the first {} choices",

@@ -256,8 +256,41 @@ impl Driver {
                 self.unexpected("transfer after loss", format!("{}: {r:?}", b.describe()));
             }
         }
-        self.peers[p] = self.spawn_peer()?;
+        // The same address comes back: a connect while it starts is refused or succeeds.
+        let starting = self.spawn_peer_on(self.peers[p].port())?;
+        if self.rng.chance(500) {
+            self.connect_while_restarting(&addr);
+        }
+        self.peers[p] = starting.ready()?;
         self.connect_peer(p, true)
+    }
+
+    /// Connects, again and again, to a peer that is starting on its old address:
+    /// `Error::Control` while it does not listen yet; once accepted (maybe before the peer
+    /// registered everything), disconnects.
+    fn connect_while_restarting(&mut self, addr: &str) {
+        let pool0 = self.eng.pool_usage().0;
+        let t = std::time::Instant::now();
+        while t.elapsed() < LOSS_LIMIT {
+            match self.eng.connect(addr, OP_TIMEOUT) {
+                Err(Error::Control(_)) => {
+                    self.stats.restart_connects[0] += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Ok(()) => {
+                    self.stats.restart_connects[1] += 1;
+                    if let Err(e) = self.eng.disconnect(addr, OP_TIMEOUT) {
+                        self.unexpected("disconnect", format!("{addr}: {e:?}"));
+                    }
+                    self.check_imports_gone(addr, "disconnected", pool0);
+                    return;
+                }
+                Err(e) => {
+                    let d = format!("{addr}: {e:?}");
+                    return self.unexpected("connect while the peer restarts", d);
+                }
+            }
+        }
     }
 
     /// Once a peer is no longer connected (lost or disconnected, and nothing of it in

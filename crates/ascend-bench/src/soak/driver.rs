@@ -8,7 +8,7 @@ use super::batch::{self, Batch, MemId, Outstanding, Span};
 use super::faults::{judge, Class, Expect, Faults, Verdict};
 use super::local::LocalBuf;
 use super::model::{fnv64, Rng};
-use super::peer::{RegionSpec, SoakPeer};
+use super::peer::{RegionSpec, SoakPeer, Starting};
 use crate::Res;
 
 /// Timeout of transfers, connects and disconnects.
@@ -38,6 +38,8 @@ pub(crate) struct Stats {
     pub(crate) dead: [u64; 3],
     /// Kills with transfers to that peer in flight.
     pub(crate) kills_in_flight: u64,
+    /// Connects while a killed peer restarted on its port: refused, or accepted early.
+    pub(crate) restart_connects: [u64; 2],
     /// Losses whose imports went back to the VA pool only after `is_connected` was false.
     pub(crate) late_teardown: u64,
     /// A digest of the first choices, to compare runs with the same seed.
@@ -131,9 +133,14 @@ impl Driver {
     }
 
     pub(crate) fn spawn_peer(&mut self) -> Res<SoakPeer> {
+        self.spawn_peer_on(crate::util::free_port()?)?.ready()
+    }
+
+    /// Starts a peer with a fresh key and layout on `port`, without waiting for it.
+    pub(crate) fn spawn_peer_on(&mut self, port: u16) -> Res<Starting> {
         let key = self.rng.next_u64();
         let layout = self.layout();
-        SoakPeer::start(key, &layout)
+        SoakPeer::spawn(port, key, &layout)
     }
 
     /// Every busy range (of transfers in flight).

@@ -234,37 +234,34 @@ pub(crate) type RegionSpec = (u32, usize, &'static str);
 pub(crate) struct SoakPeer {
     proc: ChildProc,
     pub(crate) addr: String,
+    port: u16,
     key: u64,
     pub(crate) regions: BTreeMap<u32, RemoteRegion>,
 }
 
-impl SoakPeer {
-    /// Starts a peer whose memory holds the patterns of `key`; waits until it is ready.
-    pub(crate) fn start(key: u64, specs: &[RegionSpec]) -> Res<SoakPeer> {
-        let port = crate::util::free_port()?;
-        let list: Vec<String> = specs
-            .iter()
-            .map(|(i, b, k)| format!("{i}:{b}:{k}"))
-            .collect();
-        let mut proc = ChildProc::spawn(
-            "soak-peer",
-            &[
-                ("SOAK_PORT", port.to_string()),
-                ("SOAK_KEY", key.to_string()),
-                ("SOAK_REGIONS", list.join(",")),
-            ],
-        )?;
-        let ready = proc.expect("READY")?;
+/// A peer process started and not yet ready.
+pub(crate) struct Starting {
+    proc: ChildProc,
+    port: u16,
+    key: u64,
+    specs: Vec<RegionSpec>,
+}
+
+impl Starting {
+    /// Waits for the peer's `READY` line and reads its regions.
+    pub(crate) fn ready(mut self) -> Res<SoakPeer> {
+        let ready = self.proc.expect("READY")?;
         let mut regions = BTreeMap::new();
         for r in ready.split(',').filter(|s| !s.is_empty()) {
             let f: Vec<u64> = r.split(':').map(str::parse).collect::<Result<_, _>>()?;
             let [id, addr, len] = f[..] else {
                 return Err(format!("bad READY entry {r:?}").into());
             };
-            let shadow = Shadow::pattern(region_key(key, id as u32), len as usize);
-            let split = specs.iter().any(|s| s.0 == id as u32 && s.2 == "s");
+            let id = id as u32;
+            let shadow = Shadow::pattern(region_key(self.key, id), len as usize);
+            let split = self.specs.iter().any(|s| s.0 == id && s.2 == "s");
             regions.insert(
-                id as u32,
+                id,
                 RemoteRegion {
                     addr,
                     shadow,
@@ -273,11 +270,41 @@ impl SoakPeer {
             );
         }
         Ok(SoakPeer {
-            proc,
-            addr: format!("127.0.0.1:{port}"),
-            key,
+            proc: self.proc,
+            addr: format!("127.0.0.1:{}", self.port),
+            port: self.port,
+            key: self.key,
             regions,
         })
+    }
+}
+
+impl SoakPeer {
+    /// Starts a peer on `port` without waiting for it.
+    pub(crate) fn spawn(port: u16, key: u64, specs: &[RegionSpec]) -> Res<Starting> {
+        let list: Vec<String> = specs
+            .iter()
+            .map(|(i, b, k)| format!("{i}:{b}:{k}"))
+            .collect();
+        let proc = ChildProc::spawn(
+            "soak-peer",
+            &[
+                ("SOAK_PORT", port.to_string()),
+                ("SOAK_KEY", key.to_string()),
+                ("SOAK_REGIONS", list.join(",")),
+            ],
+        )?;
+        Ok(Starting {
+            proc,
+            port,
+            key,
+            specs: specs.to_vec(),
+        })
+    }
+
+    /// The peer's engine address.
+    pub(crate) fn port(&self) -> u16 {
+        self.port
     }
 
     /// Asks the peer to create and register a region (offered at the next connect).
