@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p ascend-bench -- <transfer|translate|collectives|all> [--quick] [--out DIR]
-//! cargo run --release -p ascend-bench -- soak [--seconds N] [--seed S] [--peers P]
+//! cargo run --release -p ascend-bench -- soak [--seconds N] [--seed S] [--peers P] [--strict]
 //! ```
 //!
 //! * **transfer**: two engines in two processes (this binary re-executed as the peer), WRITE
@@ -88,7 +88,7 @@ pub(crate) struct Args {
 
 const USAGE: &str =
     "usage: ascend-bench <transfer|translate|collectives|all> [--quick] [--out DIR]\n       \
-     ascend-bench soak [--seconds N] [--seed S] [--peers P]";
+     ascend-bench soak [--seconds N] [--seed S] [--peers P] [--strict]";
 
 fn num<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str) -> Result<T, String>
 where
@@ -114,6 +114,7 @@ fn parse_args() -> Result<Args, String> {
             "--seconds" => soak.seconds = num(&mut it, "--seconds")?,
             "--seed" => soak.seed = num(&mut it, "--seed")?,
             "--peers" => soak.peers = num(&mut it, "--peers")?,
+            "--strict" => soak.strict = true,
             "--quick" => quick = true,
             "--out" => out = PathBuf::from(it.next().ok_or("--out needs a directory")?),
             "-h" | "--help" => return Err(USAGE.into()),

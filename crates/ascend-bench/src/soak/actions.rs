@@ -239,7 +239,7 @@ impl Driver {
             }
             _ => {}
         }
-        self.drain(Some(p))?;
+        self.drain_killed(p, pool0.saturating_sub(self.peer_slots[p]))?;
         if !wait_for(LOSS_LIMIT, || !self.eng.is_connected(&addr)) {
             self.unexpected(
                 "killed peer still connected",
@@ -304,6 +304,7 @@ impl Driver {
         let t = std::time::Instant::now();
         if wait_for(LOSS_LIMIT, || self.eng.pool_usage().0 == want) {
             self.stats.late_teardown += 1;
+            self.stats.findings += 1;
             if self.stats.late_teardown <= 3 {
                 println!(
                     "FINDING: {addr} {how}: is_connected was false with {now} VA pool slot(s) \
@@ -318,6 +319,27 @@ impl Driver {
             );
             self.unexpected("a lost peer's imports stay mapped", d);
         }
+    }
+
+    /// Waits for the killed peer `p`'s transfers one by one; each `PeerLost` is checked
+    /// against the VA pool (`want` slots once the peer's imports are gone), noting how many
+    /// of its requests the soak still held.
+    fn drain_killed(&mut self, p: usize, want: usize) -> Res<()> {
+        while let Some(i) = self.outstanding.iter().position(|o| o.batch.peer == p) {
+            let o = self.outstanding.remove(i);
+            let r = o.req.wait(OP_TIMEOUT);
+            drop(o.req);
+            let held = self
+                .outstanding
+                .iter()
+                .filter(|o| o.batch.peer == p)
+                .count();
+            self.kill_pool = Some((p, want, held));
+            let f = self.finish(o.batch, r, &o.expect);
+            self.kill_pool = None;
+            f?;
+        }
+        Ok(())
     }
 
     fn plan_dead(&mut self, p: usize) -> Option<super::batch::Batch> {

@@ -42,6 +42,12 @@ pub(crate) struct Stats {
     pub(crate) restart_connects: [u64; 2],
     /// Losses whose imports went back to the VA pool only after `is_connected` was false.
     pub(crate) late_teardown: u64,
+    /// Transfers that reported `PeerLost` while the lost peer's imports were still mapped:
+    /// in all, and with no other request to the peer alive.
+    pub(crate) lost_before_unmap: u64,
+    pub(crate) lost_before_unmap_alone: u64,
+    /// Behaviour against the design's ordering guarantees (printed as `FINDING`).
+    pub(crate) findings: u64,
     /// A digest of the first choices, to compare runs with the same seed.
     pub(crate) choices: u64,
     pub(crate) choices_n: u64,
@@ -60,6 +66,9 @@ pub(crate) struct Driver {
     next_region: u32,
     /// VA pool slots each peer's connect took.
     pub(crate) peer_slots: Vec<usize>,
+    /// While a killed peer's transfers are waited for: the peer, the VA pool slots that
+    /// should be in use once its imports are gone, and how many of its requests are held.
+    pub(crate) kill_pool: Option<(usize, usize, usize)>,
 }
 
 impl Driver {
@@ -84,6 +93,7 @@ impl Driver {
             stats: Stats::default(),
             next_region: 0,
             peer_slots: vec![0; npeers],
+            kill_pool: None,
         };
         for i in 0..npeers {
             let p = d.spawn_peer()?;
@@ -297,6 +307,7 @@ impl Driver {
             self.stats.faults += 1;
         }
         if matches!(expect, Expect::Dead) {
+            self.check_lost_order(&b, &r);
             let i = match &r {
                 Ok(()) => 0,
                 Err(Error::PeerLost { .. }) => 1,
@@ -319,6 +330,27 @@ impl Driver {
                 Ok(())
             }
             TransferOp::Read => self.check_read(&b),
+        }
+    }
+
+    /// A waiter that sees `PeerLost` should find the peer's imports unmapped already.
+    fn check_lost_order(&mut self, b: &Batch, r: &Result<(), Error>) {
+        let Some((p, want, held)) = self.kill_pool else {
+            return;
+        };
+        let now = self.eng.pool_usage().0;
+        if p == b.peer && matches!(r, Err(Error::PeerLost { .. })) && now > want {
+            self.stats.lost_before_unmap += 1;
+            self.stats.lost_before_unmap_alone += u64::from(held == 0);
+            self.stats.findings += 1;
+            if self.stats.lost_before_unmap <= 3 {
+                println!(
+                    "FINDING: a transfer reported PeerLost while {now} VA pool slot(s) were in \
+                     use, {want} once the lost peer's imports are gone ({held} other request(s) \
+                     to the peer not yet dropped): {}",
+                    b.describe()
+                );
+            }
         }
     }
 

@@ -82,9 +82,9 @@ fn extra(now: &[String], base: &[String]) -> Vec<String> {
 
 /// Checks descriptors and threads against `base` (the fd listing itself opens one, which
 /// both listings include; the emulator's descriptor broker is not counted); returns the
-/// number of leaks.
-pub(crate) fn check_process(base: &Baseline) -> u64 {
-    let mut leaked = 0;
+/// number of leaks and of findings (ended asynchronously).
+pub(crate) fn check_process(base: &Baseline) -> (u64, u64) {
+    let (mut leaked, mut findings) = (0, 0);
     for (what, now, was) in [
         ("file descriptor", fds as fn() -> Vec<String>, &base.fds),
         ("thread", threads, &base.threads),
@@ -99,6 +99,7 @@ pub(crate) fn check_process(base: &Baseline) -> u64 {
         }
         let left = extra(&now(), was);
         if left.is_empty() {
+            findings += 1;
             println!(
                 "FINDING: {} {what}(s) still open right after the engine was dropped, ended \
                  asynchronously within {:?}: {first:?}",
@@ -113,7 +114,7 @@ pub(crate) fn check_process(base: &Baseline) -> u64 {
             leaked += left.len() as u64;
         }
     }
-    leaked
+    (leaked, findings)
 }
 
 /// Waits for every transfer, disconnects and ends every peer, checks the VA pool and the
