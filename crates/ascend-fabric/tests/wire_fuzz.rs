@@ -12,8 +12,10 @@
 //! was read from; valid messages round-trip. Tests at the end show that each property can
 //! fail (a decoder with a larger limit, one that panics, one that corrupts).
 //!
-//! The normal suite runs a fast subset; the long run (100,000 cases per property) is
-//! `cargo test -p ascend-fabric --test wire_fuzz -- --ignored`.
+//! The normal suite runs a fast subset (1,000 cases per property); the long run (100,000
+//! cases per property) is `cargo test -p ascend-fabric --test wire_fuzz -- --ignored`. It
+//! includes `long_json_arrays_stay_in_bounds`, which documents a finding in the codec and
+//! fails until that is fixed (add `--skip long_json_arrays_stay_in_bounds` meanwhile).
 #![allow(unsafe_code)] // the counting allocator
 
 use std::alloc::{GlobalAlloc, Layout, System};
