@@ -5,7 +5,8 @@
 //! cargo run --release -p ascend-bench -- soak --seconds N [--seed S] [--peers P] [--strict]
 //! ```
 //!
-//! This process (the *driver*) runs one engine on the in-process emulator and connects to
+//! This process (the *driver*) runs one engine on the in-process emulator (listening, so
+//! its control server's threads are among what must end at the drop) and connects to
 //! `P` peers (default 2), each this binary re-executed in the `soak-peer` role with its own
 //! engine. The driver registers three local buffers of 8 MiB (two in HBM, one in host DRAM)
 //! chunk by chunk (2 MiB registrations, so neighbouring chunks make ranges that span
@@ -122,7 +123,9 @@ pub(crate) fn run(args: &SoakArgs) -> Res<()> {
     let rt = Runtime::emulated()?;
     let dev = rt.device(0)?;
     let base = leaks::Baseline::now();
-    let eng = Engine::new(&dev, "127.0.0.1", peer::options()?)?;
+    // Listening, so the control server's threads are part of what must end at the drop.
+    let port = crate::util::free_port()?;
+    let eng = Engine::new(&dev, &format!("127.0.0.1:{port}"), peer::options()?)?;
     let mut stats = match Driver::new(eng, args.seed, args.peers.max(1)) {
         Ok(mut d) => {
             let r = soak_loop(&mut d, args);
