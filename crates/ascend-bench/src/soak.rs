@@ -18,7 +18,8 @@
 //!   ranges, sync, or async with up to 4 in flight (waited for in random order); ranges of
 //!   transfers in flight are never reused until they are waited for;
 //! * a checksum of a random range asked from a peer and compared with the model;
-//! * a local chunk registered or deregistered; a region added to or removed from a peer,
+//! * a local chunk registered or deregistered (refused with `Error::Busy` while a transfer
+//!   not yet waited for uses it); a region added to or removed from a peer,
 //!   followed by a disconnect and a connect (a peer's offered list is fixed at connect);
 //! * a transfer, a connect or a register with a fault armed (`ascend_sim::fault::fail_nth`)
 //!   at a call the operation makes of one ACL symbol of its kind (the symbols and call
@@ -184,12 +185,13 @@ fn soak_loop(d: &mut Driver, args: &SoakArgs) -> Res<()> {
 
 fn report(s: &Stats, took: Duration) {
     println!(
-        "soak: {} transfer batches ({:.1} MiB moved), {} checksums, {} local and {} peer \
-         registration changes, {} connects, {} failed as expected",
+        "soak: {} transfer batches ({:.1} MiB moved), {} checksums, {} local ({} refused as \
+         busy) and {} peer registration changes, {} connects, {} failed as expected",
         s.ops,
         s.bytes_moved as f64 / f64::from(1 << 20),
         s.checksums,
         s.local_reg_changes,
+        s.busy_refusals,
         s.peer_reg_changes,
         s.connects,
         s.failed_as_expected

@@ -3,10 +3,10 @@
 
 use ascend_fabric::Error;
 
-use super::batch;
+use super::batch::{self, MemId};
 use super::driver::{is_busy, region_span, wait_for, Driver, OP_TIMEOUT};
 use super::faults::{judge, Class, Expect, Faults, Verdict};
-use super::local::LocalBuf;
+use super::local::{LocalBuf, CHUNK};
 use super::model::fnv64;
 use crate::Res;
 
@@ -65,19 +65,39 @@ impl Driver {
 
     /// Registers or deregisters a random chunk of local memory (a register may get a fault).
     pub(crate) fn toggle_local(&mut self) -> Res<()> {
-        self.drain(None)?;
         let b = self.rng.below(self.locals.len() as u64) as usize;
         let c = self.rng.below(self.locals[b].chunks() as u64) as usize;
         let inject = self.rng.chance(300);
         self.stats.local_reg_changes += 1;
         if self.locals[b].is_registered(c) {
-            if let Err(e) = self.locals[b].deregister(&self.eng, c) {
-                self.unexpected("deregister", format!("buffer {b} chunk {c}: {e:?}"));
-            }
+            self.deregister_chunk(b, c);
             return Ok(());
         }
         self.register_chunk(b, c, inject);
         Ok(())
+    }
+
+    /// Deregisters chunk `c` of local buffer `b`: refused with `Error::Busy` (the
+    /// registration kept) while a transfer not yet waited for uses it, done otherwise.
+    fn deregister_chunk(&mut self, b: usize, c: usize) {
+        let chunk = (MemId::Local(b), c * CHUNK, CHUNK);
+        let busy: Vec<_> = self
+            .outstanding
+            .iter()
+            .flat_map(|o| o.batch.spans())
+            .collect();
+        let in_use = is_busy(&busy, &chunk);
+        let r = self.locals[b].deregister(&self.eng, c);
+        match (&r, in_use) {
+            (Ok(()), false) => {}
+            (Err(Error::Busy { .. }), true) if self.locals[b].is_registered(c) => {
+                self.stats.busy_refusals += 1
+            }
+            _ => {
+                let d = format!("buffer {b} chunk {c} (in use: {in_use}): {r:?}");
+                self.unexpected("deregister", d);
+            }
+        }
     }
 
     /// Registers chunk `c` of local buffer `b`, with a fault armed if `inject`.

@@ -27,6 +27,8 @@ pub(crate) struct Stats {
     pub(crate) leaked: u64,
     pub(crate) failed_as_expected: u64,
     pub(crate) checksums: u64,
+    /// Deregistrations refused with `Busy` while a transfer used the chunk.
+    pub(crate) busy_refusals: u64,
     pub(crate) local_reg_changes: u64,
     pub(crate) peer_reg_changes: u64,
     pub(crate) connects: u64,
