@@ -137,7 +137,7 @@ pub(crate) enum Expect {
     /// Nothing injected, the peer alive: it must succeed.
     Clean,
     /// A fault fired in call `nth` of `sym` (counted from the start of the operation):
-    /// `Error::Mem` naming `sym`, or success if it was absorbed.
+    /// `Error::Mem` naming `sym` with the injected code, or success if it was absorbed.
     Fault(&'static str, u64),
     /// The peer was killed: success (done before), `PeerLost` or `NotConnected`.
     Dead,
@@ -172,7 +172,11 @@ pub(crate) fn judge(e: &Expect, r: &Result<(), Error>) -> Verdict {
     match (e, r) {
         (Expect::Fault(..), Ok(())) => Verdict::Absorbed,
         (_, Ok(())) => Verdict::Ok,
-        (Expect::Fault(sym, _), Err(Error::Mem(m))) if m.api() == Some(*sym) => Verdict::Failed,
+        (Expect::Fault(sym, _), Err(Error::Mem(m)))
+            if m.api() == Some(*sym) && m.code().map(|c| c.0) == Some(CODE) =>
+        {
+            Verdict::Failed
+        }
         (Expect::Dead, Err(Error::PeerLost { .. } | Error::NotConnected { .. })) => Verdict::Failed,
         _ => Verdict::Unexpected,
     }
