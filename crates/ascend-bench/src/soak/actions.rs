@@ -182,6 +182,7 @@ impl Driver {
         if armed.is_none() && r.is_ok() {
             self.faults.learn(Class::Connect, &before);
         }
+        self.note(format!("connect {addr}: {r:?} (expected {expect})"));
         let v = self.judge_other("connect", &expect, &r);
         if r.is_ok() {
             return Ok(());
@@ -223,14 +224,14 @@ impl Driver {
         }
         let addr = self.peers[p].addr.clone();
         let pool0 = self.eng.pool_usage().0;
-        if let Err(e) = self.eng.disconnect(&addr, OP_TIMEOUT) {
-            self.unexpected("disconnect", format!("{addr}: {e:?}"));
+        match self.eng.disconnect(&addr, OP_TIMEOUT) {
+            Ok(()) => self.check_imports_gone(
+                &addr,
+                "disconnected",
+                pool0.saturating_sub(self.peer_slots[p]),
+            ),
+            Err(e) => self.unexpected("disconnect", format!("{addr}: {e:?}")),
         }
-        self.check_imports_gone(
-            &addr,
-            "disconnected",
-            pool0.saturating_sub(self.peer_slots[p]),
-        );
         self.connect_peer(p, true)
     }
 
@@ -299,6 +300,7 @@ impl Driver {
                 }
                 Ok(()) => {
                     self.stats.restart_connects[1] += 1;
+                    self.note(format!("early connect to restarting {addr} accepted"));
                     if let Err(e) = self.eng.disconnect(addr, OP_TIMEOUT) {
                         self.unexpected("disconnect", format!("{addr}: {e:?}"));
                     }

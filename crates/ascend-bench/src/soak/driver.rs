@@ -71,7 +71,12 @@ pub(crate) struct Driver {
     /// While a killed peer's transfers are waited for: the peer, the VA pool slots that
     /// should be in use once its imports are gone, and how many of its requests are held.
     pub(crate) kill_pool: Option<(usize, usize, usize)>,
+    /// The last steps taken.
+    trail: std::collections::VecDeque<String>,
 }
+
+/// Steps remembered for context.
+const TRAIL: usize = 16;
 
 impl Driver {
     /// An engine with `locals` buffers and `npeers` peers, all connected.
@@ -96,6 +101,7 @@ impl Driver {
             next_region: 0,
             peer_slots: vec![0; npeers],
             kill_pool: None,
+            trail: Default::default(),
         };
         for i in 0..npeers {
             let p = d.spawn_peer()?;
@@ -109,6 +115,18 @@ impl Driver {
     pub(crate) fn unexpected(&mut self, what: &str, detail: String) {
         self.stats.unexpected += 1;
         println!("UNEXPECTED {what}: {detail}");
+        if self.stats.unexpected <= 3 {
+            let t: Vec<&str> = self.trail.iter().map(String::as_str).collect();
+            println!("  recent steps (oldest first): {}", t.join("; "));
+        }
+    }
+
+    /// Remembers a step for the context of an unexpected outcome.
+    pub(crate) fn note(&mut self, step: String) {
+        if self.trail.len() == TRAIL {
+            self.trail.pop_front();
+        }
+        self.trail.push_back(step);
     }
 
     /// Mixes a choice into the digest (the first 1,000 choices).
@@ -168,6 +186,19 @@ impl Driver {
         let a = self.rng.below(1000);
         self.choice(a);
         let p = self.rng.below(self.peers.len() as u64) as usize;
+        let name = match a {
+            0..=379 => "sync transfer",
+            380..=579 => "async submit",
+            580..=679 => "wait one",
+            680..=739 => "checksum",
+            740..=779 => "local (de)register",
+            780..=794 => "peer regions change",
+            795..=804 => "verify locals",
+            805..=811 => "kill",
+            812..=819 => "replace local",
+            _ => "transfer with fault",
+        };
+        self.note(format!("{name} (peer {p})"));
         match a {
             0..=379 => self.transfer(p, false, None),
             380..=579 => self.submit_async(p),

@@ -125,11 +125,13 @@ pub(crate) fn teardown(mut d: Driver) -> Stats {
     }
     for (i, p) in std::mem::take(&mut d.peers).into_iter().enumerate() {
         let pool0 = d.eng.pool_usage().0;
-        if let Err(e) = d.eng.disconnect(&p.addr, OP_TIMEOUT) {
-            d.unexpected("final disconnect", format!("{}: {e:?}", p.addr));
+        match d.eng.disconnect(&p.addr, OP_TIMEOUT) {
+            Ok(()) => {
+                let want = pool0.saturating_sub(d.peer_slots[i]);
+                d.check_imports_gone(&p.addr, "disconnected", want);
+            }
+            Err(e) => d.unexpected("final disconnect", format!("{}: {e:?}", p.addr)),
         }
-        let want = pool0.saturating_sub(d.peer_slots[i]);
-        d.check_imports_gone(&p.addr, "disconnected", want);
         let addr = p.addr.clone();
         match p.finish() {
             Ok(c) if c == "ok" => {}
