@@ -214,6 +214,13 @@ fn report(s: &Stats, took: Duration) {
         s.lost_before_unmap_alone,
         s.findings
     );
+    if s.unexplained_losses != 0 {
+        println!(
+            "{} connection(s) to live peers lost for no reason the soak knows (counted as \
+             unexpected; reconnected each time)",
+            s.unexplained_losses
+        );
+    }
     println!(
         "connects retried while a killed peer restarted on its address: {} refused, {} accepted",
         s.restart_connects[0], s.restart_connects[1]

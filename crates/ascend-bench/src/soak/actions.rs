@@ -201,6 +201,7 @@ impl Driver {
         self.eng
             .connect(&addr, OP_TIMEOUT)
             .map_err(|e| format!("connect to {addr}: {e}"))?;
+        self.note(format!("connect {addr} again: Ok"));
         self.peer_slots[p] = self.eng.pool_usage().0.saturating_sub(pool0);
         Ok(())
     }

@@ -27,6 +27,8 @@ pub(crate) struct Stats {
     pub(crate) leaked: u64,
     pub(crate) failed_as_expected: u64,
     pub(crate) checksums: u64,
+    /// Connections to live peers lost for no reason the soak knows.
+    pub(crate) unexplained_losses: u64,
     /// Deregistrations refused with `Busy` while a transfer used the chunk.
     pub(crate) busy_refusals: u64,
     pub(crate) local_reg_changes: u64,
@@ -326,6 +328,7 @@ impl Driver {
             (Verdict::Unexpected, Err(e)) => {
                 let what = format!("transfer error (expected {expect})");
                 self.unexpected(&what, format!("{}: {e:?}", b.describe()));
+                self.reconnect_if_lost(b.peer)?;
             }
             (Verdict::Failed, _) => self.stats.failed_as_expected += 1,
             _ => {}
@@ -400,6 +403,19 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// A peer that is not killed but no longer connected was lost for no reason the soak
+    /// knows: counted once more, then connected again so one loss is not reported by every
+    /// later transfer.
+    fn reconnect_if_lost(&mut self, p: usize) -> Res<()> {
+        let addr = self.peers[p].addr.clone();
+        if self.eng.is_connected(&addr) {
+            return Ok(());
+        }
+        self.stats.unexplained_losses += 1;
+        self.unexpected("peer connection lost without a kill", addr);
+        self.connect_peer(p, false)
     }
 
     /// The destinations of a failed batch are unknown until rewritten.
