@@ -4,6 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p ascend-bench -- <transfer|translate|collectives|all> [--quick] [--out DIR]
+//! cargo run --release -p ascend-bench -- soak [--seconds N] [--seed S] [--peers P] [--strict]
 //! ```
 //!
 //! * **transfer**: two engines in two processes (this binary re-executed as the peer), WRITE
@@ -25,6 +26,9 @@
 //!   mode, so no copy runs while descriptors are submitted.
 //! * **collectives**: AllGather and AllReduce (sum), 4 ranks as threads of this process (one
 //!   emulated device each), 8 MiB per rank, fp32, with symmetric windows and staged.
+//! * **soak**: a randomized run against peer processes that are killed and restarted, with
+//!   ACL faults injected and every byte checked against a model; it has its own `RESULT`
+//!   line (see the `soak` module).
 //!
 //! RESULT keys: `write_64MiB_vs_memcpy`, `read_64MiB_vs_memcpy` (walk, engine GB/s over
 //! memcpy GB/s), `write_4KiB_ops_vs_memcpy` (walk, descriptors/s over memcpy's),
@@ -49,6 +53,7 @@
 mod collectives;
 mod peer;
 mod report;
+mod soak;
 mod transfer;
 mod translate;
 mod ucx;
@@ -69,6 +74,7 @@ enum Mode {
     Translate,
     Collectives,
     All,
+    Soak,
 }
 
 /// Parsed command line.
@@ -77,15 +83,26 @@ pub(crate) struct Args {
     mode: Mode,
     pub(crate) quick: bool,
     pub(crate) out: PathBuf,
+    soak: soak::SoakArgs,
 }
 
 const USAGE: &str =
-    "usage: ascend-bench <transfer|translate|collectives|all> [--quick] [--out DIR]";
+    "usage: ascend-bench <transfer|translate|collectives|all> [--quick] [--out DIR]\n       \
+     ascend-bench soak [--seconds N] [--seed S] [--peers P] [--strict]";
+
+fn num<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    let v = it.next().ok_or(format!("{flag} needs a value"))?;
+    v.parse().map_err(|e| format!("{flag} {v:?}: {e}"))
+}
 
 fn parse_args() -> Result<Args, String> {
     let mut mode = None;
     let mut quick = false;
     let mut out = PathBuf::from("target/bench");
+    let mut soak = soak::SoakArgs::default();
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -93,6 +110,11 @@ fn parse_args() -> Result<Args, String> {
             "translate" => mode = Some(Mode::Translate),
             "collectives" => mode = Some(Mode::Collectives),
             "all" => mode = Some(Mode::All),
+            "soak" => mode = Some(Mode::Soak),
+            "--seconds" => soak.seconds = num(&mut it, "--seconds")?,
+            "--seed" => soak.seed = num(&mut it, "--seed")?,
+            "--peers" => soak.peers = num(&mut it, "--peers")?,
+            "--strict" => soak.strict = true,
             "--quick" => quick = true,
             "--out" => out = PathBuf::from(it.next().ok_or("--out needs a directory")?),
             "-h" | "--help" => return Err(USAGE.into()),
@@ -103,6 +125,7 @@ fn parse_args() -> Result<Args, String> {
         mode: mode.ok_or(USAGE)?,
         quick,
         out,
+        soak,
     })
 }
 
@@ -123,6 +146,7 @@ fn main() -> ExitCode {
         Ok("peer") => return exit(peer::peer_main()),
         Ok("translate") => return exit(translate::client_main()),
         Ok("inproc") => return exit(translate::inproc_main()),
+        Ok("soak-peer") => return exit(soak::peer_main()),
         _ => {}
     }
     let args = match parse_args() {
@@ -146,6 +170,9 @@ fn exit(r: Res<()>) -> ExitCode {
 }
 
 fn run(args: &Args) -> Res<()> {
+    if args.mode == Mode::Soak {
+        return soak::run(&args.soak);
+    }
     let t0 = std::time::Instant::now();
     let do_t = matches!(args.mode, Mode::Transfer | Mode::All);
     let do_x = matches!(args.mode, Mode::Translate | Mode::All);

@@ -166,11 +166,28 @@ impl ChildProc {
 
     /// Closes stdin and waits for a successful exit.
     pub(crate) fn finish(mut self) -> Res<()> {
+        self.close_stdin();
+        self.wait_success()
+    }
+
+    /// Closes the child's stdin (it sees EOF).
+    pub(crate) fn close_stdin(&mut self) {
         drop(self.stdin.take());
+    }
+
+    /// Waits for the child to exit and requires success.
+    pub(crate) fn wait_success(&mut self) -> Res<()> {
         let st = self.child.wait()?;
         if !st.success() {
             return Err(format!("the {} process failed: {st}", self.what).into());
         }
+        Ok(())
+    }
+
+    /// Kills the child (SIGKILL) and reaps it.
+    pub(crate) fn kill(&mut self) -> Res<()> {
+        self.child.kill()?;
+        self.child.wait()?;
         Ok(())
     }
 }
