@@ -127,7 +127,7 @@ impl LocalBuf {
         c: usize,
     ) -> Result<(), ascend_fabric::Error> {
         if let Some(r) = self.regs[c].take() {
-            if let Err((e, r)) = eng.deregister(r) {
+            if let Err((e, r)) = eng.deregister(r).map_err(|e| e.into_parts()) {
                 self.regs[c] = Some(r);
                 return Err(e);
             }
