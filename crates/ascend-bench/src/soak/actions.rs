@@ -206,8 +206,9 @@ impl Driver {
         Ok(())
     }
 
-    /// Adds or removes a region of peer `p`, then disconnects and connects again (a peer's
-    /// offered list is fixed at connect).
+    /// Adds or removes a region of peer `p`, then connects again (a peer's offered list is
+    /// fixed at connect): after an addition by disconnecting first; after a removal the
+    /// peer's deregistration has revoked the channel already, which is checked.
     pub(crate) fn change_peer_regions(&mut self, p: usize) -> Res<()> {
         self.drain(Some(p))?;
         let n = self.peers[p].regions.len();
@@ -215,6 +216,8 @@ impl Driver {
         let pick = self.rng.next_u64();
         let split = self.rng.chance(300);
         self.stats.peer_reg_changes += 1;
+        // Before the change: a removal tears this engine's channel down inside it.
+        let pool0 = self.eng.pool_usage().0;
         if add {
             let id = self.fresh_region();
             let spec = self.region_spec(id, split);
@@ -224,7 +227,20 @@ impl Driver {
             self.peers[p].del(ids[(pick % ids.len() as u64) as usize])?;
         }
         let addr = self.peers[p].addr.clone();
-        let pool0 = self.eng.pool_usage().0;
+        if !add {
+            // The peer deregistered memory this engine imported: its deregistration revoked
+            // it, returning only once this engine's channel was torn down.
+            if self.eng.is_connected(&addr) {
+                self.unexpected("revocation", format!("{addr}: still connected"));
+            } else {
+                self.check_imports_gone(
+                    &addr,
+                    "revoked",
+                    pool0.saturating_sub(self.peer_slots[p]),
+                );
+            }
+            return self.connect_peer(p, true);
+        }
         match self.eng.disconnect(&addr, OP_TIMEOUT) {
             Ok(()) => self.check_imports_gone(
                 &addr,
