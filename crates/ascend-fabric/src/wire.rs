@@ -401,30 +401,103 @@ fn ser_share_handle<S: Serializer>(h: &[u8; SHARE_HANDLE_LEN], s: S) -> Result<S
     h.as_slice().serialize(s)
 }
 
+/// Exactly 128 numbers in 0..=255, read straight into the array: a longer array is refused
+/// at its 129th element, with nothing allocated.
 fn de_share_handle<'de, D: Deserializer<'de>>(d: D) -> Result<[u8; SHARE_HANDLE_LEN], D::Error> {
-    let v: Vec<u8> = Vec::deserialize(d)?;
-    let n = v.len();
-    v.try_into().map_err(|_| {
-        serde::de::Error::invalid_length(n, &"exactly 128 numbers in 0..=255 (share_handle)")
-    })
+    struct Handle;
+    impl<'de> serde::de::Visitor<'de> for Handle {
+        type Value = [u8; SHARE_HANDLE_LEN];
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("exactly 128 numbers in 0..=255 (share_handle)")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = [0u8; SHARE_HANDLE_LEN];
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = seq
+                    .next_element()?
+                    .ok_or_else(|| serde::de::Error::invalid_length(i, &self))?;
+            }
+            if seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                return Err(serde::de::Error::invalid_length(
+                    SHARE_HANDLE_LEN + 1,
+                    &self,
+                ));
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Handle)
 }
 
 /// Missing, null or non-array `share_handles` reads as empty, as HIXL's client reads it; an
-/// array whose entries are malformed is still an error.
+/// array whose entries are malformed is still an error. Read element by element (never
+/// through a generic JSON value, which would cost tens of bytes per element of any array a
+/// peer sends).
 fn de_lenient_entries<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ShareHandleEntry>, D::Error> {
-    let v = serde_json::Value::deserialize(d)?;
-    match v {
-        serde_json::Value::Array(_) => serde_json::from_value(v).map_err(serde::de::Error::custom),
-        _ => Ok(Vec::new()),
+    struct Entries;
+    impl<'de> serde::de::Visitor<'de> for Entries {
+        type Value = Vec<ShareHandleEntry>;
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an array of share-handle entries (anything else reads as none)")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(e) = seq.next_element()? {
+                out.push(e);
+            }
+            Ok(out)
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            Ok(Vec::new())
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_unit<E>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
     }
+    d.deserialize_any(Entries)
+}
+
+/// `addrs` is unused by FabricMem: whatever a peer sends there is skipped without being
+/// kept (HIXL writes `[]`).
+fn de_ignored<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<serde_json::Value>, D::Error> {
+    serde::de::IgnoredAny::deserialize(d)?;
+    Ok(Vec::new())
 }
 
 /// The connect request and response (`kConnect`). Fields are declared in alphabetical order
 /// so the compact JSON matches HIXL's byte for byte.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ConnectMsg {
-    /// Unused by FabricMem; always empty.
-    #[serde(default)]
+    /// Unused by FabricMem; always written empty, and skipped (not kept) when read.
+    #[serde(default, deserialize_with = "de_ignored")]
     pub addrs: Vec<serde_json::Value>,
     /// The client's own engine address (request); echoed back (response).
     pub channel_id: String,

@@ -233,11 +233,7 @@ impl Driver {
             if self.eng.is_connected(&addr) {
                 self.unexpected("revocation", format!("{addr}: still connected"));
             } else {
-                self.check_imports_gone(
-                    &addr,
-                    "revoked",
-                    pool0.saturating_sub(self.peer_slots[p]),
-                );
+                self.check_imports_gone(&addr, "revoked", pool0.saturating_sub(self.peer_slots[p]));
             }
             return self.connect_peer(p, true);
         }
