@@ -23,6 +23,7 @@ use crate::device::Device;
 use crate::error::{close_last, CloseError, Error, Result};
 use crate::ffi;
 use crate::table::{CopySide, MappingTable, TableCopy, TableInner};
+use crate::typed::TypedSlice;
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
 
 bitflags::bitflags! {
@@ -305,6 +306,29 @@ impl Stream {
         self.keep.push(Keep::Map(dst.map_inner().clone()));
         self.keep.push(Keep::Map(src.map_inner().clone()));
         Ok(())
+    }
+
+    /// Queues a copy of all of `src` into the start of `dst`, element-typed
+    /// (`aclrtMemcpyAsync`, device to device): [`Stream::copy_async`] on the byte views, with
+    /// the same guarantee that the stream keeps both mappings alive until it is synchronized.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `src` has more elements than `dst` (`what` =
+    /// `"Stream::copy_typed_async: destination"`, lengths in bytes); otherwise as
+    /// [`Stream::copy_async`].
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub fn copy_typed_async<T: bytemuck::Pod>(
+        &mut self,
+        dst: &TypedSlice<'_, T>,
+        src: &TypedSlice<'_, T>,
+    ) -> Result<()> {
+        let (dst, src) = (dst.as_bytes(), src.as_bytes());
+        fits(
+            src.len(),
+            dst.len(),
+            "Stream::copy_typed_async: destination",
+        )?;
+        self.copy_async(&dst, &src)
     }
 
     /// Queues a batch of copies between entries of two [`MappingTable`]s (`aclrtMemcpyAsync`
