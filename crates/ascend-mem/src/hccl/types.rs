@@ -133,6 +133,23 @@ hccl_types! {
 /// (aligned and a whole number of `T`, checked when it was made) or a byte-level
 /// [`MappingSlice`] (its length is checked to be whole elements on each call, as before
 /// typed views existed). Sealed: only those two.
+///
+/// The element type of a typed view must be the collective's: views of different element
+/// types are refused at compile time, whether `T` is inferred or named.
+///
+/// ```compile_fail,E0277
+/// # use ascend_mem::{hccl::Comm, Stream, TypedSlice};
+/// # fn f(c: &Comm, send: TypedSlice<'_, u32>, recv: TypedSlice<'_, f32>, s: &mut Stream) {
+/// let _ = c.all_gather(&send, &recv, s); // u32 into f32
+/// # }
+/// ```
+///
+/// ```compile_fail,E0277
+/// # use ascend_mem::{hccl::Comm, Stream, TypedSlice};
+/// # fn f(c: &Comm, buf: TypedSlice<'_, u32>, s: &mut Stream) {
+/// let _ = c.all_reduce::<f32>(&buf, &buf, ascend_mem::hccl::ReduceOp::Sum, s);
+/// # }
+/// ```
 pub trait CollectiveBuffer<T: HcclType>: sealed::SealedBuffer {
     /// The byte view of the buffer.
     fn byte_view(&self) -> MappingSlice<'_>;
