@@ -2,7 +2,7 @@
 //! round trips for every kind of element (integers, floats, f16, a `#[repr(C)]` struct) on
 //! device and host memory, sub-views addressed in elements, each error path with its typed
 //! error, a typed async copy that keeps its memory alive until the stream is synchronized,
-//! and a collective on typed views. Every test ends with the emulator's counters at zero.
+//! the unsafe typed host copies on a stream, and collectives on typed views. Every test ends with the emulator's counters at zero.
 
 mod common;
 mod hccl_util;
@@ -360,6 +360,61 @@ fn typed_async_copy_keeps_its_memory_until_synchronized() {
     assert_eq!(got.read_to_vec().unwrap(), v);
     drop(s);
     drop(dst_keep);
+    env.dev.check_sticky().unwrap();
+    env.finish();
+}
+
+#[test]
+fn typed_host_async_copies_unchecked() {
+    let env = setup();
+    let buf = DeviceBuffer::new(&env.dev, MIB2).unwrap();
+    let view = buf.typed::<u16>().unwrap().slice(10..1010).unwrap();
+    let src: Vec<u16> = (0..1000).map(|i| i * 3).collect();
+    let mut dst = vec![0u16; 1000];
+    let mut s = Stream::new(&env.dev).unwrap();
+    // SAFETY: `src` and `dst` outlive the synchronize below and are not touched before it.
+    unsafe {
+        s.write_slice_async_unchecked(&view, src.as_ptr(), src.len())
+            .unwrap();
+        s.read_slice_async_unchecked(dst.as_mut_ptr(), dst.len(), &view)
+            .unwrap();
+    }
+    s.synchronize().unwrap();
+    assert_eq!(dst, src);
+    assert_eq!(view.read_to_vec().unwrap(), src);
+    // Too many elements, or a length whose byte count overflows: typed errors, nothing queued.
+    // SAFETY: both calls fail their checks before queuing anything.
+    let (e1, e2) = unsafe {
+        (
+            s.write_slice_async_unchecked(&view, src.as_ptr(), 1001)
+                .unwrap_err(),
+            s.read_slice_async_unchecked(dst.as_mut_ptr(), usize::MAX, &view)
+                .unwrap_err(),
+        )
+    };
+    assert!(
+        matches!(
+            e1,
+            Error::OutOfBounds {
+                what: "Stream::write_slice_async_unchecked: destination",
+                len: 2002,
+                size: 2000,
+                ..
+            }
+        ),
+        "{e1:?}"
+    );
+    assert!(
+        matches!(
+            e2,
+            Error::OutOfBounds {
+                what: "Stream::read_slice_async_unchecked: source",
+                ..
+            }
+        ),
+        "{e2:?}"
+    );
+    drop((s, buf));
     env.dev.check_sticky().unwrap();
     env.finish();
 }

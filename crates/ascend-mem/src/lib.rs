@@ -132,7 +132,8 @@
 //!
 //! * finalize ACL (`aclFinalize` is process-wide; the library stays loaded);
 //! * give host references into device-visible memory, or async copies into borrowed host
-//!   slices (those are `unsafe`, see [`Stream::write_async_unchecked`]);
+//!   slices (those are `unsafe`, see [`Stream::write_async_unchecked`] and, typed,
+//!   [`Stream::write_slice_async_unchecked`]);
 //! * wrap kernels, contexts, the deprecated V1 share calls (use [`ffi`]/[`Runtime::acl`]), or
 //!   HCCL beyond communicators, the four collectives, barriers and symmetric windows (use
 //!   [`Runtime::hccl`] with [`hccl::Comm::as_raw`]);
