@@ -22,7 +22,7 @@ use std::process::{Command, ExitCode};
 use std::time::Duration;
 
 use ascend_launch::{Launcher, RankEnv, Rendezvous};
-use ascend_mem::hccl::{as_bytes, from_bytes, Comm, CommConfig, RootInfo, SymWindow};
+use ascend_mem::hccl::{Comm, CommConfig, RootInfo, SymWindow};
 use ascend_mem::{Backend, MemSpec, PhysicalMem, ReservedVa, Runtime, Stream};
 
 /// Elements each rank contributes.
@@ -97,11 +97,13 @@ fn rank_main() -> AnyResult<bool> {
     say(format!("7. mapped at {:p}", map.as_raw()));
 
     // 8. One window over the send half and the receive half (collective, same size on all).
-    let send = map.slice(..send_bytes)?;
-    let recv = map.slice(send_bytes..send_bytes + recv_bytes)?;
+    // Typed views: the first COUNT fp32 are the send half, the next n × COUNT the receive half.
+    let all = map.typed::<f32>()?;
+    let send = all.slice(..COUNT)?;
+    let recv = all.slice(COUNT..COUNT + n as usize * COUNT)?;
     let win = SymWindow::register(&comm, &map.slice(..send_bytes + recv_bytes)?)?;
     let (_, off) = comm
-        .window_of(&recv)?
+        .window_of(&recv.as_bytes())?
         .ok_or("the receive half is not in the window")?;
     say(format!(
         "8. registered a symmetric window of {:#x} bytes at {:p} (send at +0, receive at +{off:#x})",
@@ -111,9 +113,9 @@ fn rank_main() -> AnyResult<bool> {
 
     // 9. AllGather 1024 fp32 from the send half into the receive half.
     let data: Vec<f32> = (0..COUNT).map(|i| value(rank, i)).collect();
-    map.write_from(as_bytes(&data), 0)?;
-    recv.fill(0)?;
-    comm.all_gather::<f32>(&send, &recv, &mut stream)?;
+    send.write_slice(&data, 0)?;
+    recv.fill_zero()?;
+    comm.all_gather(&send, &recv, &mut stream)?;
     stream.synchronize()?;
     say(format!(
         "9. AllGather of {COUNT} fp32 per rank queued and synchronized"
@@ -128,9 +130,7 @@ fn rank_main() -> AnyResult<bool> {
     }
 
     // 10. Verify every rank's contribution.
-    let mut back = vec![0u8; recv_bytes];
-    recv.read_into(&mut back, 0)?;
-    let got: Vec<f32> = from_bytes(&back);
+    let got = recv.read_to_vec()?;
     let mut ok = true;
     for r in 0..n {
         let block = &got[r as usize * COUNT..(r as usize + 1) * COUNT];

@@ -11,7 +11,7 @@ mod hccl_util;
 
 use std::time::{Duration, Instant};
 
-use ascend_mem::hccl::{as_bytes, from_bytes, half, CommConfig, ReduceOp, SymWindow};
+use ascend_mem::hccl::{half, CommConfig, ReduceOp, SymWindow};
 use ascend_mem::{DeviceBuffer, MappingSlice};
 use common::setup;
 use hccl_util::*;
@@ -26,107 +26,104 @@ struct Area<'a> {
     recv: MappingSlice<'a>,
 }
 
+/// Byte-level helpers, for the collectives below that still pass byte views.
 fn write<T: Elem>(s: &MappingSlice<'_>, v: &[T]) {
-    s.write_from(as_bytes(v), 0).unwrap();
+    s.write_slice(v, 0).unwrap();
 }
 
 fn read<T: Elem>(s: &MappingSlice<'_>) -> Vec<T> {
-    let mut b = vec![0u8; s.len()];
-    s.read_into(&mut b, 0).unwrap();
-    from_bytes(&b)
+    s.read_to_vec().unwrap()
 }
 
 /// Every collective and op for `T` on one rank; returns how many collectives ran.
 fn collectives_of<T: Elem>(r: &mut Rank<'_>, a: &Area<'_>) -> u64 {
     let (n, me) = (r.n, r.rank);
-    let sz = std::mem::size_of::<T>();
+    // Typed views of the two areas: lengths and ranges below are in elements of `T`.
+    let (sv, rv) = (a.send.typed::<T>().unwrap(), a.recv.typed::<T>().unwrap());
     let ctx = |what: &str| format!("{} {what}, rank {me} of {n}", T::NAME);
     let mut ops = 0;
 
     // AllGather: every rank's COUNT elements, in rank order.
-    let send = a.send.slice(..COUNT * sz).unwrap();
-    let recv = a.recv.slice(..n as usize * COUNT * sz).unwrap();
-    write(
-        &send,
-        &(0..COUNT).map(|i| T::gen(me, i)).collect::<Vec<T>>(),
-    );
-    recv.fill(0).unwrap();
-    r.comm.all_gather::<T>(&send, &recv, &mut r.stream).unwrap();
+    let send = sv.slice(..COUNT).unwrap();
+    let recv = rv.slice(..n as usize * COUNT).unwrap();
+    send.write_slice(&(0..COUNT).map(|i| T::gen(me, i)).collect::<Vec<T>>(), 0)
+        .unwrap();
+    recv.fill_zero().unwrap();
+    r.comm.all_gather(&send, &recv, &mut r.stream).unwrap();
     r.stream.synchronize().unwrap();
     let want: Vec<T> = (0..n)
         .flat_map(|q| (0..COUNT).map(move |i| T::gen(q, i)))
         .collect();
-    assert_eq!(read::<T>(&recv), want, "{}", ctx("AllGather"));
+    assert_eq!(recv.read_to_vec().unwrap(), want, "{}", ctx("AllGather"));
     ops += 1;
 
     // AllToAll: block q of the receive buffer is block `me` of rank q's send buffer.
-    let send = a.send.slice(..n as usize * COUNT * sz).unwrap();
-    let recv = a.recv.slice(..n as usize * COUNT * sz).unwrap();
-    write(
-        &send,
+    let send = sv.slice(..n as usize * COUNT).unwrap();
+    let recv = rv.slice(..n as usize * COUNT).unwrap();
+    send.write_slice(
         &(0..n as usize * COUNT)
             .map(|j| T::gen(me, j))
             .collect::<Vec<T>>(),
-    );
-    recv.fill(0).unwrap();
-    r.comm.all_to_all::<T>(&send, &recv, &mut r.stream).unwrap();
+        0,
+    )
+    .unwrap();
+    recv.fill_zero().unwrap();
+    r.comm.all_to_all(&send, &recv, &mut r.stream).unwrap();
     r.stream.synchronize().unwrap();
     let want: Vec<T> = (0..n)
         .flat_map(|q| (0..COUNT).map(move |i| T::gen(q, me as usize * COUNT + i)))
         .collect();
-    assert_eq!(read::<T>(&recv), want, "{}", ctx("AllToAll"));
+    assert_eq!(recv.read_to_vec().unwrap(), want, "{}", ctx("AllToAll"));
     ops += 1;
 
     // Broadcast from the last rank.
     let root = n - 1;
-    let buf = a.recv.slice(..COUNT * sz).unwrap();
-    write(&buf, &(0..COUNT).map(|i| T::gen(me, i)).collect::<Vec<T>>());
-    r.comm.broadcast::<T>(&buf, root, &mut r.stream).unwrap();
+    let buf = rv.slice(..COUNT).unwrap();
+    buf.write_slice(&(0..COUNT).map(|i| T::gen(me, i)).collect::<Vec<T>>(), 0)
+        .unwrap();
+    r.comm.broadcast(&buf, root, &mut r.stream).unwrap();
     r.stream.synchronize().unwrap();
     let want: Vec<T> = (0..COUNT).map(|i| T::gen(root, i)).collect();
-    assert_eq!(read::<T>(&buf), want, "{}", ctx("Broadcast"));
+    assert_eq!(buf.read_to_vec().unwrap(), want, "{}", ctx("Broadcast"));
     ops += 1;
 
     for op in ReduceOp::ALL {
         // ReduceScatter: rank r gets block r of the reduction of every rank's n × COUNT.
-        let send = a.send.slice(..n as usize * COUNT * sz).unwrap();
-        let recv = a.recv.slice(..COUNT * sz).unwrap();
-        write(
-            &send,
+        let send = sv.slice(..n as usize * COUNT).unwrap();
+        let recv = rv.slice(..COUNT).unwrap();
+        send.write_slice(
             &(0..n as usize * COUNT)
                 .map(|j| T::gen(me, j))
                 .collect::<Vec<T>>(),
-        );
-        recv.fill(0).unwrap();
+            0,
+        )
+        .unwrap();
+        recv.fill_zero().unwrap();
         r.comm
-            .reduce_scatter::<T>(&send, &recv, op, &mut r.stream)
+            .reduce_scatter(&send, &recv, op, &mut r.stream)
             .unwrap();
         r.stream.synchronize().unwrap();
         let want: Vec<T> = (0..COUNT)
             .map(|i| reduced::<T>(op, n, me as usize * COUNT + i))
             .collect();
         assert_eq!(
-            read::<T>(&recv),
+            recv.read_to_vec().unwrap(),
             want,
             "{}",
             ctx(&format!("ReduceScatter {op:?}"))
         );
 
         // AllReduce.
-        let send = a.send.slice(..COUNT * sz).unwrap();
-        let recv = a.recv.slice(..COUNT * sz).unwrap();
-        write(
-            &send,
-            &(0..COUNT).map(|i| T::gen(me, i)).collect::<Vec<T>>(),
-        );
-        recv.fill(0).unwrap();
-        r.comm
-            .all_reduce::<T>(&send, &recv, op, &mut r.stream)
+        let send = sv.slice(..COUNT).unwrap();
+        let recv = rv.slice(..COUNT).unwrap();
+        send.write_slice(&(0..COUNT).map(|i| T::gen(me, i)).collect::<Vec<T>>(), 0)
             .unwrap();
+        recv.fill_zero().unwrap();
+        r.comm.all_reduce(&send, &recv, op, &mut r.stream).unwrap();
         r.stream.synchronize().unwrap();
         let want: Vec<T> = (0..COUNT).map(|i| reduced::<T>(op, n, i)).collect();
         assert_eq!(
-            read::<T>(&recv),
+            recv.read_to_vec().unwrap(),
             want,
             "{}",
             ctx(&format!("AllReduce {op:?}"))

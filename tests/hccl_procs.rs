@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use ascend_mem::hccl::{as_bytes, from_bytes, Comm, HcclCode, RootInfo, SymWindow};
+use ascend_mem::hccl::{Comm, HcclCode, RootInfo, SymWindow};
 use ascend_mem::{Backend, DeviceBuffer, Error, ErrorKind, Runtime, Stream};
 use common::{from_hex, role, run_role, setup, sim_library, to_hex, ROLE_VAR};
 use hccl_util::*;
@@ -73,12 +73,11 @@ fn rank_life(rank: u32, root: &RootInfo, die: bool) -> (Error, Option<HcclCode>,
             plain_recv.slice(..n * b).unwrap(),
         ),
     ] {
-        send.write_from(as_bytes(&mine), 0).unwrap();
-        comm.all_gather::<f32>(&send, &recv, &mut stream).unwrap();
+        let (send, recv) = (send.typed::<f32>().unwrap(), recv.typed::<f32>().unwrap());
+        send.write_slice(&mine, 0).unwrap();
+        comm.all_gather(&send, &recv, &mut stream).unwrap();
         stream.synchronize().unwrap();
-        let mut back = vec![0u8; n * b];
-        recv.read_into(&mut back, 0).unwrap();
-        assert_eq!(from_bytes::<f32>(&back), want, "rank {rank}");
+        assert_eq!(recv.read_to_vec().unwrap(), want, "rank {rank}");
     }
     let st = ascend_sim::hccl_stats();
     assert_eq!(

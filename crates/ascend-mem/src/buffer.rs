@@ -3,10 +3,13 @@
 use std::fmt;
 use std::ops::RangeBounds;
 
+use bytemuck::Pod;
+
 use crate::device::Device;
 use crate::error::Result;
 use crate::share::{ExportFlags, FabricHandle, ShareKind};
 use crate::spec::MemSpec;
+use crate::typed::TypedSlice;
 use crate::vmm::{Access, Mapping, MappingSlice, PhysicalMem, ReservedVa};
 
 fn make(dev: &Device, min_bytes: usize, spec: MemSpec) -> Result<Mapping> {
@@ -108,6 +111,45 @@ macro_rules! buffer_common {
                 let mut v = vec![0u8; self.len()];
                 self.read_into(&mut v, 0)?;
                 Ok(v)
+            }
+
+            /// The whole buffer as elements of `T` (see [`TypedSlice`]).
+            ///
+            /// # Errors
+            /// As [`MappingSlice::typed`].
+            pub fn typed<T: Pod>(&self) -> Result<TypedSlice<'_, T>> {
+                self.map.typed()
+            }
+
+            /// Copies `src` to element offset `offset_elems`.
+            ///
+            /// # Errors
+            /// As [`MappingSlice::write_slice`].
+            #[doc(alias = "aclrtMemcpy")]
+            pub fn write_slice<T: Pod>(&self, src: &[T], offset_elems: usize) -> Result<()> {
+                self.map.write_slice(src, offset_elems)
+            }
+
+            /// Copies `dst.len()` elements from element offset `offset_elems` into `dst`.
+            ///
+            /// # Errors
+            /// As [`MappingSlice::read_into_slice`].
+            #[doc(alias = "aclrtMemcpy")]
+            pub fn read_into_slice<T: Pod>(
+                &self,
+                dst: &mut [T],
+                offset_elems: usize,
+            ) -> Result<()> {
+                self.map.read_into_slice(dst, offset_elems)
+            }
+
+            /// Reads the whole buffer as elements of `T`.
+            ///
+            /// # Errors
+            /// As [`MappingSlice::read_to_vec`].
+            #[doc(alias = "aclrtMemcpy")]
+            pub fn read_to_vec<T: Pod>(&self) -> Result<Vec<T>> {
+                self.map.read_to_vec()
             }
 
             /// Exports the buffer's memory (see [`PhysicalMem::export`]).

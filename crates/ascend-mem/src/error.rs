@@ -215,6 +215,34 @@ pub enum Error {
         /// Size of the object.
         size: usize,
     },
+    /// A byte length is not a whole number of elements of a typed view's or typed copy's
+    /// element type (see [`TypedSlice`](crate::TypedSlice)).
+    #[error(
+        "{what}: {len:#x} bytes is not a whole number of {elem} elements ({elem_size} bytes each)"
+    )]
+    NotWholeElements {
+        /// The call that checked it, e.g. `"MappingSlice::typed"`.
+        what: &'static str,
+        /// The length in bytes.
+        len: usize,
+        /// `size_of` the element type.
+        elem_size: usize,
+        /// The element type's name (`std::any::type_name`).
+        elem: &'static str,
+    },
+    /// The start address of a typed view is not aligned for its element type (see
+    /// [`TypedSlice`](crate::TypedSlice)).
+    #[error("{what}: address {addr:#x} is not aligned to {align} bytes, as {elem} needs")]
+    MisalignedElements {
+        /// The call that checked it, e.g. `"MappingSlice::typed"`.
+        what: &'static str,
+        /// The start address.
+        addr: usize,
+        /// `align_of` the element type.
+        align: usize,
+        /// The element type's name (`std::any::type_name`).
+        elem: &'static str,
+    },
     /// A copy of a [`Stream::copy_table_async`](crate::Stream::copy_table_async) batch names
     /// an entry its table lacks.
     #[error("aclrtMemcpyAsync (table batch): copy {copy}: {side} entry {entry} does not exist (the table has {entries})")]
@@ -347,6 +375,8 @@ impl Error {
             Error::Load(_) => ErrorKind::Unavailable,
             Error::Misaligned { .. }
             | Error::OutOfBounds { .. }
+            | Error::NotWholeElements { .. }
+            | Error::MisalignedElements { .. }
             | Error::NoTableEntry { .. }
             | Error::TableRange { .. }
             | Error::Overlap { .. }

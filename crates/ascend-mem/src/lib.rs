@@ -36,11 +36,53 @@
 //! | `aclrtMemImportFromShareableHandleV2` | [`SharedHandle::import`] |
 //! | `aclrtMemSetAccess` | [`Mapping::set_device_access`] (done by [`HostBuffer::new`]) |
 //! | `aclrtMemcpy`, `aclrtMemset` | [`Mapping::read_into`], [`Mapping::write_from`], [`Mapping::fill`], [`MappingSlice::copy_from`] |
-//! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::fill_async`]; batches over many mappings: [`Stream::copy_table_async`] with [`MappingTable`] |
+//! | `aclrtMemcpy` by element type | [`TypedSlice`] (from `typed::<T>()` on a [`MappingSlice`], [`Mapping`] or buffer): [`TypedSlice::write_slice`], [`TypedSlice::read_into_slice`], [`TypedSlice::read_to_vec`]; the same calls on [`MappingSlice`], [`Mapping`], [`DeviceBuffer`], [`HostBuffer`] |
+//! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::copy_typed_async`], [`Stream::fill_async`]; batches over many mappings: [`Stream::copy_table_async`] with [`MappingTable`] |
 //! | `aclrtCreateStreamWithConfig`, `…SynchronizeStream…`, `aclrtStreamQuery`, `aclrtStreamAbort`, `aclrtSetStreamFailureMode`, `aclrtDestroyStream` | [`Stream`] (drop or [`Stream::close`]), [`StreamPool`] |
 //! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime`, `aclrtDestroyEvent` | [`Event`] (drop or [`Event::close`]), [`Stream::wait_event`] |
 //! | `HcclGetRootInfo`, `HcclCommInitRootInfoConfig`, `HcclCommDestroy`, `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclBroadcast`, `HcclBarrier`, `HcclCommSymWin{Register,Deregister,Get}`, … | the [`hccl`] module: [`hccl::RootInfo`], [`hccl::CommConfig`], [`hccl::Comm`] (collectives), [`hccl::SymWindow`]; its own table there |
 //! | anything else | [`Runtime::acl`] and the [`ffi`] layer; [`Runtime::hccl`] for HCCL |
+//!
+//! # Typed views
+//!
+//! A [`TypedSlice<T>`](TypedSlice) views device-visible memory as elements of a
+//! [`bytemuck::Pod`] type `T`: made by `typed::<T>()`, which checks that the start address is
+//! aligned for `T` and the length a whole number of `T`; lengths, offsets and ranges are then
+//! in elements. Copies still go through ACL (no `&[T]` over the memory), typed errors name the
+//! call and carry the numbers ([`Error::NotWholeElements`], [`Error::MisalignedElements`],
+//! [`Error::OutOfBounds`]), and the HCCL collectives take typed views of their element type.
+//!
+//! ```
+//! # #[cfg(not(feature = "emulator"))] fn main() {}
+//! # #[cfg(feature = "emulator")]
+//! # fn main() -> ascend_mem::Result<()> {
+//! use ascend_mem::{DeviceBuffer, Error, HostBuffer, Runtime, Stream};
+//!
+//! #[derive(Copy, Clone, Debug, PartialEq)]
+//! #[repr(C)]
+//! struct Pair { key: u32, value: f32 }
+//! // SAFETY: `repr(C)`, two 4-byte fields: no padding, and every bit pattern is valid.
+//! unsafe impl ascend_mem::bytemuck::Zeroable for Pair {}
+//! // SAFETY: as above; `Pair` is `Copy` and `'static`.
+//! unsafe impl ascend_mem::bytemuck::Pod for Pair {}
+//!
+//! let rt = Runtime::emulated()?; // or Runtime::from_env()? on an NPU host
+//! let dev = rt.device(0)?;
+//! let host = HostBuffer::new(&dev, 4096)?;
+//! let dev_buf = DeviceBuffer::new(&dev, 4096)?;
+//! let pairs = [Pair { key: 1, value: 0.5 }, Pair { key: 2, value: 1.5 }];
+//! host.write_slice(&pairs, 0)?;
+//! let (src, dst) = (host.typed::<Pair>()?.slice(..2)?, dev_buf.typed::<Pair>()?.slice(10..12)?);
+//! let mut s = Stream::new(&dev)?;
+//! s.copy_typed_async(&dst, &src)?;
+//! s.synchronize()?;
+//! assert_eq!(dst.read_to_vec()?, pairs);
+//! // 6 bytes are not a whole number of `Pair`s:
+//! let e = dev_buf.slice(..6)?.read_to_vec::<Pair>().unwrap_err();
+//! assert!(matches!(e, Error::NotWholeElements { len: 6, elem_size: 8, .. }));
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # The VMM rules, by label
 //!
@@ -90,7 +132,8 @@
 //!
 //! * finalize ACL (`aclFinalize` is process-wide; the library stays loaded);
 //! * give host references into device-visible memory, or async copies into borrowed host
-//!   slices (those are `unsafe`, see [`Stream::write_async_unchecked`]);
+//!   slices (those are `unsafe`, see [`Stream::write_async_unchecked`] and, typed,
+//!   [`Stream::write_slice_async_unchecked`]);
 //! * wrap kernels, contexts, the deprecated V1 share calls (use [`ffi`]/[`Runtime::acl`]), or
 //!   HCCL beyond communicators, the four collectives, barriers and symmetric windows (use
 //!   [`Runtime::hccl`] with [`hccl::Comm::as_raw`]);
@@ -130,10 +173,12 @@ mod share;
 mod spec;
 mod stream;
 mod table;
+mod typed;
 mod vmm;
 
 pub use acl;
 pub use buffer::{DeviceBuffer, HostBuffer};
+pub use bytemuck;
 pub use device::{Device, Granular};
 pub use error::{AclCode, CloseError, Error, ErrorKind, Result};
 pub use foreign::{MappingRef, PointerInfo};
@@ -142,6 +187,7 @@ pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDL
 pub use spec::{Location, MemAttr, MemSpec};
 pub use stream::{Event, EventFlags, FailureMode, Stream, StreamFlags, StreamLease, StreamPool};
 pub use table::{CopySide, MappingTable, TableCopy};
+pub use typed::TypedSlice;
 pub use vmm::{Access, Mapping, MappingSlice, Origin, PhysicalMem, ReservedVa};
 
 /// Compile-time checks that every public handle keeps its thread-safety promises: a new raw
@@ -156,6 +202,7 @@ const _: () = {
     send_sync::<PhysicalMem>();
     send_sync::<Mapping>();
     send_sync::<MappingSlice<'static>>();
+    send_sync::<TypedSlice<'static, f32>>();
     send_sync::<FabricHandle>();
     send_sync::<SharedHandle>();
     send_sync::<DeviceBuffer>();

@@ -23,6 +23,7 @@ use crate::device::Device;
 use crate::error::{close_last, CloseError, Error, Result};
 use crate::ffi;
 use crate::table::{CopySide, MappingTable, TableCopy, TableInner};
+use crate::typed::TypedSlice;
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
 
 bitflags::bitflags! {
@@ -88,6 +89,17 @@ fn fits(len: usize, size: usize, what: &'static str) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// `len` elements of `T` in bytes; an overflow is reported as not fitting in `size` bytes.
+fn elems_to_bytes<T>(len: usize, size: usize, what: &'static str) -> Result<usize> {
+    len.checked_mul(std::mem::size_of::<T>())
+        .ok_or(Error::OutOfBounds {
+            what,
+            offset: 0,
+            len: usize::MAX,
+            size,
+        })
 }
 
 /// What a stream keeps alive for its pending work.
@@ -307,6 +319,29 @@ impl Stream {
         Ok(())
     }
 
+    /// Queues a copy of all of `src` into the start of `dst`, element-typed
+    /// (`aclrtMemcpyAsync`, device to device): [`Stream::copy_async`] on the byte views, with
+    /// the same guarantee that the stream keeps both mappings alive until it is synchronized.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `src` has more elements than `dst` (`what` =
+    /// `"Stream::copy_typed_async: destination"`, lengths in bytes); otherwise as
+    /// [`Stream::copy_async`].
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub fn copy_typed_async<T: bytemuck::Pod>(
+        &mut self,
+        dst: &TypedSlice<'_, T>,
+        src: &TypedSlice<'_, T>,
+    ) -> Result<()> {
+        let (dst, src) = (dst.as_bytes(), src.as_bytes());
+        fits(
+            src.len(),
+            dst.len(),
+            "Stream::copy_typed_async: destination",
+        )?;
+        self.copy_async(&dst, &src)
+    }
+
     /// Queues a batch of copies between entries of two [`MappingTable`]s (`aclrtMemcpyAsync`
     /// per copy, device to device), in order. `dst` and `src` may be the same table.
     ///
@@ -459,6 +494,57 @@ impl Stream {
         }?;
         self.keep.push(Keep::Map(src.map_inner().clone()));
         Ok(())
+    }
+
+    /// Queues a copy of `len` host elements at `src` into the start of `dst`: element-typed
+    /// [`Stream::write_async_unchecked`], which it calls with the byte length.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `len` elements do not fit in `dst` (`what` =
+    /// `"Stream::write_slice_async_unchecked: destination"`, lengths in bytes); otherwise as
+    /// [`Stream::write_async_unchecked`].
+    ///
+    /// # Safety
+    /// `src..src+len` (elements) stays readable and unchanged until this stream is
+    /// synchronized past the copy, as for [`Stream::write_async_unchecked`].
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub unsafe fn write_slice_async_unchecked<T: bytemuck::Pod>(
+        &mut self,
+        dst: &TypedSlice<'_, T>,
+        src: *const T,
+        len: usize,
+    ) -> Result<()> {
+        let what = "Stream::write_slice_async_unchecked: destination";
+        let bytes = elems_to_bytes::<T>(len, dst.as_bytes().len(), what)?;
+        fits(bytes, dst.as_bytes().len(), what)?;
+        // SAFETY: forwarded to the caller (`bytes` is exactly `len` elements of `T`).
+        unsafe { self.write_async_unchecked(&dst.as_bytes(), src.cast(), bytes) }
+    }
+
+    /// Queues a copy of the first `len` elements of `src` into host elements at `dst`:
+    /// element-typed [`Stream::read_async_unchecked`], which it calls with the byte length.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `src` has fewer than `len` elements (`what` =
+    /// `"Stream::read_slice_async_unchecked: source"`, lengths in bytes); otherwise as
+    /// [`Stream::read_async_unchecked`].
+    ///
+    /// # Safety
+    /// `dst..dst+len` (elements) stays writable, and is neither read nor written by anyone
+    /// else, until this stream is synchronized past the copy, as for
+    /// [`Stream::read_async_unchecked`].
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub unsafe fn read_slice_async_unchecked<T: bytemuck::Pod>(
+        &mut self,
+        dst: *mut T,
+        len: usize,
+        src: &TypedSlice<'_, T>,
+    ) -> Result<()> {
+        let what = "Stream::read_slice_async_unchecked: source";
+        let bytes = elems_to_bytes::<T>(len, src.as_bytes().len(), what)?;
+        fits(bytes, src.as_bytes().len(), what)?;
+        // SAFETY: forwarded to the caller (`bytes` is exactly `len` elements of `T`).
+        unsafe { self.read_async_unchecked(dst.cast(), bytes, &src.as_bytes()) }
     }
 
     /// Waits for the queued work, then destroys the stream now, returning the error (and the

@@ -10,7 +10,7 @@ use parking_lot::Mutex;
 
 use super::config::{CommConfig, RootInfo};
 use super::table::{self, hcall};
-use super::types::{HcclType, ReduceOp};
+use super::types::{CollectiveBuffer, HcclType, ReduceOp};
 use super::window::WinInner;
 use super::HcclCode;
 use crate::device::Device;
@@ -384,6 +384,10 @@ impl Comm {
     /// registered [`SymWindow`](super::SymWindow)s; otherwise HCCL stages through its buffer.
     /// `send` may be this rank's part of `recv` (in place).
     ///
+    /// Buffers are [`TypedSlice<T>`](crate::TypedSlice)s (or byte-level
+    /// [`MappingSlice`](crate::MappingSlice)s, see [`CollectiveBuffer`]); the element type
+    /// fixes the HCCL data type and the counts.
+    ///
     /// # Errors
     /// Checked before any C call: [`Error::InvalidArgument`] when a length is not a whole
     /// number of elements or `recv` is not `size ×` `send`; [`Error::WrongDevice`] for a
@@ -392,11 +396,12 @@ impl Comm {
     #[doc(alias = "HcclAllGather")]
     pub fn all_gather<T: HcclType>(
         &self,
-        send: &MappingSlice<'_>,
-        recv: &MappingSlice<'_>,
+        send: &impl CollectiveBuffer<T>,
+        recv: &impl CollectiveBuffer<T>,
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclAllGather";
+        let (send, recv) = (&send.byte_view(), &recv.byte_view());
         let count = self.per_rank_count::<T>(
             API,
             (send, SEND_NOT_WHOLE),
@@ -419,12 +424,13 @@ impl Comm {
     #[doc(alias = "HcclReduceScatter")]
     pub fn reduce_scatter<T: HcclType>(
         &self,
-        send: &MappingSlice<'_>,
-        recv: &MappingSlice<'_>,
+        send: &impl CollectiveBuffer<T>,
+        recv: &impl CollectiveBuffer<T>,
         op: ReduceOp,
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclReduceScatter";
+        let (send, recv) = (&send.byte_view(), &recv.byte_view());
         let count = self.per_rank_count::<T>(
             API,
             (recv, RECV_NOT_WHOLE),
@@ -446,12 +452,13 @@ impl Comm {
     #[doc(alias = "HcclAllReduce")]
     pub fn all_reduce<T: HcclType>(
         &self,
-        send: &MappingSlice<'_>,
-        recv: &MappingSlice<'_>,
+        send: &impl CollectiveBuffer<T>,
+        recv: &impl CollectiveBuffer<T>,
         op: ReduceOp,
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclAllReduce";
+        let (send, recv) = (&send.byte_view(), &recv.byte_view());
         let count = equal_count::<T>(API, send, recv)?;
         let (s, r) = (send.as_raw(), recv.as_raw());
         self.enqueue(API, stream, &[send, recv], |h, comm, st| {
@@ -473,11 +480,12 @@ impl Comm {
     #[doc(alias = "HcclAlltoAll")]
     pub fn all_to_all<T: HcclType>(
         &self,
-        send: &MappingSlice<'_>,
-        recv: &MappingSlice<'_>,
+        send: &impl CollectiveBuffer<T>,
+        recv: &impl CollectiveBuffer<T>,
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclAlltoAll";
+        let (send, recv) = (&send.byte_view(), &recv.byte_view());
         let total = equal_count::<T>(API, send, recv)?;
         let n = u64::from(self.size());
         if total % n != 0 {
@@ -504,11 +512,12 @@ impl Comm {
     #[doc(alias = "HcclBroadcast")]
     pub fn broadcast<T: HcclType>(
         &self,
-        buf: &MappingSlice<'_>,
+        buf: &impl CollectiveBuffer<T>,
         root: u32,
         stream: &mut Stream,
     ) -> Result<()> {
         const API: &str = "HcclBroadcast";
+        let buf = &buf.byte_view();
         if root >= self.size() {
             return Err(length_mismatch(
                 API,

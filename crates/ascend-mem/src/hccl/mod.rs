@@ -31,11 +31,14 @@
 //! `libhcomm.so` from `$ASCEND_HOME_PATH/lib64`, …).
 //!
 //! # Typed collectives
-//! Buffers are [`MappingSlice`](crate::MappingSlice)s (of a [`Mapping`](crate::Mapping) or a
-//! [`DeviceBuffer`](crate::DeviceBuffer)); the element type is a type parameter
-//! ([`HcclType`]: the integers up to 128 bits, `f32`, `f64`, [`half::f16`], [`half::bf16`]),
-//! so counts are derived from byte lengths and checked (whole elements, `size ×` relations,
-//! same device) before any C call. Every collective is queued on a [`Stream`](crate::Stream),
+//! Buffers are typed views ([`TypedSlice<T>`](crate::TypedSlice), from `typed::<T>()` on a
+//! [`MappingSlice`](crate::MappingSlice), a [`Mapping`](crate::Mapping) or a
+//! [`DeviceBuffer`](crate::DeviceBuffer)); the element type ([`HcclType`]: the integers up to
+//! 128 bits, `f32`, `f64`, [`half::f16`], [`half::bf16`], all [`bytemuck::Pod`]) fixes the
+//! HCCL data type, and counts are element lengths, checked (`size ×` relations, same device)
+//! before any C call. Byte-level `MappingSlice`s are still accepted ([`CollectiveBuffer`]),
+//! with the element type named by a turbofish and their lengths checked to be whole
+//! elements. Every collective is queued on a [`Stream`](crate::Stream),
 //! which keeps the buffers' mappings, the windows holding them and the communicator alive
 //! until it is synchronized: dropping any of them early is safe.
 //!
@@ -54,10 +57,13 @@
 //! let comm = Comm::init(&dev, &root, rank, size, &CommConfig::new().sym_window_max_per_rank_gb(1))?;
 //! let buf = DeviceBuffer::new(&dev, (size as usize + 1) * 4096)?;
 //! let win = SymWindow::register_mapping(&comm, buf.mapping())?; // every rank, same size
-//! let (send, recv) = (buf.slice(..4096)?, buf.slice(4096..(size as usize + 1) * 4096)?);
+//! let all = buf.typed::<f32>()?;                  // 1024 f32 per rank, then `size` × 1024
+//! let (send, recv) = (all.slice(..1024)?, all.slice(1024..(size as usize + 1) * 1024)?);
+//! send.write_slice(&[rank as f32; 1024], 0)?;
 //! let mut stream = Stream::new(&dev)?;
-//! comm.all_gather::<f32>(&send, &recv, &mut stream)?; // symmetric: both in windows
+//! comm.all_gather(&send, &recv, &mut stream)?;      // symmetric: both in windows
 //! stream.synchronize()?;
+//! assert_eq!(recv.read_to_vec()?[1024 * size as usize - 1], (size - 1) as f32);
 //! win.close()?; // every rank
 //! # Ok(()) }
 //! ```
@@ -74,7 +80,7 @@ pub use comm::Comm;
 pub use config::{CommConfig, Deterministic, OpExpansion, RootInfo, DEFAULT_SYM_WINDOW_MAX_GB};
 pub use half;
 pub use hccl_sys;
-pub use types::{as_bytes, from_bytes, DataType, HcclType, ReduceOp};
+pub use types::{CollectiveBuffer, DataType, HcclType, ReduceOp};
 pub use window::SymWindow;
 
 /// Compile-time checks of the handles' thread-safety promises (see each type's docs: `Comm`

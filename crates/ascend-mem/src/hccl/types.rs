@@ -1,7 +1,8 @@
 //! Element types and reduction operators of the collectives.
-#![allow(unsafe_code)]
 
 use std::fmt;
+
+use crate::{MappingSlice, TypedSlice};
 
 /// An HCCL data type (`HcclDataType`). A newtype with the C values as constants; the element
 /// types of the safe collectives name theirs through [`HcclType::DATA_TYPE`].
@@ -87,15 +88,16 @@ impl ReduceOp {
 
 mod sealed {
     pub trait Sealed {}
+    pub trait SealedBuffer {}
 }
 
 /// An element type the safe collectives accept: `i8`, `i16`, `i32`, `i64`, `i128`, `u8`,
 /// `u16`, `u32`, `u64`, `f32`, `f64`, [`half::f16`] (`FP16`) and [`half::bf16`] (`BFP16`).
 ///
-/// Sealed: every implementor is plain old data (no padding, every bit pattern valid), which
-/// [`as_bytes`] and [`from_bytes`] rely on. fp8/hif8 have no Rust type here; use the raw
-/// table for them ([`crate::Runtime::hccl`]).
-pub trait HcclType: sealed::Sealed + Copy + Send + Sync + 'static {
+/// Sealed, and every implementor is [`bytemuck::Pod`] (no padding, every bit pattern valid), so
+/// typed views and copies ([`TypedSlice`]) work on it. fp8/hif8 have no Rust type here; use
+/// the raw table for them ([`crate::Runtime::hccl`]).
+pub trait HcclType: sealed::Sealed + bytemuck::Pod + Send + Sync + 'static {
     /// The HCCL data type of this element.
     const DATA_TYPE: DataType;
 }
@@ -127,25 +129,46 @@ hccl_types! {
     half::bf16 => BFP16,
 }
 
-/// The bytes of `v` in native order (for [`Mapping::write_from`](crate::Mapping::write_from)).
-pub fn as_bytes<T: HcclType>(v: &[T]) -> &[u8] {
-    // SAFETY: every `HcclType` is plain old data without padding (the trait is sealed), so
-    // its bytes are initialised; the slice covers exactly `v`'s memory and borrows it.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+/// A buffer a collective accepts for elements of `T`: a [`TypedSlice<T>`](crate::TypedSlice)
+/// (aligned and a whole number of `T`, checked when it was made) or a byte-level
+/// [`MappingSlice`] (its length is checked to be whole elements on each call, as before
+/// typed views existed). Sealed: only those two.
+///
+/// The element type of a typed view must be the collective's: views of different element
+/// types are refused at compile time, whether `T` is inferred or named.
+///
+/// ```compile_fail,E0277
+/// # use ascend_mem::{hccl::Comm, Stream, TypedSlice};
+/// # fn f(c: &Comm, send: TypedSlice<'_, u32>, recv: TypedSlice<'_, f32>, s: &mut Stream) {
+/// let _ = c.all_gather(&send, &recv, s); // u32 into f32
+/// # }
+/// ```
+///
+/// ```compile_fail,E0277
+/// # use ascend_mem::{hccl::Comm, Stream, TypedSlice};
+/// # fn f(c: &Comm, buf: TypedSlice<'_, u32>, s: &mut Stream) {
+/// let _ = c.all_reduce::<f32>(&buf, &buf, ascend_mem::hccl::ReduceOp::Sum, s);
+/// # }
+/// ```
+pub trait CollectiveBuffer<T: HcclType>: sealed::SealedBuffer {
+    /// The byte view of the buffer.
+    fn byte_view(&self) -> MappingSlice<'_>;
 }
 
-/// Elements read from native-order bytes (for what
-/// [`Mapping::read_into`](crate::Mapping::read_into) returned); trailing bytes that do not
-/// make a whole element are ignored.
-pub fn from_bytes<T: HcclType>(b: &[u8]) -> Vec<T> {
-    let size = std::mem::size_of::<T>();
-    b.chunks_exact(size)
-        .map(|c| {
-            // SAFETY: `c` holds `size_of::<T>()` bytes and every bit pattern is a valid `T`
-            // (sealed plain-old-data types); the read is unaligned-safe.
-            unsafe { c.as_ptr().cast::<T>().read_unaligned() }
-        })
-        .collect()
+impl sealed::SealedBuffer for MappingSlice<'_> {}
+
+impl<T: HcclType> CollectiveBuffer<T> for MappingSlice<'_> {
+    fn byte_view(&self) -> MappingSlice<'_> {
+        *self
+    }
+}
+
+impl<T> sealed::SealedBuffer for TypedSlice<'_, T> {}
+
+impl<T: HcclType> CollectiveBuffer<T> for TypedSlice<'_, T> {
+    fn byte_view(&self) -> MappingSlice<'_> {
+        self.as_bytes()
+    }
 }
 
 #[cfg(test)]
@@ -153,13 +176,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bytes_round_trip() {
+    fn data_types() {
         let v = [1.5f32, -2.0, 3.25];
-        let b = as_bytes(&v);
-        assert_eq!(b.len(), 12);
-        assert_eq!(from_bytes::<f32>(b), v);
+        assert_eq!(bytemuck::cast_slice::<f32, u8>(&v).len(), 12);
         let h = [half::bf16::from_f32(1.0), half::bf16::from_f32(-0.5)];
-        assert_eq!(from_bytes::<half::bf16>(as_bytes(&h)), h);
+        let b: &[u8] = bytemuck::cast_slice(&h);
+        assert_eq!(bytemuck::cast_slice::<u8, half::bf16>(b), h);
         assert_eq!(<i128 as HcclType>::DATA_TYPE, DataType::INT128);
         assert_eq!(DataType::FP16.to_string(), "HCCL_DATA_TYPE_FP16");
         assert_eq!(DataType(13).to_string(), "HcclDataType 13");
