@@ -138,7 +138,10 @@ pub(crate) struct Channel {
     segments: usize,
     pub(crate) gate: RwLock<Gate>,
     pub(crate) inflight: Mutex<HashMap<u64, Weak<ReqInner>>>,
+    /// The keepalive socket, for heartbeats (a send may block up to 3 s under this lock).
     pub(crate) keepalive: Mutex<TcpStream>,
+    /// The same socket, to shut it down without waiting for a heartbeat in progress.
+    closer: TcpStream,
     /// The keepalive reader thread, joined by whoever loses the channel (unless it is the
     /// reader itself, which then ends right after).
     reader: Mutex<Option<JoinHandle<()>>>,
@@ -148,22 +151,27 @@ pub(crate) struct Channel {
 impl Channel {
     /// An open channel to `peer` over `remote`'s imports; its keepalive reader starts
     /// with [`start`].
+    ///
+    /// # Errors
+    /// Duplicating the socket failed (out of descriptors).
     pub(crate) fn new(
         peer: &str,
         addr: SocketAddr,
         remote: Remote,
         keepalive: TcpStream,
-    ) -> Arc<Channel> {
-        Arc::new(Channel {
+    ) -> std::io::Result<Arc<Channel>> {
+        let closer = keepalive.try_clone()?;
+        Ok(Arc::new(Channel {
             peer: peer.to_owned(),
             addr,
             segments: remote.map.len(),
             gate: RwLock::new(Gate::Open(remote)),
             inflight: Mutex::new(HashMap::new()),
             keepalive: Mutex::new(keepalive),
+            closer,
             reader: Mutex::new(None),
             counters: Counters::default(),
-        })
+        }))
     }
 
     pub(crate) fn stats(&self) -> PeerStats {
@@ -231,7 +239,7 @@ pub(crate) fn lose(map: &ChannelMap, ch: &Arc<Channel>, reason: LostReason) -> b
                 m.remove(&ch.peer);
             }
             drop(m);
-            let _ = ch.keepalive.lock().shutdown(Shutdown::Both);
+            let _ = ch.closer.shutdown(Shutdown::Both);
         },
     );
     drop(gate);
@@ -258,6 +266,9 @@ pub(crate) fn start(
     map: Weak<ChannelMap>,
 ) -> std::io::Result<()> {
     let weak = Arc::downgrade(ch);
+    // Held across the spawn: whoever loses the channel takes this lock (after its teardown),
+    // so it finds the handle to join even when the loss comes before the spawn returns.
+    let mut slot = ch.reader.lock();
     let t = std::thread::Builder::new()
         .name(format!("fabric-ka-{}", ch.addr.port()))
         .spawn(move || {
@@ -274,6 +285,6 @@ pub(crate) fn start(
                 lose(&map, &ch, LostReason::KeepaliveClosed);
             }
         })?;
-    *ch.reader.lock() = Some(t);
+    *slot = Some(t);
     Ok(())
 }

@@ -136,7 +136,8 @@ struct Piece {
 
 /// How long a deregistration waits for the peers that imported the memory to let go of it
 /// (to close their keepalive sockets, which engines of this crate do once their channel is
-/// torn down); a peer that has not by then is cut off anyway.
+/// torn down). A peer that has not by then keeps its half-closed session, and its import,
+/// until it closes or is reaped; the wait running out is logged.
 pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(3);
 
 /// Timeout of a connect made on demand (`AutoConnect`), as HIXL's.
@@ -185,6 +186,44 @@ impl EngineInner {
             }
         }
         Ok(())
+    }
+}
+
+impl EngineInner {
+    /// Imports and maps every entry a peer offered; on a failure, what was imported so far is
+    /// undone (dropped) and the error names the entry.
+    fn import_entries(
+        &self,
+        remote: &str,
+        entries: &[ShareHandleEntry],
+    ) -> Result<RangeMap<Import>> {
+        let mut remote_map = RangeMap::new();
+        for (index, e) in entries.iter().enumerate() {
+            let bad = |reason| Error::BadEntry {
+                peer: remote.to_owned(),
+                index,
+                va_addr: e.va_addr,
+                len: e.len,
+                reason,
+            };
+            let len = usize::try_from(e.len).map_err(|_| bad("length does not fit"))?;
+            if len == 0 {
+                return Err(bad("zero length"));
+            }
+            if e.va_addr.checked_add(e.len).is_none() {
+                return Err(bad("address range overflows"));
+            }
+            let mem = SharedHandle::from_parts(ShareKind::Fabric, len, e.share_handle)
+                .import(&self.dev)
+                .inspect_err(
+                    |err| tracing::warn!(peer = remote, index, error = %err, "import failed"),
+                )?;
+            let map = Arc::new(self.pool.map(&self.dev, &mem)?);
+            remote_map
+                .insert(e.va_addr, e.len, Import { map })
+                .map_err(|_| bad("overlaps another entry"))?;
+        }
+        Ok(remote_map)
     }
 }
 
@@ -385,11 +424,13 @@ impl Engine {
     /// Revocation: connected peers imported every block this engine offered when they
     /// connected. A block that no registration covers any more is revoked: each peer session
     /// that was offered it is closed (its keepalive socket shut), and this call returns once
-    /// those peers have closed their side, at most 3 s. A peer running this crate closes its
+    /// those peers have closed their side, or after 3 s. A peer running this crate closes its
     /// side only after its channel is torn down (its in-flight transfers failed with
-    /// [`Error::PeerLost`], its imports unmapped), so when this returns no copy of theirs can
-    /// still land in the memory. Such peers may connect again; they are then offered only what
-    /// is still registered. Dropping the last clone of a registration does the same.
+    /// [`Error::PeerLost`], its imports unmapped), so once it has, no copy of it can still land
+    /// in the memory. A peer that does not close in time (a C++ HIXL engine does not react to
+    /// the closed socket) keeps its import: the runtime offers no way to take an import back,
+    /// and the wait running out is logged. Peers may connect again; they are then offered only
+    /// what is still registered. Dropping the last clone of a registration does the same.
     ///
     /// # Errors
     /// [`Error::Busy`] (with the registration back) while transfers that use it are in
@@ -455,42 +496,30 @@ impl Engine {
             timeout,
             inner.opts.shared_secret.as_deref(),
         )?;
-        let mut remote_map = RangeMap::new();
-        for (index, e) in c.entries.iter().enumerate() {
-            let bad = |reason| Error::BadEntry {
-                peer: remote.to_owned(),
-                index,
-                va_addr: e.va_addr,
-                len: e.len,
-                reason,
-            };
-            let len = usize::try_from(e.len).map_err(|_| bad("length does not fit"))?;
-            if len == 0 {
-                return Err(bad("zero length"));
+        let keepalive = c.keepalive;
+        let made = inner
+            .import_entries(remote, &c.entries)
+            .and_then(|map| Ok(Remote::new(&inner.dev, map)?))
+            .and_then(|rem| {
+                let io = |source| Error::Listen { addr: sa, source };
+                let reader = keepalive.try_clone().map_err(io)?;
+                Ok((
+                    Channel::new(remote, sa, rem, keepalive).map_err(io)?,
+                    reader,
+                ))
+            });
+        let (ch, reader_sock) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                // The peer has opened a session for us: end it (its socket is closed already)
+                // and wait for its answer, so a retry is not refused as a duplicate.
+                let secret = inner.opts.shared_secret.as_deref();
+                if let Err(d) = control::disconnect(sa, &inner.channel_id, timeout, secret) {
+                    tracing::debug!(peer = remote, error = %d, "disconnect after a failed connect");
+                }
+                return Err(e);
             }
-            if e.va_addr.checked_add(e.len).is_none() {
-                return Err(bad("address range overflows"));
-            }
-            let mem = SharedHandle::from_parts(ShareKind::Fabric, len, e.share_handle)
-                .import(&inner.dev)
-                .inspect_err(
-                    |err| tracing::warn!(peer = remote, index, error = %err, "import failed"),
-                )?;
-            let map = Arc::new(inner.pool.map(&inner.dev, &mem)?);
-            remote_map
-                .insert(e.va_addr, e.len, Import { map })
-                .map_err(|_| bad("overlaps another entry"))?;
-        }
-        let reader_sock = c
-            .keepalive
-            .try_clone()
-            .map_err(|source| Error::Listen { addr: sa, source })?;
-        let ch = Channel::new(
-            remote,
-            sa,
-            Remote::new(&inner.dev, remote_map)?,
-            c.keepalive,
-        );
+        };
         // In the map before the reader starts, so a peer that closes at once is taken out
         // of it again by the reader (not left there, lost, after it).
         inner.channels.write().insert(remote.to_owned(), ch.clone());

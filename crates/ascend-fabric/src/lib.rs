@@ -45,8 +45,9 @@
 //!   and unmap and free its imports, all of it before the peer leaves [`Engine::peers`] and
 //!   before any waiter sees the error (so a caller that sees a peer gone may rely on its VA
 //!   being back);
-//! * revoke what it deregisters: peers that imported memory no registration covers any more
-//!   are cut off, and [`Engine::deregister`] returns once they have let go of it;
+//! * revoke what it deregisters: the sessions of peers that imported memory no registration
+//!   covers any more are closed, and [`Engine::deregister`] returns once those peers have let
+//!   go of it (peers of this crate tear their channel down first), or after 3 s;
 //! * quarantine a VA slot whose unmap failed instead of handing it out again;
 //! * identify itself to peers by a channel id unique to the engine instance (its address and
 //!   64 random bits), so engines sharing an address never take each other's session.

@@ -179,7 +179,9 @@ pub struct EngineOptions {
     /// HMAC-SHA256 challenge-response proving both sides know it; the secret itself never
     /// crosses the wire, and peers without it can neither connect, disconnect nor notify.
     /// Later bytes are not encrypted (see [`crate::control`]). Both engines need the same
-    /// secret; HIXL peers cannot take part.
+    /// secret; HIXL peers cannot take part. Anyone who can reach the port can obtain a proof
+    /// over nonces of their choosing and guess offline, so use a long random secret (32 random
+    /// bytes, hex- or base64-encoded), never a password; an empty one is refused.
     pub shared_secret: Option<String>,
     /// Optional allow-list of peer IPs for incoming control connections (off by default).
     pub allowed_peers: Option<Vec<IpAddr>>,
@@ -452,6 +454,13 @@ impl EngineOptionsBuilder {
     /// [`OptionError::Invalid`] for a value outside its range.
     pub fn build(self) -> Result<EngineOptions, OptionError> {
         let o = self.opts;
+        if o.shared_secret.as_deref() == Some("") {
+            return Err(invalid(
+                "shared_secret",
+                String::new(),
+                "must not be empty (use a long random string)",
+            ));
+        }
         if !(1..=8).contains(&o.task_stream_num) {
             return Err(invalid(
                 "task_stream_num",
@@ -630,6 +639,10 @@ mod tests {
     #[test]
     fn builder_checks_ranges() {
         assert!(EngineOptions::builder().task_stream_num(8).build().is_ok());
+        assert!(matches!(
+            EngineOptions::builder().shared_secret("").build(),
+            Err(OptionError::Invalid { key, .. }) if key == "shared_secret"
+        ));
         assert!(matches!(
             EngineOptions::builder().task_stream_num(0).build(),
             Err(OptionError::Invalid { .. })

@@ -54,8 +54,8 @@ impl Drop for VaSlot {
     }
 }
 
-/// A mapping in a pool slot. Dropping it unmaps, then returns the slot to the pool; if the
-/// unmap fails, the slot is quarantined instead (never handed out again while the range may
+/// A mapping in a pool slot. Dropping it unmaps (retrying once), then returns the slot to
+/// the pool; if the unmap fails twice, the slot is quarantined instead (never handed out again while the range may
 /// still be mapped) and counted in [`VaPool::quarantined`].
 pub(crate) struct SlotMapping {
     map: Option<Mapping>,
@@ -76,15 +76,21 @@ impl Drop for SlotMapping {
         let Some(map) = self.map.take() else {
             return;
         };
-        if let Err((e, map)) = map.unmap().map_err(|e| e.into_parts()) {
+        let Err(first) = map.unmap() else {
+            return;
+        };
+        let (e, map) = first.into_parts();
+        tracing::warn!(slot = self.slot.first, error = %e, "VA pool: unmapping failed; retrying once");
+        if let Err(again) = map.unmap() {
+            let (e, map) = again.into_parts();
             tracing::error!(
                 slot = self.slot.first,
                 slots = self.slot.n,
                 error = %e,
-                "VA pool: unmapping a slot failed; the slot is quarantined"
+                "VA pool: unmapping a slot failed twice; the slot is quarantined"
             );
             self.slot.quarantined = true;
-            // Its own drop retries the unmap and, failing again, leaks the memory and the
+            // Its own drop tries once more and, failing again, leaks the memory and the
             // reservation rather than free them under a live mapping.
             drop(map);
         }

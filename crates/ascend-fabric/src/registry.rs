@@ -11,7 +11,7 @@
 
 use ascend_mem::CloseError;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 
 use ascend_mem::{
@@ -120,6 +120,9 @@ pub(crate) struct RegInner {
     /// Transfers submitted and not yet observed complete that use this registration.
     pub(crate) in_flight: AtomicUsize,
     blocks: Vec<Arc<Block>>,
+    /// Set by the first removal (a deregistration, then the last handle's drop, would
+    /// otherwise revoke twice).
+    removed: AtomicBool,
 }
 
 /// A local segment: part of a registration inside one block.
@@ -383,9 +386,6 @@ impl Registry {
                     bad("empty")
                 });
             }
-            if at != end {
-                return Err(bad("does not start where the previous part ends"));
-            }
             if map.reservation().as_raw() != va {
                 return Err(bad("lies in another reservation than part 0"));
             }
@@ -393,6 +393,9 @@ impl Registry {
                 return Err(bad(
                     "is of another memory kind (host or device) than part 0",
                 ));
+            }
+            if at != end {
+                return Err(bad("does not start where the previous part ends"));
             }
             end = at + p.len() as u64;
         }
@@ -523,6 +526,7 @@ impl Registry {
             kind,
             in_flight: AtomicUsize::new(0),
             blocks: blocks.clone(),
+            removed: AtomicBool::new(false),
         });
         let end = addr + len;
         for b in &blocks {
@@ -595,6 +599,9 @@ impl Registry {
     /// Removes `reg`, then revokes the blocks it leaves uncovered (without the lock held:
     /// revoking waits for the peers).
     fn remove_and_revoke(&self, mut st: RwLockWriteGuard<'_, RegState>, reg: &RegInner) {
+        if reg.removed.swap(true, Ordering::AcqRel) {
+            return;
+        }
         Self::remove_locked(&mut st, reg.id, reg.addr, reg.len);
         let gone = Self::orphaned(&mut st, reg);
         drop(st);

@@ -191,7 +191,8 @@ fn revoke_closes_the_sessions_offered_an_address() {
     assert_eq!(srv.revoke(&[first.entry.va_addr], GUARD), 1);
     assert_eq!(srv.sessions(), ["raw"]);
     assert!(h.closed.lock().contains(&engine_id));
-    wait_until("the engine lost the peer", || !engine.is_connected(&remote));
+    // The engine closes its side only after its teardown, so it is gone already.
+    assert!(!engine.is_connected(&remote));
 
     // The raw client does not close: revoke waits only as long as asked, and the session
     // stays half-closed until the client closes it.

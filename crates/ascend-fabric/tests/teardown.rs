@@ -105,8 +105,11 @@ fn scenario(how: How) {
 
     let want = match how {
         How::PeerEngineDropped => {
-            drop(remote_reg);
+            // The engine first: its control server closes the sessions as it stops (the
+            // registration dropped first would revoke the memory instead, another path,
+            // tested in revocation.rs).
             drop(peer);
+            drop(remote_reg);
             LostReason::KeepaliveClosed
         }
         How::Disconnected => {

@@ -1,5 +1,5 @@
-//! A failed unmap during a disconnect never hands its VA slot out again (the range may still
-//! be mapped): the slot is quarantined and counted, and the engine goes on connecting, to the
+//! An unmap that fails during a disconnect is retried once; one that fails again never hands
+//! its VA slot out again (the range may still be mapped): the slot is quarantined and counted, and the engine goes on connecting, to the
 //! same peer and to others, and transferring. One test function: faults and counters are
 //! process-wide.
 
@@ -77,9 +77,19 @@ fn a_failed_unmap_quarantines_its_slot_and_the_engine_goes_on() {
     let (a, _, abuf, _) = &peers[0];
     let (b, _, bbuf, _) = &peers[1];
 
+    // One failure is retried at once: the slot goes back.
+    client.connect(a, T).unwrap();
+    ascend_sim::fault::fail_nth("aclrtUnmapMem", 1, INTERNAL);
+    client.disconnect(a, T).unwrap();
+    ascend_sim::fault::clear();
+    assert_eq!(client.pool_quarantined(), 0);
+    assert_eq!(client.pool_usage().0, 0);
+
+    // Two in a row: the slot is quarantined.
     client.connect(a, T).unwrap();
     assert_eq!(client.pool_usage().0, 1);
     ascend_sim::fault::fail_nth("aclrtUnmapMem", 1, INTERNAL);
+    ascend_sim::fault::fail_nth("aclrtUnmapMem", 2, INTERNAL);
     client.disconnect(a, T).unwrap();
     ascend_sim::fault::clear();
     assert_eq!(client.pool_quarantined(), 1, "the failed slot is counted");
@@ -100,8 +110,8 @@ fn a_failed_unmap_quarantines_its_slot_and_the_engine_goes_on() {
     );
     assert_eq!(client.pool_quarantined(), 1);
 
-    // The mapping's own drop retried the unmap (the fault was one call), so nothing leaked
-    // but the quarantined VA.
+    // The mapping's own drop tried a third time, which went through, so nothing leaked but
+    // the quarantined VA.
     drop((client, local, _reg, peers));
     let c = ascend_sim::counters();
     assert!(c.is_zero(), "leaked {c}");

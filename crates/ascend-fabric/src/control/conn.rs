@@ -259,6 +259,11 @@ impl Conn {
     }
 
     /// Shut the write side once everything queued has gone (revocation).
+    /// Whether this connection's write side is shut or due to be (a revoked session).
+    pub(super) fn revoked(&self) -> bool {
+        self.shut_after_flush || self.write_shut
+    }
+
     pub(super) fn shut_write_when_flushed(&mut self) -> Result<(), Close> {
         self.shut_after_flush = true;
         self.flush()

@@ -314,7 +314,9 @@ impl Loop {
                         .conns
                         .iter()
                         .filter(|(_, c)| match &c.phase {
-                            Phase::Session(s) => {
+                            // A session revoked before (its write side shut or being shut) is
+                            // not waited for again.
+                            Phase::Session(s) if !c.revoked() => {
                                 va_addrs.iter().any(|a| s.offered.binary_search(a).is_ok())
                             }
                             _ => false,

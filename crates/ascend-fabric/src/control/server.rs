@@ -230,19 +230,32 @@ impl ControlServer {
         }
         let deadline = Instant::now() + wait;
         let w = Arc::new(RevokeWait::default());
-        self.shared.commands.lock().push(Command::Revoke {
-            va_addrs: va_addrs.to_vec(),
-            wait: w.clone(),
-        });
+        {
+            // Checked under the queue's lock: a loop that has stopped sets `stop` before it
+            // empties the queue, so a command pushed here is either seen by that emptying or
+            // not pushed at all.
+            let mut commands = self.shared.commands.lock();
+            if self.shared.stop.load(Ordering::SeqCst) {
+                tracing::warn!("revoke: the control loop has stopped; nothing revoked");
+                return 0;
+            }
+            commands.push(Command::Revoke {
+                va_addrs: va_addrs.to_vec(),
+                wait: w.clone(),
+            });
+        }
         if let Err(e) = self.shared.poller.notify() {
             tracing::error!(error = %e, "cannot wake the control loop; nothing revoked");
             return 0;
         }
         let mut st = w.state.lock();
-        // The loop answers every command it takes, and on exit abandons the rest, so this
-        // first wait ends; the second is bounded by `wait`.
+        // The loop answers every command it takes, and on exit abandons the rest; both waits
+        // are bounded by `wait` all the same.
         while !st.started {
-            w.cv.wait(&mut st);
+            if w.cv.wait_until(&mut st, deadline).timed_out() {
+                tracing::warn!("revoke: the control loop did not take the command in time");
+                return 0;
+            }
         }
         while st.open > 0 {
             if w.cv.wait_until(&mut st, deadline).timed_out() {
