@@ -277,3 +277,40 @@ fn independent_client_reads_the_share_handle_list() {
         srv.sessions() == ["127.0.0.1:39999"] || srv.sessions().is_empty()
     });
 }
+
+/// A server that answers a byte at a time, slower than nothing but never silent for the whole
+/// timeout, cannot stretch a connect past its timeout: the exchange as a whole has one
+/// deadline, not each read.
+#[test]
+fn a_trickling_server_cannot_stretch_a_connect() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        // A valid response frame, sent one byte every 100 ms for at most 20 s.
+        let resp = Frame::new(
+            MsgType::Connect,
+            &wire::ConnectMsg::response(&wire::ConnectMsg::request("x", 0), entries(64)),
+        )
+        .unwrap()
+        .encode();
+        let t0 = Instant::now();
+        for b in resp {
+            if t0.elapsed() > Duration::from_secs(20) || s.write_all(&[b]).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    let t0 = Instant::now();
+    let r = control::connect(addr, "client", Duration::from_secs(1), None);
+    let took = t0.elapsed();
+    match r {
+        Err(e) => assert_eq!(e.status(), status::TIMEOUT, "{e}"),
+        Ok(_) => panic!("a connect that never got its answer succeeded"),
+    }
+    // The bound is the 1 s timeout; the 10 s here only tells "ended by its deadline" from
+    // "ran as long as the server kept trickling" (20 s).
+    assert!(took < Duration::from_secs(10), "connect took {took:?}");
+    server.join().unwrap();
+}

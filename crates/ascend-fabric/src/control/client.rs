@@ -8,7 +8,7 @@ use crate::wire::{
 };
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// An error of a client exchange.
 #[derive(Debug, thiserror::Error)]
@@ -78,29 +78,71 @@ impl ClientError {
     }
 }
 
+/// A client connection whose exchange as a whole ends by one deadline: every read and write
+/// waits at most for what is left of it (per-call socket timeouts alone would let a server
+/// that sends a byte now and then stretch an exchange without end).
+struct Bounded {
+    s: TcpStream,
+    until: Instant,
+}
+
+impl Bounded {
+    fn left(&self) -> io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the exchange ran out of time",
+            ));
+        }
+        Ok(left)
+    }
+
+    /// The socket, with no read timeout (a keepalive socket blocks until the peer closes).
+    fn into_keepalive(self) -> TcpStream {
+        let _ = self.s.set_read_timeout(None);
+        self.s
+    }
+}
+
+impl io::Read for Bounded {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.s.set_read_timeout(Some(self.left()?))?;
+        self.s.read(buf)
+    }
+}
+
+impl io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.s.set_write_timeout(Some(self.left()?))?;
+        self.s.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.s.flush()
+    }
+}
+
 /// Opens a connection and, with a secret, runs the handshake; the request frame goes next.
-fn open(
-    addr: SocketAddr,
-    timeout: Duration,
-    secret: Option<&str>,
-) -> Result<TcpStream, ClientError> {
+/// The whole exchange, connecting included, ends by `timeout` from now (3 s if zero).
+fn open(addr: SocketAddr, timeout: Duration, secret: Option<&str>) -> Result<Bounded, ClientError> {
     let t = if timeout.is_zero() {
         SERVER_IO_TIMEOUT
     } else {
         timeout
     };
-    let mut s = TcpStream::connect_timeout(&addr, t)
+    let until = Instant::now() + t;
+    let s = TcpStream::connect_timeout(&addr, t)
         .map_err(|source| ClientError::Connect { addr, source })?;
     let _ = s.set_nodelay(true);
-    let _ = s.set_read_timeout(Some(t));
-    let _ = s.set_write_timeout(Some(t));
+    let mut s = Bounded { s, until };
     if let Some(secret) = secret {
         authenticate(&mut s, addr, secret)?;
     }
     Ok(s)
 }
 
-fn authenticate(s: &mut TcpStream, addr: SocketAddr, secret: &str) -> Result<(), ClientError> {
+fn authenticate(s: &mut Bounded, addr: SocketAddr, secret: &str) -> Result<(), ClientError> {
     let wire_err = |source| ClientError::Wire { addr, source };
     let client = auth::nonce().map_err(|e| wire_err(e.into()))?;
     let hello = Frame::new(
@@ -154,7 +196,7 @@ fn authenticate(s: &mut TcpStream, addr: SocketAddr, secret: &str) -> Result<(),
     .map_err(wire_err)
 }
 
-fn read_status(s: &mut TcpStream, addr: SocketAddr) -> Result<(), ClientError> {
+fn read_status(s: &mut Bounded, addr: SocketAddr) -> Result<(), ClientError> {
     let st: StatusMsg = wire::read_frame(s)
         .and_then(|f| f.parse(MsgType::Status, "status"))
         .map_err(|source| ClientError::Wire { addr, source })?;
@@ -201,10 +243,9 @@ pub fn connect(
         .and_then(|f| f.parse(MsgType::Connect, "connect response"))
         .map_err(wire_err)?;
     read_status(&mut s, addr)?;
-    let _ = s.set_read_timeout(None);
     Ok(Connected {
         entries: resp.share_handles,
-        keepalive: s,
+        keepalive: s.into_keepalive(),
     })
 }
 
