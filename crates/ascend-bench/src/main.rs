@@ -52,6 +52,7 @@
 
 mod collectives;
 mod peer;
+mod progress;
 mod report;
 mod soak;
 mod transfer;
@@ -62,7 +63,7 @@ mod util;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use clap::{Parser, Subcommand};
 
 pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub(crate) type Res<T> = Result<T, BoxError>;
@@ -86,47 +87,82 @@ pub(crate) struct Args {
     soak: soak::SoakArgs,
 }
 
-const USAGE: &str =
-    "usage: ascend-bench <transfer|translate|collectives|all> [--quick] [--out DIR]\n       \
-     ascend-bench soak [--seconds N] [--seed S] [--peers P] [--strict]";
-
-fn num<T: std::str::FromStr>(it: &mut impl Iterator<Item = String>, flag: &str) -> Result<T, String>
-where
-    T::Err: std::fmt::Display,
-{
-    let v = it.next().ok_or(format!("{flag} needs a value"))?;
-    v.parse().map_err(|e| format!("{flag} {v:?}: {e}"))
+/// Benchmarks of the Fabric Mem engine and HCCL on the emulator (ratios measured in one run
+/// against memcpy between the same buffers, and UCX when installed), and the soak.
+#[derive(Debug, Parser)]
+#[command(name = "ascend-bench", version)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut mode = None;
-    let mut quick = false;
-    let mut out = PathBuf::from("target/bench");
-    let mut soak = soak::SoakArgs::default();
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "transfer" => mode = Some(Mode::Transfer),
-            "translate" => mode = Some(Mode::Translate),
-            "collectives" => mode = Some(Mode::Collectives),
-            "all" => mode = Some(Mode::All),
-            "soak" => mode = Some(Mode::Soak),
-            "--seconds" => soak.seconds = num(&mut it, "--seconds")?,
-            "--seed" => soak.seed = num(&mut it, "--seed")?,
-            "--peers" => soak.peers = num(&mut it, "--peers")?,
-            "--strict" => soak.strict = true,
-            "--quick" => quick = true,
-            "--out" => out = PathBuf::from(it.next().ok_or("--out needs a directory")?),
-            "-h" | "--help" => return Err(USAGE.into()),
-            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Engine WRITE/READ between two processes against memcpy (and UCX).
+    Transfer(RunOpts),
+    /// Host-side cost of a descriptor with 1 and 10,000 remote segments.
+    Translate(RunOpts),
+    /// AllGather and AllReduce with symmetric windows against staged.
+    Collectives(RunOpts),
+    /// Everything above, then the RESULT line.
+    All(RunOpts),
+    /// Random verified transfers with peer kills and injected faults; exits non-zero on
+    /// anything unexpected or leaked.
+    Soak(SoakOpts),
+}
+
+#[derive(Debug, clap::Args)]
+struct RunOpts {
+    /// Smaller sizes and fewer repetitions (a smoke test).
+    #[arg(long)]
+    quick: bool,
+    /// Where the CSV files and the plot go.
+    #[arg(long, value_name = "DIR", default_value = "target/bench")]
+    out: PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct SoakOpts {
+    /// How long to run.
+    #[arg(long, value_name = "N", default_value_t = 60)]
+    seconds: u64,
+    /// Seed of every random choice.
+    #[arg(long, value_name = "S", default_value_t = 1)]
+    seed: u64,
+    /// Peer processes (at least 1).
+    #[arg(long, value_name = "P", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    peers: u16,
+    /// Count late releases (the engine's ordering guarantees not met) as unexpected.
+    #[arg(long)]
+    strict: bool,
+}
+
+impl From<Cli> for Args {
+    fn from(cli: Cli) -> Args {
+        let run = |mode, o: RunOpts| Args {
+            mode,
+            quick: o.quick,
+            out: o.out,
+            soak: soak::SoakArgs::default(),
+        };
+        match cli.cmd {
+            Cmd::Transfer(o) => run(Mode::Transfer, o),
+            Cmd::Translate(o) => run(Mode::Translate, o),
+            Cmd::Collectives(o) => run(Mode::Collectives, o),
+            Cmd::All(o) => run(Mode::All, o),
+            Cmd::Soak(o) => Args {
+                mode: Mode::Soak,
+                quick: false,
+                out: PathBuf::from("target/bench"),
+                soak: soak::SoakArgs {
+                    seconds: o.seconds,
+                    seed: o.seed,
+                    peers: o.peers.into(),
+                    strict: o.strict,
+                },
+            },
         }
     }
-    Ok(Args {
-        mode: mode.ok_or(USAGE)?,
-        quick,
-        out,
-        soak,
-    })
 }
 
 /// Every figure of one run; `None` prints as `nan`.
@@ -149,13 +185,7 @@ fn main() -> ExitCode {
         Ok("soak-peer") => return exit(soak::peer_main()),
         _ => {}
     }
-    let args = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::from(Cli::parse());
     exit(run(&args))
 }
 
@@ -180,12 +210,7 @@ fn run(args: &Args) -> Res<()> {
     let steps = if do_t { transfer::steps(args) } else { 0 }
         + if do_x { translate::STEPS } else { 0 }
         + if do_c { collectives::STEPS } else { 0 };
-    let pb = ProgressBar::new(steps);
-    pb.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
-            .map_err(|e| e.to_string())?
-            .progress_chars("=> "),
-    );
+    let pb = progress::bar(steps, "{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")?;
     let mut res = Results::default();
     // Transfer first: the engine process's peak RSS is read right after it.
     if do_t {

@@ -79,7 +79,7 @@ use std::time::{Duration, Instant};
 
 use ascend_fabric::Engine;
 use ascend_mem::Runtime;
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use crate::Res;
 use driver::{Driver, Stats};
@@ -108,13 +108,7 @@ impl Default for SoakArgs {
 }
 
 fn progress(seconds: u64) -> Res<ProgressBar> {
-    let pb = ProgressBar::new(seconds);
-    pb.set_style(
-        ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} s {msg}")
-            .map_err(|e| e.to_string())?
-            .progress_chars("=> "),
-    );
-    Ok(pb)
+    crate::progress::bar(seconds, "{elapsed_precise} [{bar:30}] {pos}/{len} s {msg}")
 }
 
 /// Runs the soak and prints its report; an error when anything unexpected happened or

@@ -1,4 +1,6 @@
-//! A short soak run through the binary: it ends cleanly and its RESULT line adds up.
+//! A short soak run through the binary: it ends cleanly (strict: the engine's ordering
+//! guarantees count), its RESULT line adds up, and with stderr not a terminal its progress
+//! comes as plain lines.
 
 use std::process::Command;
 
@@ -13,7 +15,16 @@ fn field(line: &str, key: &str) -> f64 {
 #[test]
 fn short_soak_is_clean() {
     let out = Command::new(env!("CARGO_BIN_EXE_ascend-bench"))
-        .args(["soak", "--seconds", "4", "--seed", "3", "--peers", "1"])
+        .args([
+            "soak",
+            "--seconds",
+            "4",
+            "--seed",
+            "3",
+            "--peers",
+            "1",
+            "--strict",
+        ])
         .output()
         .expect("run the bench");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -28,4 +39,11 @@ fn short_soak_is_clean() {
     assert_eq!(field(last, "soak_leaked"), 0.0);
     assert!(field(last, "soak_ops") > 0.0, "{last}");
     assert!(field(last, "soak_verified_bytes") > 0.0, "{last}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let progress = stderr.lines().filter(|l| l.contains("/4 s")).count();
+    assert!(progress >= 1, "progress lines on stderr: {stderr}");
+    assert!(
+        !stderr.contains('\r'),
+        "no terminal redraws in a log: {stderr:?}"
+    );
 }
