@@ -142,6 +142,7 @@ impl SlotPool {
 
     /// A free slot, a new one within budget, or (with a deadline) waits for one.
     pub(crate) fn acquire(&self, wait_until: Option<Instant>) -> Result<Slot> {
+        let t0 = Instant::now();
         let mut st = self.st.lock();
         loop {
             if let Some(s) = st.free.pop() {
@@ -169,7 +170,7 @@ impl SlotPool {
                     if self.cv.wait_until(&mut st, d).timed_out() && st.free.is_empty() {
                         return Err(Error::Timeout {
                             what: "waiting for a free stream slot",
-                            after: d.saturating_duration_since(Instant::now()),
+                            after: t0.elapsed(),
                         });
                     }
                 }
