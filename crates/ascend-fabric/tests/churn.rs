@@ -6,27 +6,14 @@
 //! One test function, so that nothing else runs in this process while threads and descriptors
 //! are counted (libtest runs each test on a thread of its own).
 
-use std::net::TcpListener;
+mod engine_util;
+
 use std::time::Duration;
 
-use ascend_fabric::{Engine, EngineOptions, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
-}
-
-fn options() -> EngineOptions {
-    EngineOptions::builder()
-        .task_stream_num(1)
-        .pool_capacity(4 << 30)
-        .build()
-        .unwrap()
-}
 
 /// Open descriptors and threads of this process.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -50,7 +37,7 @@ fn assert_back(phase: &str, before: Usage) {
 }
 
 fn registrations(dev: &ascend_mem::Device) {
-    let engine = Engine::new(dev, "127.0.0.1", options()).unwrap();
+    let engine = Engine::new(dev, "127.0.0.1", options(1, 4)).unwrap();
     let bufs: Vec<_> = (0..4)
         .map(|_| engine.alloc_device(4 << 20).unwrap())
         .collect();
@@ -74,11 +61,11 @@ fn registrations(dev: &ascend_mem::Device) {
 }
 
 fn connects(dev: &ascend_mem::Device) {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let peer = Engine::new(dev, &addr, options()).unwrap();
+    let addr = listen_addr();
+    let peer = Engine::new(dev, &addr, options(1, 4)).unwrap();
     let remote = peer.alloc_device(2 << 20).unwrap();
     let _remote_reg = peer.register(&remote).unwrap();
-    let client = Engine::new(dev, "127.0.0.1", options()).unwrap();
+    let client = Engine::new(dev, "127.0.0.1", options(1, 4)).unwrap();
     let local = client.alloc_device(2 << 20).unwrap();
     let _reg = client.register(&local).unwrap();
     let mut first = None;
@@ -108,11 +95,11 @@ fn connects(dev: &ascend_mem::Device) {
 fn engines(dev: &ascend_mem::Device) {
     for i in 0..500 {
         let addr = if i % 5 == 0 {
-            format!("127.0.0.1:{}", free_port())
+            listen_addr()
         } else {
             "127.0.0.1".to_owned()
         };
-        let e = Engine::new(dev, &addr, options()).unwrap();
+        let e = Engine::new(dev, &addr, options(1, 4)).unwrap();
         assert_eq!(e.pool_usage().0, 0);
         drop(e);
     }
@@ -125,7 +112,7 @@ fn registrations_connects_and_engines_churn_without_leaks() {
     // Warm up what lives for the process: the emulator's device state and its descriptor
     // broker (a thread and a socket, started by the first export).
     {
-        let e = Engine::new(&dev, "127.0.0.1", options()).unwrap();
+        let e = Engine::new(&dev, "127.0.0.1", options(1, 4)).unwrap();
         let b = e.alloc_device(2 << 20).unwrap();
         drop(e.register(&b).unwrap());
     }

@@ -3,10 +3,12 @@
 //! channel lives (it was once answered as a duplicate and closed). One test function: faults
 //! and counters are process-wide.
 
-use std::net::TcpListener;
+mod engine_util;
+
 use std::time::Duration;
 
-use ascend_fabric::{Engine, EngineOptions, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 /// `ACL_ERROR_RT_INTERNAL_ERROR`.
@@ -16,19 +18,8 @@ const INTERNAL: i32 = 507_000;
 fn a_failed_connect_leaves_no_session_behind_and_a_retry_works() {
     let rt = ascend_mem::Runtime::emulated().unwrap();
     let dev = rt.device(0).unwrap();
-    let opts = || {
-        EngineOptions::builder()
-            .task_stream_num(1)
-            .pool_capacity(8 << 30)
-            .build()
-            .unwrap()
-    };
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
+    let opts = || options(1, 8);
+    let addr = listen_addr();
     let owner = Engine::new(&dev, &addr, opts()).unwrap();
     let remote = owner.alloc_device(2 << 20).unwrap();
     let _rreg = owner.register(&remote).unwrap();

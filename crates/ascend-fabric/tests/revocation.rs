@@ -4,28 +4,15 @@
 //! Memory still covered, or registered after a peer connected (never offered to it), leaves
 //! the peer alone. One test function: the emulator's counters are process-wide.
 
-use std::net::TcpListener;
+mod engine_util;
+
 use std::time::Duration;
 
-use ascend_fabric::{Engine, EngineOptions, Error, LostReason, Side, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, Error, LostReason, Side, TransferDesc, TransferOp};
+use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 2 << 20;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
-}
-
-fn options() -> EngineOptions {
-    EngineOptions::builder()
-        .task_stream_num(1)
-        .pool_capacity(16 << 30)
-        .build()
-        .unwrap()
-}
 
 struct Pair {
     owner: Engine,
@@ -36,9 +23,9 @@ struct Pair {
 }
 
 fn pair(dev: &ascend_mem::Device) -> Pair {
-    let addr = format!("127.0.0.1:{}", free_port());
-    let owner = Engine::new(dev, &addr, options()).unwrap();
-    let peer = Engine::new(dev, "127.0.0.1", options()).unwrap();
+    let addr = listen_addr();
+    let owner = Engine::new(dev, &addr, options(1, 16)).unwrap();
+    let peer = Engine::new(dev, "127.0.0.1", options(1, 16)).unwrap();
     let local = peer.alloc_device(LEN).unwrap();
     let _local_reg = peer.register(&local).unwrap();
     Pair {

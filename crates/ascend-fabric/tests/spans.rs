@@ -2,22 +2,16 @@
 //! piece), adjacent registrations of one allocation, and the typed errors for parts that do
 //! not form one range. One test function: the emulator's counters are process-wide.
 
-use std::net::TcpListener;
+mod engine_util;
+
 use std::time::Duration;
 
-use ascend_fabric::{Engine, EngineOptions, Error, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, Error, TransferDesc, TransferOp};
 use ascend_mem::{Device, HostBuffer, Mapping, PhysicalMem, ReservedVa};
+use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const PIECE: usize = 2 << 20;
-
-fn options() -> EngineOptions {
-    EngineOptions::builder()
-        .task_stream_num(2)
-        .pool_capacity(16 << 30)
-        .build()
-        .unwrap()
-}
 
 /// `n` HBM allocations mapped back to back into one reservation.
 fn pieces(dev: &Device, n: usize) -> (ReservedVa, Vec<Mapping>) {
@@ -39,13 +33,8 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 /// One registration over three mappings; a peer writes one descriptor across all three.
 fn three_mappings_as_one(dev: &Device) {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let owner = Engine::new(dev, &addr, options()).unwrap();
+    let addr = listen_addr();
+    let owner = Engine::new(dev, &addr, options(2, 16)).unwrap();
     let (_va, maps) = pieces(dev, 3);
     let reg = owner.register(&maps).unwrap();
     assert_eq!(reg.addr(), maps[0].as_raw() as u64);
@@ -53,7 +42,7 @@ fn three_mappings_as_one(dev: &Device) {
     // The same range again, given as a slice of mappings, is the same registration.
     assert_eq!(owner.register(&maps[..]).unwrap(), reg);
 
-    let peer = Engine::new(dev, "127.0.0.1", options()).unwrap();
+    let peer = Engine::new(dev, "127.0.0.1", options(2, 16)).unwrap();
     let src = peer.alloc_device(3 * PIECE).unwrap();
     let data = pattern(3 * PIECE, 5);
     src.write_from(&data, 0).unwrap();
@@ -78,7 +67,7 @@ fn three_mappings_as_one(dev: &Device) {
 /// Adjacent registrations of one allocation both succeed (one export, shared), whether
 /// both are views or one is made by address.
 fn adjacent_registrations(dev: &Device) {
-    let engine = Engine::new(dev, "127.0.0.1", options()).unwrap();
+    let engine = Engine::new(dev, "127.0.0.1", options(2, 16)).unwrap();
     let buf = engine.alloc_device(2 * PIECE).unwrap();
     let left = engine
         .register_slice(&buf.as_slice().slice(..PIECE).unwrap())
@@ -103,7 +92,7 @@ fn adjacent_registrations(dev: &Device) {
 /// Parts that are not one contiguous range of one reservation and one kind are refused,
 /// naming the part.
 fn bad_spans(dev: &Device) {
-    let engine = Engine::new(dev, "127.0.0.1", options()).unwrap();
+    let engine = Engine::new(dev, "127.0.0.1", options(2, 16)).unwrap();
     let (_va, maps) = pieces(dev, 3);
     let (_va2, other) = pieces(dev, 1);
     let host = HostBuffer::new(dev, PIECE).unwrap();

@@ -8,31 +8,17 @@
 //! `wait` returns, with no further wait. One test function: the emulator's counters are
 //! process-wide.
 
-use std::net::TcpListener;
+mod engine_util;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use ascend_fabric::{Engine, EngineOptions, Error, LostReason, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, Error, LostReason, TransferDesc, TransferOp};
+use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const REQUESTS: usize = 8;
 const BLOCK: usize = 64 << 10;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
-}
-
-fn options() -> EngineOptions {
-    EngineOptions::builder()
-        .task_stream_num(2)
-        .heartbeat_interval(Duration::from_millis(100))
-        .pool_capacity(16 << 30)
-        .build()
-        .unwrap()
-}
 
 /// What a waiter saw the moment its request ended.
 #[derive(Debug)]
@@ -54,11 +40,11 @@ enum How {
 fn scenario(how: How) {
     let rt = ascend_mem::Runtime::emulated().unwrap();
     let dev = rt.device(0).unwrap();
-    let peer_addr = format!("127.0.0.1:{}", free_port());
-    let peer = Engine::new(&dev, &peer_addr, options()).unwrap();
+    let peer_addr = listen_addr();
+    let peer = Engine::new(&dev, &peer_addr, options(2, 16)).unwrap();
     let remote_buf = peer.alloc_device(REQUESTS * BLOCK).unwrap();
     let remote_reg = peer.register(&remote_buf).unwrap();
-    let client = Engine::new(&dev, "127.0.0.1", options()).unwrap();
+    let client = Engine::new(&dev, "127.0.0.1", options(2, 16)).unwrap();
     let local = client.alloc_device(REQUESTS * BLOCK).unwrap();
     let reg = client.register(&local).unwrap();
     client.connect(&peer_addr, T).unwrap();

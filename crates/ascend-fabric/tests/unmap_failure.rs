@@ -3,30 +3,17 @@
 //! same peer and to others, and transferring. One test function: faults and counters are
 //! process-wide.
 
-use std::net::TcpListener;
+mod engine_util;
+
 use std::time::Duration;
 
-use ascend_fabric::{Engine, EngineOptions, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 2 << 20;
 /// `ACL_ERROR_RT_INTERNAL_ERROR`.
 const INTERNAL: i32 = 507_000;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
-}
-
-fn options() -> EngineOptions {
-    EngineOptions::builder()
-        .task_stream_num(1)
-        .pool_capacity(8 << 30)
-        .build()
-        .unwrap()
-}
 
 /// Writes `seed`-derived bytes to `peer` through `client` and reads them back.
 fn round_trip(
@@ -64,14 +51,14 @@ fn a_failed_unmap_quarantines_its_slot_and_the_engine_goes_on() {
         ascend_fabric::Registration,
     )> = (0..2)
         .map(|_| {
-            let addr = format!("127.0.0.1:{}", free_port());
-            let e = Engine::new(&dev, &addr, options()).unwrap();
+            let addr = listen_addr();
+            let e = Engine::new(&dev, &addr, options(1, 8)).unwrap();
             let buf = e.alloc_device(LEN).unwrap();
             let reg = e.register(&buf).unwrap();
             (addr, e, buf, reg)
         })
         .collect();
-    let client = Engine::new(&dev, "127.0.0.1", options()).unwrap();
+    let client = Engine::new(&dev, "127.0.0.1", options(1, 8)).unwrap();
     let local = client.alloc_device(LEN).unwrap();
     let _reg = client.register(&local).unwrap();
     let (a, _, abuf, _) = &peers[0];

@@ -1,0 +1,31 @@
+//! Helpers of the engine tests: free loopback ports and small engine options.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::time::Duration;
+
+use ascend_fabric::EngineOptions;
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral port")
+}
+
+/// `127.0.0.1:<a free port>`: an address for a listening engine.
+pub fn listen_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+/// Options with `streams` copy streams per transfer, a VA pool of `pool_gib` GiB and quick
+/// heartbeats.
+pub fn options(streams: u32, pool_gib: u64) -> EngineOptions {
+    EngineOptions::builder()
+        .task_stream_num(streams)
+        .heartbeat_interval(Duration::from_millis(100))
+        .pool_capacity(pool_gib << 30)
+        .build()
+        .expect("valid options")
+}
