@@ -13,7 +13,7 @@ use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of};
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 
 use bytemuck::Pod;
 
@@ -77,25 +77,7 @@ fn resolve_elems(
     size: usize,
     what: &'static str,
 ) -> Result<(usize, usize)> {
-    let start = match range.start_bound() {
-        Bound::Included(&s) => s,
-        Bound::Excluded(&s) => s.saturating_add(1),
-        Bound::Unbounded => 0,
-    };
-    let end = match range.end_bound() {
-        Bound::Included(&e) => e.saturating_add(1),
-        Bound::Excluded(&e) => e,
-        Bound::Unbounded => len,
-    };
-    if start > end || end > len {
-        return Err(Error::OutOfBounds {
-            what,
-            offset: start.saturating_mul(size),
-            len: end.saturating_sub(start).saturating_mul(size),
-            size: len * size,
-        });
-    }
-    Ok((start, end - start))
+    crate::vmm::resolve_units(range, len, size, what)
 }
 
 /// A borrowed view of device-visible memory as elements of `T`: a [`MappingSlice`] whose

@@ -663,6 +663,17 @@ fn resolve(
     len: usize,
     what: &'static str,
 ) -> Result<(usize, usize)> {
+    resolve_units(range, len, 1, what)
+}
+
+/// Resolves a range of units (bytes, or elements of `unit` bytes) against a length of `len`
+/// units into `(start, count)`; the error reports the range in bytes.
+pub(crate) fn resolve_units(
+    range: impl RangeBounds<usize>,
+    len: usize,
+    unit: usize,
+    what: &'static str,
+) -> Result<(usize, usize)> {
     let start = match range.start_bound() {
         Bound::Included(&s) => s,
         Bound::Excluded(&s) => s.saturating_add(1),
@@ -676,9 +687,9 @@ fn resolve(
     if start > end || end > len {
         return Err(Error::OutOfBounds {
             what,
-            offset: start,
-            len: end.saturating_sub(start),
-            size: len,
+            offset: start.saturating_mul(unit),
+            len: end.saturating_sub(start).saturating_mul(unit),
+            size: len.saturating_mul(unit),
         });
     }
     Ok((start, end - start))
