@@ -35,7 +35,8 @@
 //! secret, and fails with [`ClientError::ServerAuth`]) and answers with its own HMAC
 //! ([`AuthProof`](crate::wire::AuthProof)), which the server checks in constant time before it
 //! reads the request. A connection without a valid proof is closed, counted in
-//! [`ServerStats::auth_failures`], and its request is never acted on. The secret itself never
+//! [`ServerStats::auth_failures`] ([`ServerStats::malformed`] when what it sent is not even a
+//! well-formed frame), and its request is never acted on. The secret itself never
 //! crosses the wire; fresh nonces on both sides make a recorded exchange useless later.
 //!
 //! What the secret protects: who may open a session (and so receive the share handles), who
