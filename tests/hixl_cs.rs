@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr};
 use std::ptr::null_mut;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,11 +19,8 @@ const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const SEC: Duration = Duration::from_secs(2);
 
 fn free_port() -> u16 {
-    TcpListener::bind((LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    // Outside the ephemeral range: no outgoing connection takes it before the server binds.
+    ascend_launch::free_port().unwrap()
 }
 
 fn hccs() -> Endpoint {

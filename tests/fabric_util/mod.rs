@@ -4,7 +4,6 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
@@ -24,10 +23,8 @@ pub const MIB2: usize = 2 << 20;
 
 /// A port nobody listens on right now.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
+    // Outside the ephemeral range: no outgoing connection takes it before the engine binds.
+    ascend_launch::free_port().expect("a free loopback port")
 }
 
 /// A deterministic byte pattern.

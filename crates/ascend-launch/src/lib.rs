@@ -377,9 +377,41 @@ impl Rendezvous {
 
 /// Picks a loopback port that is free right now (for `MASTER_PORT`).
 ///
+/// A port the kernel hands out for `bind(0)` lies in its ephemeral range, from which it also
+/// takes the local ports of outgoing connections: between picking such a port and rank 0
+/// binding it, any connection on the host may take it. So the port comes from below that
+/// range (read from `/proc/sys/net/ipv4/ip_local_port_range`; 10000 and up), where only an
+/// explicit bind can take it, and a process never gets the same port twice. Only when no
+/// such port is free does it fall back to `bind(0)`.
+///
 /// # Errors
 /// [`Error::Io`] when no port can be bound.
 pub fn free_port() -> Result<u16> {
+    static HANDED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    const LOW: u32 = 10_000;
+    let ephemeral_start = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|t| t.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768);
+    if ephemeral_start > LOW + 1_000 {
+        let span = ephemeral_start - LOW;
+        // Where to start looking: spread over processes and calls.
+        let seed = std::process::id()
+            ^ std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+        let mut handed = HANDED.lock().unwrap_or_else(|e| e.into_inner());
+        for i in 0..span {
+            let port = (LOW + (seed.wrapping_add(i.wrapping_mul(7_919))) % span) as u16;
+            if handed.contains(&port) {
+                continue;
+            }
+            if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                handed.push(port);
+                return Ok(port);
+            }
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("binding a free port"))?;
     Ok(l.local_addr().map_err(io_err("local_addr"))?.port())
 }

@@ -1,17 +1,14 @@
 //! Helpers of the engine tests: free loopback ports and small engine options.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::time::Duration;
 
 use ascend_fabric::EngineOptions;
 
-/// A loopback port nobody listens on right now.
+/// A loopback port nobody listens on right now, from outside the ephemeral range (so no
+/// outgoing connection of another test takes it before the engine binds it).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("bind an ephemeral port")
+    ascend_launch::free_port().expect("a free loopback port")
 }
 
 /// `127.0.0.1:<a free port>`: an address for a listening engine.
