@@ -13,9 +13,16 @@ fn free_ports_avoid_the_ephemeral_range_and_never_repeat() {
     let mut unique = ports.clone();
     unique.sort_unstable();
     unique.dedup();
-    assert_eq!(unique.len(), ports.len(), "a port handed out twice: {ports:?}");
+    assert_eq!(
+        unique.len(),
+        ports.len(),
+        "a port handed out twice: {ports:?}"
+    );
     for p in &ports {
-        assert!(*p < ephemeral_start && *p >= 10_000, "{p} in the ephemeral range");
+        assert!(
+            *p < ephemeral_start && *p >= 10_000,
+            "{p} in the ephemeral range"
+        );
     }
     // Each is bindable now (nobody else in this process was given it).
     for p in ports {
