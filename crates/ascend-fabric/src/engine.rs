@@ -8,17 +8,16 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ascend_mem::{
-    Device, DeviceBuffer, HostBuffer, MappingSlice, ShareKind, SharedHandle, TableCopy,
-};
+use ascend_mem::{Device, DeviceBuffer, HostBuffer, MappingSlice, ShareKind, SharedHandle};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 use crate::channel::{self, Channel, ChannelMap, Gate, Import, PeerStats, Remote};
 use crate::control::{self, ControlHandler, ControlServer, ServerConfig};
-use crate::error::{Error, LostReason, Result, Side};
+use crate::error::{Error, LostReason, Result};
 use crate::options::{EngineAddr, EngineOptions, OptionError};
+use crate::plan;
 use crate::pool::VaPool;
-use crate::ranges::{RangeError, RangeMap};
+use crate::ranges::RangeMap;
 use crate::registry::{Registrable, Registration, Registry};
 use crate::transfer::{
     Pending, RegUse, ReqInner, SlotPool, TransferDesc, TransferOp, TransferRequest,
@@ -93,45 +92,6 @@ impl std::fmt::Debug for Engine {
             .field("peers", &self.peers())
             .finish()
     }
-}
-
-fn check_descs(descs: &[TransferDesc]) -> Result<u64> {
-    if descs.is_empty() {
-        return Err(Error::EmptyBatch);
-    }
-    let mut bytes = 0u64;
-    for (index, d) in descs.iter().enumerate() {
-        if d.len == 0 {
-            return Err(Error::ZeroLength { index });
-        }
-        for (side, addr) in [(Side::Local, d.local_addr), (Side::Remote, d.remote_addr)] {
-            if addr.checked_add(d.len).is_none() {
-                return Err(Error::Overflow {
-                    index,
-                    side,
-                    addr,
-                    len: d.len,
-                });
-            }
-        }
-        bytes = bytes.saturating_add(d.len);
-    }
-    Ok(bytes)
-}
-
-/// Pieces of at least this size are spread over the slot's streams.
-const SPLIT_MIN: usize = 1 << 20;
-/// ... in chunks of at least this size.
-const SPLIT_CHUNK_MIN: usize = 256 << 10;
-
-/// A piece to copy, by segment index in the local and remote maps.
-#[derive(Copy, Clone)]
-struct Piece {
-    l_idx: usize,
-    l_off: u64,
-    r_idx: usize,
-    r_off: u64,
-    len: u64,
 }
 
 /// How long a deregistration waits for the peers that imported the memory to let go of it
@@ -712,28 +672,22 @@ impl Engine {
         })
     }
 
-    fn submit(
-        &self,
-        remote: &str,
-        op: TransferOp,
-        descs: &[TransferDesc],
-        slot_deadline: Option<Instant>,
-    ) -> Result<Arc<ReqInner>> {
+    /// The channel to `remote`; with `AutoConnect` and none, connects first (HIXL's connect on
+    /// demand, within 3 s and `deadline`).
+    fn channel_for(&self, remote: &str, deadline: Option<Instant>) -> Result<Arc<Channel>> {
         let inner = &self.inner;
-        let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
-        let bytes = check_descs(descs)?;
         let lookup = || inner.channels.read().get(remote).cloned();
         let not_connected = || Error::NotConnected {
             peer: remote.to_owned(),
         };
-        let ch = match lookup() {
-            Some(c) => c,
+        match lookup() {
+            Some(c) => Ok(c),
             None if inner.opts.auto_connect => {
                 // HIXL's AutoConnect: connect on demand, within 3 s and the caller's deadline.
                 // Another thread may connect first, or disconnect again before the lookup
                 // after the connect: then try again while time is left.
                 let now = Instant::now();
-                let until = slot_deadline.map_or(now + AUTO_CONNECT_TIMEOUT, |d| {
+                let until = deadline.map_or(now + AUTO_CONNECT_TIMEOUT, |d| {
                     d.min(now + AUTO_CONNECT_TIMEOUT)
                 });
                 loop {
@@ -746,12 +700,25 @@ impl Engine {
                         Err(e) => return Err(e),
                     }
                     if let Some(c) = lookup() {
-                        break c;
+                        break Ok(c);
                     }
                 }
             }
-            None => return Err(not_connected()),
-        };
+            None => Err(not_connected()),
+        }
+    }
+
+    fn submit(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+        slot_deadline: Option<Instant>,
+    ) -> Result<Arc<ReqInner>> {
+        let inner = &self.inner;
+        let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
+        let bytes = plan::check_descs(descs)?;
+        let ch = self.channel_for(remote, slot_deadline)?;
         if let Gate::Lost(r) = *ch.gate.read() {
             return Err(ch.lost_error(r));
         }
@@ -765,92 +732,15 @@ impl Engine {
             }
         };
         let reg = inner.registry.state.read();
-        let local = &reg.ranges;
-        let remote_map = &rem.map;
-        // Check and translate every descriptor before queuing anything: one lookup per side
-        // (the local pieces, then the remote ones), merged into pieces that lie in one local
-        // and one remote segment each.
-        let mut pieces: Vec<Piece> = Vec::with_capacity(descs.len());
+        // Check and translate every descriptor before queuing anything.
         let mut regs = RegUse(Vec::new());
-        let mut lp: Vec<(usize, u64, u64)> = Vec::new();
-        let mut rp: Vec<(usize, u64, u64)> = Vec::new();
-        for (index, d) in descs.iter().enumerate() {
-            lp.clear();
-            rp.clear();
-            let l = local
-                .for_each_piece(d.local_addr, d.len, |p, seg| {
-                    regs.add(&seg.value.reg);
-                    lp.push((p.index, p.offset, p.len));
-                })
-                .map_err(|e| (Side::Local, e));
-            let r = l.and_then(|()| {
-                // Fast path: the whole range inside the segment the index finds.
-                if let Some((i, start)) = rem.index.holding(d.remote_addr, d.len) {
-                    rp.push((i, d.remote_addr - start, d.len));
-                    return Ok(());
-                }
-                remote_map
-                    .for_each_piece(d.remote_addr, d.len, |p, _| {
-                        rp.push((p.index, p.offset, p.len))
-                    })
-                    .map_err(|e| (Side::Remote, e))
-            });
-            if let Err((side, e)) = r {
-                let addr = match side {
-                    Side::Local => d.local_addr,
-                    Side::Remote => d.remote_addr,
-                };
-                let uncovered = match e {
-                    RangeError::Unmapped { addr } => addr,
-                    _ => addr,
-                };
+        let pieces = match plan::translate(descs, &reg.ranges, rem, &mut regs) {
+            Ok(p) => p,
+            Err(e) => {
                 inner.slots.release(slot);
-                return Err(Error::NotRegistered {
-                    index,
-                    side,
-                    addr,
-                    len: d.len,
-                    uncovered,
-                });
+                return Err(e);
             }
-            if let ([(l_idx, l_off, _)], [(r_idx, r_off, len)]) = (&lp[..], &rp[..]) {
-                pieces.push(Piece {
-                    l_idx: *l_idx,
-                    l_off: *l_off,
-                    r_idx: *r_idx,
-                    r_off: *r_off,
-                    len: *len,
-                });
-                continue;
-            }
-            // Several segments on a side: cut at every boundary of either.
-            let (mut i, mut j) = (0, 0);
-            let (mut li, mut ri) = (lp[0], rp[0]);
-            while i < lp.len() && j < rp.len() {
-                let n = li.2.min(ri.2);
-                pieces.push(Piece {
-                    l_idx: li.0,
-                    l_off: li.1,
-                    r_idx: ri.0,
-                    r_off: ri.1,
-                    len: n,
-                });
-                li = (li.0, li.1 + n, li.2 - n);
-                ri = (ri.0, ri.1 + n, ri.2 - n);
-                if li.2 == 0 {
-                    i += 1;
-                    if let Some(x) = lp.get(i) {
-                        li = *x;
-                    }
-                }
-                if ri.2 == 0 {
-                    j += 1;
-                    if let Some(x) = rp.get(j) {
-                        ri = *x;
-                    }
-                }
-            }
-        }
+        };
         let ltab = match reg.table(&inner.dev) {
             Ok(t) => t,
             Err(e) => {
@@ -858,60 +748,8 @@ impl Engine {
                 return Err(e);
             }
         };
-        // Cut the pieces into copies, coalescing ones contiguous on both sides, and deal
-        // them round-robin to the slot's streams: one table batch per stream.
-        let k = slot.streams.len();
         let write = op == TransferOp::Write;
-        let mut batches: Vec<Vec<TableCopy>> = vec![Vec::new(); k];
-        let mut rr = 0usize;
-        let mut deal = |p: Piece| {
-            let len = p.len as usize;
-            // A large piece is cut into up to `k` chunks on different streams, so one big
-            // op uses every stream of the slot (HIXL issues it whole, on one stream).
-            let parts = if len >= SPLIT_MIN && k > 1 {
-                k.min(len / SPLIT_CHUNK_MIN)
-            } else {
-                1
-            };
-            let chunk = len.div_ceil(parts).next_multiple_of(4096);
-            let mut at = 0;
-            while at < len {
-                let n = chunk.min(len - at);
-                let l = (p.l_idx, p.l_off as usize + at);
-                let r = (p.r_idx, p.r_off as usize + at);
-                let ((dst, dst_offset), (src, src_offset)) = if write { (r, l) } else { (l, r) };
-                batches[rr % k].push(TableCopy {
-                    dst,
-                    dst_offset,
-                    src,
-                    src_offset,
-                    len: n,
-                });
-                rr += 1;
-                at += n;
-            }
-        };
-        let mut pending: Option<Piece> = None;
-        for p in pieces {
-            match &mut pending {
-                Some(q)
-                    if q.l_idx == p.l_idx
-                        && q.r_idx == p.r_idx
-                        && q.l_off + q.len == p.l_off
-                        && q.r_off + q.len == p.r_off =>
-                {
-                    q.len += p.len
-                }
-                _ => {
-                    if let Some(q) = pending.replace(p) {
-                        deal(q);
-                    }
-                }
-            }
-        }
-        if let Some(q) = pending.take() {
-            deal(q);
-        }
+        let batches = plan::deal(pieces, slot.streams.len(), write);
         let (dtab, stab) = if write {
             (&rem.table, ltab)
         } else {

@@ -69,6 +69,7 @@ pub mod cs;
 mod engine;
 mod error;
 pub mod options;
+mod plan;
 mod pool;
 pub mod ranges;
 mod registry;

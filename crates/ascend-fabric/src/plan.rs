@@ -1,0 +1,199 @@
+//! Planning a transfer before anything is queued: the descriptor checks, the translation of
+//! every descriptor into pieces that each lie in one local and one remote segment, and the
+//! dealing of those pieces, as table copies, to the streams of a slot.
+
+use ascend_mem::TableCopy;
+
+use crate::channel::Remote;
+use crate::error::{Error, Result, Side};
+use crate::ranges::{RangeError, RangeMap};
+use crate::registry::LocalSeg;
+use crate::transfer::{RegUse, TransferDesc};
+
+/// Pieces of at least this size are spread over the slot's streams.
+const SPLIT_MIN: usize = 1 << 20;
+/// ... in chunks of at least this size.
+const SPLIT_CHUNK_MIN: usize = 256 << 10;
+
+/// A piece to copy, by segment index in the local and remote maps.
+#[derive(Copy, Clone)]
+pub(crate) struct Piece {
+    l_idx: usize,
+    l_off: u64,
+    r_idx: usize,
+    r_off: u64,
+    len: u64,
+}
+
+/// Checks what needs no lookup (an empty batch, zero lengths, overflowing ranges); returns
+/// the total byte count.
+pub(crate) fn check_descs(descs: &[TransferDesc]) -> Result<u64> {
+    if descs.is_empty() {
+        return Err(Error::EmptyBatch);
+    }
+    let mut bytes = 0u64;
+    for (index, d) in descs.iter().enumerate() {
+        if d.len == 0 {
+            return Err(Error::ZeroLength { index });
+        }
+        for (side, addr) in [(Side::Local, d.local_addr), (Side::Remote, d.remote_addr)] {
+            if addr.checked_add(d.len).is_none() {
+                return Err(Error::Overflow {
+                    index,
+                    side,
+                    addr,
+                    len: d.len,
+                });
+            }
+        }
+        bytes = bytes.saturating_add(d.len);
+    }
+    Ok(bytes)
+}
+
+/// A segment-relative span: (segment index, offset in it, length).
+type Span = (usize, u64, u64);
+
+/// Translates every descriptor: one lookup per side (the local pieces, then the remote
+/// ones), merged into pieces that lie in one local and one remote segment each. Each local
+/// registration used is counted in `regs`. The error names the first descriptor and side
+/// that are not covered.
+pub(crate) fn translate(
+    descs: &[TransferDesc],
+    local: &RangeMap<LocalSeg>,
+    remote: &Remote,
+    regs: &mut RegUse,
+) -> Result<Vec<Piece>> {
+    let mut pieces: Vec<Piece> = Vec::with_capacity(descs.len());
+    let mut lp: Vec<Span> = Vec::new();
+    let mut rp: Vec<Span> = Vec::new();
+    for (index, d) in descs.iter().enumerate() {
+        lp.clear();
+        rp.clear();
+        let l = local
+            .for_each_piece(d.local_addr, d.len, |p, seg| {
+                regs.add(&seg.value.reg);
+                lp.push((p.index, p.offset, p.len));
+            })
+            .map_err(|e| (Side::Local, e));
+        let r = l.and_then(|()| {
+            // Fast path: the whole range inside the segment the index finds.
+            if let Some((i, start)) = remote.index.holding(d.remote_addr, d.len) {
+                rp.push((i, d.remote_addr - start, d.len));
+                return Ok(());
+            }
+            remote
+                .map
+                .for_each_piece(d.remote_addr, d.len, |p, _| {
+                    rp.push((p.index, p.offset, p.len))
+                })
+                .map_err(|e| (Side::Remote, e))
+        });
+        if let Err((side, e)) = r {
+            let addr = match side {
+                Side::Local => d.local_addr,
+                Side::Remote => d.remote_addr,
+            };
+            let uncovered = match e {
+                RangeError::Unmapped { addr } => addr,
+                _ => addr,
+            };
+            return Err(Error::NotRegistered {
+                index,
+                side,
+                addr,
+                len: d.len,
+                uncovered,
+            });
+        }
+        merge(&lp, &rp, &mut pieces);
+    }
+    Ok(pieces)
+}
+
+/// Cuts one descriptor's local and remote spans at every boundary of either into pieces.
+fn merge(lp: &[Span], rp: &[Span], pieces: &mut Vec<Piece>) {
+    let (mut i, mut j) = (0, 0);
+    let (mut li, mut ri) = (lp[0], rp[0]);
+    while i < lp.len() && j < rp.len() {
+        let n = li.2.min(ri.2);
+        pieces.push(Piece {
+            l_idx: li.0,
+            l_off: li.1,
+            r_idx: ri.0,
+            r_off: ri.1,
+            len: n,
+        });
+        li = (li.0, li.1 + n, li.2 - n);
+        ri = (ri.0, ri.1 + n, ri.2 - n);
+        if li.2 == 0 {
+            i += 1;
+            if let Some(x) = lp.get(i) {
+                li = *x;
+            }
+        }
+        if ri.2 == 0 {
+            j += 1;
+            if let Some(x) = rp.get(j) {
+                ri = *x;
+            }
+        }
+    }
+}
+
+/// Cuts the pieces into copies, coalescing ones contiguous on both sides, and deals them
+/// round-robin to `streams` streams: one table batch per stream. A large piece is cut into
+/// up to `streams` chunks, so one big op uses every stream of the slot (HIXL issues it whole,
+/// on one stream). WRITE copies local to remote, READ remote to local.
+pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Vec<TableCopy>> {
+    let k = streams.max(1);
+    let mut batches: Vec<Vec<TableCopy>> = vec![Vec::new(); k];
+    let mut rr = 0usize;
+    let mut put = |p: Piece| {
+        let len = p.len as usize;
+        let parts = if len >= SPLIT_MIN && k > 1 {
+            k.min(len / SPLIT_CHUNK_MIN)
+        } else {
+            1
+        };
+        let chunk = len.div_ceil(parts).next_multiple_of(4096);
+        let mut at = 0;
+        while at < len {
+            let n = chunk.min(len - at);
+            let l = (p.l_idx, p.l_off as usize + at);
+            let r = (p.r_idx, p.r_off as usize + at);
+            let ((dst, dst_offset), (src, src_offset)) = if write { (r, l) } else { (l, r) };
+            batches[rr % k].push(TableCopy {
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                len: n,
+            });
+            rr += 1;
+            at += n;
+        }
+    };
+    let mut pending: Option<Piece> = None;
+    for p in pieces {
+        match &mut pending {
+            Some(q)
+                if q.l_idx == p.l_idx
+                    && q.r_idx == p.r_idx
+                    && q.l_off + q.len == p.l_off
+                    && q.r_off + q.len == p.r_off =>
+            {
+                q.len += p.len
+            }
+            _ => {
+                if let Some(q) = pending.replace(p) {
+                    put(q);
+                }
+            }
+        }
+    }
+    if let Some(q) = pending.take() {
+        put(q);
+    }
+    batches
+}
