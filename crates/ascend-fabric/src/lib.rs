@@ -64,6 +64,7 @@
 #![deny(unsafe_code)]
 
 mod channel;
+mod code;
 pub mod control;
 pub mod cs;
 mod engine;
@@ -77,8 +78,9 @@ mod transfer;
 pub mod wire;
 
 pub use channel::PeerStats;
+pub use code::HixlCode;
 pub use engine::Engine;
-pub use error::{Error, HixlCode, LostReason, Result, Side};
+pub use error::{Error, LostReason, Result, Side};
 pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
 pub use pool::SLOT as POOL_SLOT;
 pub use registry::{MemKind, Registrable, Registration};

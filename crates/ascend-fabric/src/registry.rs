@@ -25,12 +25,13 @@ use crate::pool::{SlotMapping, VaPool};
 use crate::ranges::{RangeError, RangeMap};
 use crate::wire::ShareHandleEntry;
 
-/// Where registered memory lives (HIXL's `MemType`).
+/// Where registered memory lives: HIXL's `MemType` for the engine, `CommMemType` for the
+/// HixlCS wrapper ([`crate::cs`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MemKind {
-    /// Device HBM (`MEM_DEVICE`).
+    /// Device HBM (`MEM_DEVICE`, `COMM_MEM_TYPE_DEVICE`).
     Device,
-    /// Host DRAM the device can reach (`MEM_HOST`).
+    /// Host DRAM the device can reach (`MEM_HOST`, `COMM_MEM_TYPE_HOST`).
     Host,
 }
 
