@@ -4,11 +4,11 @@
 
 use ascend_mem::TableCopy;
 
-use crate::channel::Remote;
 use crate::error::{Error, Result, Side};
 use crate::ranges::{RangeError, RangeMap};
-use crate::registry::LocalSeg;
-use crate::transfer::{RegUse, TransferDesc};
+use crate::registry::{LocalSeg, RegUse};
+use crate::remote::Remote;
+use crate::transfer::TransferDesc;
 
 /// Pieces of at least this size are spread over the slot's streams.
 const SPLIT_MIN: usize = 1 << 20;

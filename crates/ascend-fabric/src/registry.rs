@@ -133,6 +133,28 @@ pub(crate) struct LocalSeg {
     pub(crate) block: Arc<Block>,
 }
 
+/// Registrations a pending transfer uses; counted in their `in_flight` until dropped.
+pub(crate) struct RegUse(pub(crate) Vec<Arc<RegInner>>);
+
+impl RegUse {
+    /// Adds `r` (consecutive duplicates are skipped).
+    pub(crate) fn add(&mut self, r: &Arc<RegInner>) {
+        if self.0.last().is_some_and(|l| Arc::ptr_eq(l, r)) {
+            return;
+        }
+        r.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.0.push(r.clone());
+    }
+}
+
+impl Drop for RegUse {
+    fn drop(&mut self) {
+        for r in &self.0 {
+            r.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
 #[derive(Default)]
 pub(crate) struct RegState {
     /// `ranges`' segments as a copy table (entry i = segment i), built by the first transfer
