@@ -60,6 +60,7 @@ mod conn;
 mod dispatch;
 mod event_loop;
 mod server;
+mod shared;
 mod source;
 
 pub use auth::unique_suffix;
