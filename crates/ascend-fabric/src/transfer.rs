@@ -41,6 +41,6 @@ pub enum TransferStatus {
     Waiting,
     /// Done; the data is in place.
     Completed,
-    /// Failed; [`TransferRequest::wait`] returns why.
+    /// Failed; [`TransferRequest::wait`](crate::TransferRequest::wait) returns why.
     Failed,
 }
