@@ -17,8 +17,10 @@ use std::sync::Arc;
 
 use acl_sys::*;
 
+use crate::config::{config, Soc};
+use crate::counters::{inc, Ctr};
 use crate::device;
-use crate::rt::{self, config, inc, read_in, AclErr, Ctr, Out, Res, Soc};
+use crate::rt::{self, read_in, AclErr, Out, Res};
 use crate::vmm::{check_prop, Class, PhysObj, GRAN, GRAN_1G, HDR, MEM};
 
 pub(crate) const MAGIC: [u8; 8] = *b"ASIMPHY1";
@@ -303,7 +305,7 @@ fn check_fabric_supported() -> Res {
     Ok(())
 }
 
-export! {
+export! { Acl;
     /// V1 export to a DEFAULT `uint64_t` handle.
     fn aclrtMemExportToShareableHandle(handle: aclrtDrvMemHandle, handleType: aclrtMemHandleType, flags: u64, shareableHandle: *mut u64) {
         ensure!(!handle.is_null(), ACL_ERROR_INVALID_PARAM, "handle is NULL");
@@ -322,7 +324,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// V2 export: a `uint64_t` (DEFAULT) or a 128-byte `aclrtMemFabricHandle` (FABRIC, A3 only,
     /// needs a current context).
     fn aclrtMemExportToShareableHandleV2(handle: aclrtDrvMemHandle, flags: u64, shareType: aclrtMemSharedHandleType, shareableHandle: *mut c_void) {
@@ -401,7 +403,7 @@ fn set_pids(r: Ref, pid: *mut i32, num: usize) -> Res {
     write_header(fd, &h)
 }
 
-export! {
+export! { Acl;
     /// Allows `pid[0..pidNum]` to import a DEFAULT handle.
     fn aclrtMemSetPidToShareableHandle(shareableHandle: u64, pid: *mut i32, pidNum: usize) {
         ensure!(!pid.is_null(), ACL_ERROR_INVALID_PARAM, "pid is NULL");
@@ -411,7 +413,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Allows `pid[0..pidNum]` to import a DEFAULT or FABRIC handle.
     fn aclrtMemSetPidToShareableHandleV2(shareableHandle: *mut c_void, shareType: aclrtMemSharedHandleType, pid: *mut i32, pidNum: usize) {
         ensure!(!shareableHandle.is_null(), ACL_ERROR_INVALID_PARAM, "shareableHandle is NULL");
@@ -648,7 +650,7 @@ fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtD
     Ok(MEM.write().add_handle(obj, true))
 }
 
-export! {
+export! { Acl;
     /// V1 import of a DEFAULT handle onto `deviceId`.
     fn aclrtMemImportFromShareableHandle(shareableHandle: u64, deviceId: i32, handle: *mut aclrtDrvMemHandle) {
         // SAFETY: out-pointer per the C contract.
@@ -660,7 +662,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// V2 import onto the calling thread's current device (rules R16-R18).
     fn aclrtMemImportFromShareableHandleV2(shareableHandle: *mut c_void, shareType: aclrtMemSharedHandleType, flags: u64, handle: *mut aclrtDrvMemHandle) {
         ensure!(!shareableHandle.is_null(), ACL_ERROR_INVALID_PARAM, "shareableHandle is NULL");

@@ -13,9 +13,11 @@ use std::time::{Duration, Instant};
 use acl_sys::*;
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::config::{config, StreamMode};
+use crate::counters::{dec, inc, Ctr};
 use crate::device::{self, Context};
 use crate::handles::{self, Kind};
-use crate::rt::{self, config, dec, inc, AclErr, Ctr, Out, Res, StreamMode};
+use crate::rt::{self, AclErr, Out, Res};
 
 const POLL: Duration = Duration::from_millis(2);
 const SPIN: Duration = Duration::from_micros(50);
@@ -694,14 +696,14 @@ fn create_stream(out: *mut aclrtStream, flag: u32) -> Res {
     Ok(())
 }
 
-export! {
+export! { Acl;
     /// Creates a stream on the current device.
     fn aclrtCreateStream(stream: *mut aclrtStream) {
         create_stream(stream, 0)
     }
 }
 
-export! {
+export! { Acl;
     /// Creates a stream with `ACL_STREAM_*` flags.
     fn aclrtCreateStreamWithConfig(stream: *mut aclrtStream, priority: u32, flag: u32) {
         ensure!(priority <= 7, ACL_ERROR_INVALID_PARAM, "priority {priority} is outside 0..=7");
@@ -709,7 +711,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Destroys a stream after its queued work has run (a held stream makes this wait).
     fn aclrtDestroyStream(stream: aclrtStream) {
         ensure!(!stream.is_null(), ACL_ERROR_INVALID_PARAM, "stream is NULL");
@@ -724,14 +726,14 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Waits for the stream's work and reports the first failed task (or an abort, once).
     fn aclrtSynchronizeStream(stream: aclrtStream) {
         resolve(stream, "stream")?.sync(None)
     }
 }
 
-export! {
+export! { Acl;
     /// As aclrtSynchronizeStream with a timeout in ms (-1 forever, 0 check once): 507046.
     fn aclrtSynchronizeStreamWithTimeout(stream: aclrtStream, timeout: i32) {
         let d = deadline_of(timeout)?;
@@ -739,7 +741,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// COMPLETE when no work is queued or running.
     fn aclrtStreamQuery(stream: aclrtStream, status: *mut aclrtStreamStatus) {
         // SAFETY: out-pointer per the C contract.
@@ -750,7 +752,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Discards queued work; the next synchronize returns 107023 once.
     fn aclrtStreamAbort(stream: aclrtStream) {
         ensure!(!stream.is_null(), ACL_ERROR_INVALID_PARAM, "stream is NULL");
@@ -759,7 +761,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// ACL_CONTINUE_ON_FAILURE (0) or ACL_STOP_ON_FAILURE (1).
     fn aclrtSetStreamFailureMode(stream: aclrtStream, mode: u64) {
         ensure!(
@@ -799,28 +801,28 @@ fn create_event(out: *mut aclrtEvent, flag: u32) -> Res {
     Ok(())
 }
 
-export! {
+export! { Acl;
     /// Creates an event.
     fn aclrtCreateEvent(event: *mut aclrtEvent) {
         create_event(event, ACL_EVENT_SYNC)
     }
 }
 
-export! {
+export! { Acl;
     /// Creates an event with `ACL_EVENT_*` flags.
     fn aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) {
         create_event(event, flag)
     }
 }
 
-export! {
+export! { Acl;
     /// Creates an event with `ACL_EVENT_*` flags.
     fn aclrtCreateEventExWithFlag(event: *mut aclrtEvent, flag: u32) {
         create_event(event, flag)
     }
 }
 
-export! {
+export! { Acl;
     /// Records `event` on `stream`.
     fn aclrtRecordEvent(event: aclrtEvent, stream: aclrtStream) {
         let e = event_arg(event)?;
@@ -840,7 +842,7 @@ fn event_arg(p: aclrtEvent) -> Res<Arc<Event>> {
     event(p, "event")
 }
 
-export! {
+export! { Acl;
     /// Makes `stream` wait for the event's latest record.
     fn aclrtStreamWaitEvent(stream: aclrtStream, event: aclrtEvent) {
         let e = event_arg(event)?;
@@ -853,7 +855,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// NOT_READY 0 / COMPLETE 1 (an event never recorded is COMPLETE).
     fn aclrtQueryEventStatus(event: aclrtEvent, status: *mut aclrtEventRecordedStatus) {
         // SAFETY: out-pointer per the C contract.
@@ -868,7 +870,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// COMPLETE 0 / NOT_READY 1 (the older, inverted enum).
     fn aclrtQueryEvent(event: aclrtEvent, status: *mut aclrtEventStatus) {
         // SAFETY: out-pointer per the C contract.
@@ -879,14 +881,14 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Waits for the event's latest record.
     fn aclrtSynchronizeEvent(event: aclrtEvent) {
         event_arg(event)?.sync(None)
     }
 }
 
-export! {
+export! { Acl;
     /// Waits with a timeout in ms (-1 forever, 0 check once): 507047.
     fn aclrtSynchronizeEventWithTimeout(event: aclrtEvent, timeout: i32) {
         let e = event_arg(event)?;
@@ -895,7 +897,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Resets the event (stream-ordered): its timestamp is cleared.
     fn aclrtResetEvent(event: aclrtEvent, stream: aclrtStream) {
         let e = event_arg(event)?;
@@ -905,7 +907,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Milliseconds between two completed records.
     fn aclrtEventElapsedTime(ms: *mut f32, startEvent: aclrtEvent, endEvent: aclrtEvent) {
         // SAFETY: out-pointer per the C contract.
@@ -949,7 +951,7 @@ fn stamp(e: &Event, what: &str) -> Res<Instant> {
     })
 }
 
-export! {
+export! { Acl;
     /// Destroys an event (pending records and waits still complete).
     fn aclrtDestroyEvent(event: aclrtEvent) {
         ensure!(!event.is_null(), ACL_ERROR_INVALID_PARAM, "event is NULL");

@@ -13,9 +13,11 @@ use std::sync::{Arc, Weak};
 use acl_sys::*;
 use parking_lot::RwLock;
 
+use crate::config::{config, Soc};
+use crate::counters::{dec, inc, Ctr};
 use crate::device;
 use crate::handles::{self, Kind};
-use crate::rt::{self, config, dec, inc, read_in, AclErr, Ctr, Out, Pool, Res, Soc};
+use crate::rt::{self, read_in, AclErr, Out, Pool, Res};
 use crate::stream::{self, Task};
 
 /// Minimum and recommended granularity of every non-1G kind.
@@ -602,7 +604,7 @@ fn validate_copy(dst: usize, src: usize, n: usize, kind: aclrtMemcpyKind) -> Res
     check_kind(kind, dst, dc, src, sc)
 }
 
-export! {
+export! { Acl;
     /// Synchronous copy.
     fn aclrtMemcpy(dst: *mut c_void, destMax: usize, src: *const c_void, count: usize, kind: aclrtMemcpyKind) {
         check_copy_args(dst, destMax, src, count)?;
@@ -610,7 +612,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Stream-ordered copy: checked now, re-checked and run when the stream reaches it.
     fn aclrtMemcpyAsync(dst: *mut c_void, destMax: usize, src: *const c_void, count: usize, kind: aclrtMemcpyKind, stream: aclrtStream) {
         check_copy_args(dst, destMax, src, count)?;
@@ -631,7 +633,7 @@ fn check_set_args(p: *mut c_void, max: usize, count: usize) -> Res {
     Ok(())
 }
 
-export! {
+export! { Acl;
     /// Synchronous memset of device-accessible memory.
     fn aclrtMemset(devPtr: *mut c_void, maxCount: usize, value: i32, count: usize) {
         check_set_args(devPtr, maxCount, count)?;
@@ -639,7 +641,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Stream-ordered memset.
     fn aclrtMemsetAsync(devPtr: *mut c_void, maxCount: usize, value: i32, count: usize, stream: aclrtStream) {
         check_set_args(devPtr, maxCount, count)?;
@@ -810,21 +812,21 @@ fn reserve(
     Ok(())
 }
 
-export! {
+export! { Acl;
     /// Reserves device VA (rules R1-R3).
     fn aclrtReserveMemAddress(virPtr: *mut *mut c_void, size: usize, alignment: usize, expectPtr: *mut c_void, flags: u64) {
         reserve(virPtr, size, alignment, expectPtr, flags, false)
     }
 }
 
-export! {
+export! { Acl;
     /// Reserves VA at a fixed address, 1 GiB granular, A3 only (rule R4).
     fn aclrtReserveMemAddressNoUCMemory(virPtr: *mut *mut c_void, size: usize, alignment: usize, expectPtr: *mut c_void, flags: u64) {
         reserve(virPtr, size, alignment, expectPtr, flags, true)
     }
 }
 
-export! {
+export! { Acl;
     /// Releases a reservation; it must have no live mappings.
     fn aclrtReleaseMemAddress(virPtr: *mut c_void) {
         ensure!(!virPtr.is_null(), ACL_ERROR_INVALID_PARAM, "virPtr is NULL");
@@ -984,7 +986,7 @@ fn new_memfd(size: usize, prop: &aclrtPhysicalMemProp, device: i32) -> Res<(Owne
     Ok((fd, ino))
 }
 
-export! {
+export! { Acl;
     /// Allocates physical memory (rules R5-R8), charged against the device's HBM or the host cap.
     fn aclrtMallocPhysical(handle: *mut aclrtDrvMemHandle, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) {
         // SAFETY: out-pointer per the C contract.
@@ -1026,7 +1028,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Frees a handle. Memory that is still mapped stays alive until unmapped (returns success).
     fn aclrtFreePhysical(handle: aclrtDrvMemHandle) {
         ensure!(!handle.is_null(), ACL_ERROR_INVALID_PARAM, "handle is NULL");
@@ -1132,21 +1134,21 @@ fn map(
     Ok(())
 }
 
-export! {
+export! { Acl;
     /// Maps a whole physical allocation into a reservation (rules R9, R10).
     fn aclrtMapMem(virPtr: *mut c_void, size: usize, offset: usize, handle: aclrtDrvMemHandle, flags: u64) {
         map(virPtr, size, offset, handle, flags, true)
     }
 }
 
-export! {
+export! { Acl;
     /// As aclrtMapMem, but inaccessible until aclrtMemSetAccess.
     fn aclrtMemMapNoAccess(virPtr: *mut c_void, size: usize, offset: usize, handle: aclrtDrvMemHandle, flags: u64) {
         map(virPtr, size, offset, handle, flags, false)
     }
 }
 
-export! {
+export! { Acl;
     /// Unmaps the mapping starting at `virPtr` (the VA stays reserved, PROT_NONE).
     fn aclrtUnmapMem(virPtr: *mut c_void) {
         ensure!(!virPtr.is_null(), ACL_ERROR_INVALID_PARAM, "virPtr is NULL");
@@ -1165,7 +1167,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// 2 MiB for every non-1G kind, 1 GiB for the HUGE1G kinds (MINIMUM and RECOMMENDED).
     fn aclrtMemGetAllocationGranularity(prop: *mut aclrtPhysicalMemProp, option: aclrtMemGranularityOptions, granularity: *mut usize) {
         // SAFETY: out-pointer per the C contract.
@@ -1183,7 +1185,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// A new handle to the allocation mapped at `virPtr` (a mapping start); free it separately.
     fn aclrtMemRetainAllocationHandle(virPtr: *mut c_void, handle: *mut aclrtDrvMemHandle) {
         // SAFETY: out-pointer per the C contract.
@@ -1204,7 +1206,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// The property the handle was allocated (or imported) with.
     fn aclrtMemGetAllocationPropertiesFromHandle(handle: aclrtDrvMemHandle, prop: *mut aclrtPhysicalMemProp) {
         // SAFETY: out-pointer per the C contract.
@@ -1215,7 +1217,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// The mapped block or malloc block containing `ptr`.
     fn aclrtMemGetAddressRange(ptr: *mut c_void, pbase: *mut *mut c_void, psize: *mut usize) {
         // SAFETY: out-pointers per the C contract.
@@ -1239,7 +1241,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// DEVICE (with its id) for device memory, HOST otherwise; pageSize of the backing memory.
     fn aclrtPointerGetAttributes(ptr: *const c_void, attributes: *mut aclrtPtrAttributes) {
         // SAFETY: out-pointer per the C contract.
@@ -1295,7 +1297,7 @@ fn check_location(loc: aclrtMemLocation, what: &str) -> Res {
     Ok(())
 }
 
-export! {
+export! { Acl;
     /// Sets access of the mapping `[virPtr, virPtr + size)` (must equal one mapping).
     fn aclrtMemSetAccess(virPtr: *mut c_void, size: usize, desc: *mut aclrtMemAccessDesc, count: usize) {
         ensure!(!virPtr.is_null(), ACL_ERROR_INVALID_PARAM, "virPtr is NULL");
@@ -1345,7 +1347,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// The access flags of the mapping containing `virPtr` for `location`.
     fn aclrtMemGetAccess(virPtr: *mut c_void, location: *mut aclrtMemLocation, flag: *mut u64) {
         // SAFETY: out-pointer per the C contract.
@@ -1416,7 +1418,7 @@ fn plain_free(ptr: *mut c_void, host: bool) -> Res {
     Ok(())
 }
 
-export! {
+export! { Acl;
     /// Device memory on the current device, charged against its HBM.
     fn aclrtMalloc(devPtr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) {
         // SAFETY: out-pointer per the C contract.
@@ -1444,7 +1446,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Frees an aclrtMalloc block (start address only).
     fn aclrtFree(devPtr: *mut c_void) {
         plain_free(devPtr, false)?;
@@ -1453,7 +1455,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Pinned (device-accessible) host memory; not charged against any cap.
     fn aclrtMallocHost(hostPtr: *mut *mut c_void, size: usize) {
         // SAFETY: out-pointer per the C contract.
@@ -1466,7 +1468,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Frees an aclrtMallocHost block (start address only).
     fn aclrtFreeHost(hostPtr: *mut c_void) {
         plain_free(hostPtr, true)?;
@@ -1475,7 +1477,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Free and total bytes of the current device's HBM (HBM kinds) or the host cap (DDR kinds).
     fn aclrtGetMemInfo(attr: aclrtMemAttr, free: *mut usize, total: *mut usize) {
         // SAFETY: out-pointers per the C contract.

@@ -18,9 +18,10 @@ use std::sync::Arc;
 use hccl_sys::*;
 
 use super::comm::{Comm, CH_STREAM};
+use super::error::{herr, HRes};
+use super::stats;
 use super::types::{reduce_into, DType, ROp};
 use super::window::{self, Window};
-use super::{herr, stats, HRes};
 use crate::rt;
 use crate::stream::ExtTask;
 
@@ -201,19 +202,19 @@ impl ExtTask for CollTask {
             Ok(()) => Ok(()),
             Err(e) => {
                 self.comm.record_async(&e);
-                super::set_recent(&format!(
+                super::error::set_recent(&format!(
                     "{} (rank {}): {} ({})",
                     Kind::name(self.coll.kind as u64),
                     self.comm.rank,
                     e.msg,
-                    super::code_name(e.code)
+                    super::error::code_name(e.code)
                 ));
                 Err(rt::err(
                     acl_code(e.code),
                     format!(
                         "{} failed with {} ({}): {}",
                         Kind::name(self.coll.kind as u64),
-                        super::code_name(e.code),
+                        super::error::code_name(e.code),
                         e.code,
                         e.msg
                     ),

@@ -21,11 +21,12 @@ use hccl_sys::*;
 use parking_lot::{Mutex, RwLock};
 
 use super::config::CommCfg;
+use super::error::{herr, HErr, HRes};
 use super::rendezvous::{self, Member, Root};
 use super::window::{HeapState, Window};
-use super::{herr, HErr, HRes};
+use crate::counters::{dec, inc, Ctr};
 use crate::handles::{self, Kind};
-use crate::rt::{self, dec, inc, Ctr};
+use crate::rt;
 
 /// Bytes of the control block at the start of a segment.
 pub(crate) const CTRL_BYTES: usize = 8192;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hccl_sys::*;
 
-use super::{herr, HRes};
+use super::error::{herr, HRes};
 
 /// The settings of one communicator.
 #[derive(Debug, Clone)]

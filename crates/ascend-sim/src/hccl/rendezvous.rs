@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use hccl_sys::*;
 use parking_lot::Mutex;
 
-use super::{herr, HRes};
+use super::error::{herr, HRes};
 
 const MAGIC: [u8; 8] = *b"ASIMHCCL";
 

@@ -17,9 +17,10 @@ use hccl_sys::*;
 use parking_lot::RwLock;
 
 use super::comm::{take_fd, Comm, CH_HOST};
-use super::{herr, HRes};
+use super::error::{herr, HRes};
+use crate::config::{config, Soc};
+use crate::counters::{dec, inc, Ctr};
 use crate::handles::{self, Kind};
-use crate::rt::{config, dec, inc, Ctr, Soc};
 use crate::vmm::{Class, PhysObj, HDR};
 
 const GB: usize = 1 << 30;

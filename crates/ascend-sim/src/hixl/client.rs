@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 use hixl_sys::*;
 use parking_lot::{Condvar, Mutex};
 
+use super::counters::{xdec, xinc, XCtr};
+use super::error::{xerr, XRes};
 use super::handle::{self, Kind};
 use super::mem::{check_comm_mem, comm_mem, Checked, Entry, Remote};
 use super::server::{check_protocol, read_ip};
+use super::testing;
 use super::wire::{self, Buf, Cur};
-use super::{testing, xdec, xerr, xinc, XCtr, XRes};
 use crate::vmm::{Class, MEM};
 
 /// At most this many async batches may be outstanding (submitted and not yet reported
@@ -621,7 +623,7 @@ impl Client {
                 JState::Waiting | JState::Running => HIXL_COMPLETE_STATUS_WAITING,
                 JState::Done(Ok(())) => HIXL_COMPLETE_STATUS_COMPLETED,
                 JState::Done(Err(m)) => {
-                    super::fail(
+                    super::error::fail(
                         "HixlCSClientQueryCompleteStatus",
                         &xerr(HIXL_FAILED, format!("the batch failed: {m}")),
                     );

@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 use hixl_sys::*;
 
+use super::counters::{xdec, xinc, XCtr};
+use super::error::{xerr, XRes};
 use super::wire::{Buf, Cur};
-use super::{xdec, xerr, xinc, XCtr, XRes};
 use crate::vmm::{vmm_pieces, Class, PhysObj, HDR, MEM};
 
 /// The C name of a memory type.
@@ -219,7 +220,7 @@ impl Entry {
     }
 }
 
-fn os_err(what: &str) -> super::XErr {
+fn os_err(what: &str) -> super::error::XErr {
     xerr(
         HIXL_FAILED,
         format!("{what}: {}", std::io::Error::last_os_error()),
