@@ -13,7 +13,7 @@ use crate::config::config;
 use crate::counters::{dec, inc, Ctr};
 use crate::handles::{self, Kind};
 use crate::rt::{self, Out, Res};
-use crate::stream::Stream;
+use crate::stream::queue::Stream;
 
 /// A context: explicit (`aclrtCreateContext`) or a device's default one (`aclrtSetDevice`).
 #[derive(Debug)]

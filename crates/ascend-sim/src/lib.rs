@@ -361,7 +361,7 @@ pub mod testing {
     #[derive(Debug)]
     #[must_use = "dropping the Hold releases the stream at once"]
     pub struct Hold {
-        inner: Arc<crate::stream::HoldInner>,
+        inner: Arc<crate::stream::hold::HoldInner>,
     }
 
     impl Hold {
@@ -381,7 +381,7 @@ pub mod testing {
     /// # Panics
     /// If `stream` is not a live stream.
     pub fn hold_stream(stream: acl_sys::aclrtStream) -> Hold {
-        match crate::stream::hold(stream) {
+        match crate::stream::exports::hold(stream) {
             Ok(inner) => Hold { inner },
             Err(e) => panic!("hold_stream: {}", e.msg),
         }
@@ -393,7 +393,7 @@ pub mod testing {
     /// lost with transfers in flight). Deterministic-mode streams are not held.
     pub fn hold_all_streams() -> Hold {
         Hold {
-            inner: crate::stream::hold_all(),
+            inner: crate::stream::hold::hold_all(),
         }
     }
 }

@@ -19,11 +19,12 @@ use hccl_sys::*;
 
 use super::comm::{Comm, CH_STREAM};
 use super::error::{herr, HRes};
+use super::heap::Window;
 use super::stats;
 use super::types::{reduce_into, DType, ROp};
-use super::window::{self, Window};
+use super::window;
 use crate::rt;
-use crate::stream::ExtTask;
+use crate::stream::queue::ExtTask;
 
 /// Which collective.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,11 +129,11 @@ pub(crate) fn check_mem(addr: usize, len: usize, write: bool, what: &str) -> HRe
     if len == 0 {
         return Ok(());
     }
-    let mem = crate::vmm::MEM.read();
+    let mem = crate::vmm::state::MEM.read();
     let c = mem
         .classify(addr, len, write, what)
         .map_err(|e| herr(HCCL_E_PARA, e.msg))?;
-    if matches!(c, crate::vmm::Class::Host) {
+    if matches!(c, crate::vmm::state::Class::Host) {
         return Err(herr(
             HCCL_E_PARA,
             format!("{what} {addr:#x} is plain host memory, not device memory"),
@@ -145,7 +146,7 @@ pub(crate) fn check_mem(addr: usize, len: usize, write: bool, what: &str) -> HRe
 /// unmap cannot pull memory out from under the copy. A failure here is fatal to the
 /// communicator (the other ranks are mid-collective).
 fn with_user<T>(ranges: &[(usize, usize, bool, &str)], f: impl FnOnce() -> T) -> HRes<T> {
-    let mem = crate::vmm::MEM.read();
+    let mem = crate::vmm::state::MEM.read();
     for (a, l, wr, what) in ranges {
         if *l > 0 {
             mem.classify(*a, *l, *wr, what)
@@ -613,7 +614,8 @@ pub(crate) fn enqueue(comm: Arc<Comm>, c: Coll, stream: acl_sys::aclrtStream) ->
     if stream.is_null() {
         return Err(herr(HCCL_E_PTR, "stream is NULL"));
     }
-    let s = crate::stream::resolve(stream, "stream").map_err(|e| herr(HCCL_E_PARA, e.msg))?;
+    let s =
+        crate::stream::exports::resolve(stream, "stream").map_err(|e| herr(HCCL_E_PARA, e.msg))?;
     comm.check_usable()?;
     if c.root >= comm.n {
         return Err(herr(
@@ -655,6 +657,6 @@ pub(crate) fn enqueue(comm: Arc<Comm>, c: Coll, stream: acl_sys::aclrtStream) ->
     if c.kind != Kind::Barrier && c.count == 0 {
         return Ok(());
     }
-    s.push(crate::stream::Task::Ext(CollTask::new(comm, c)));
+    s.push(crate::stream::queue::Task::Ext(CollTask::new(comm, c)));
     Ok(())
 }

@@ -22,8 +22,8 @@ use parking_lot::{Mutex, RwLock};
 
 use super::config::CommCfg;
 use super::error::{herr, HErr, HRes};
+use super::heap::{HeapState, Window};
 use super::rendezvous::{self, Member, Root};
-use super::window::{HeapState, Window};
 use crate::counters::{dec, inc, Ctr};
 use crate::handles::{self, Kind};
 use crate::rt;
@@ -242,7 +242,7 @@ pub(crate) fn take_fd(pid: i32, fd: i32, ino: u64, what: &str) -> HRes<OwnedFd> 
         };
         herr(code, format!("{what}: {}", e.msg))
     })?;
-    let st = crate::share::fstat(f.as_raw_fd()).map_err(|e| herr(HCCL_E_SYSCALL, e.msg))?;
+    let st = crate::vmm::memfd::fstat(f.as_raw_fd()).map_err(|e| herr(HCCL_E_SYSCALL, e.msg))?;
     if st.st_ino != ino {
         return Err(herr(
             HCCL_E_REMOTE,
@@ -458,7 +458,7 @@ pub(crate) fn init(n: u32, root: &Root, rank: u32, cfg: CommCfg) -> HRes<Arc<Com
     // SAFETY: the fresh mapping starts with room for a Ctrl (zero-filled: all atomics 0).
     let ctrl = unsafe { &*(seg.addr as *const Ctrl) };
     ctrl.magic.store(CTRL_MAGIC, Ordering::Release);
-    let ino = crate::share::fstat(seg_fd.as_raw_fd())
+    let ino = crate::vmm::memfd::fstat(seg_fd.as_raw_fd())
         .map_err(|e| herr(HCCL_E_SYSCALL, e.msg))?
         .st_ino;
     let me = Member {
@@ -557,9 +557,10 @@ pub(crate) fn init(n: u32, root: &Root, rank: u32, cfg: CommCfg) -> HRes<Arc<Com
     Ok(comm)
 }
 
-/// `HcclCommDestroy`: waits (up to the timeout) for queued collectives of this communicator,
-/// tells peers, deregisters its windows locally (no collective step) and frees everything.
-pub(crate) fn destroy(p: HcclComm) -> HRes {
+/// `HcclCommDestroy`: waits (up to the timeout) for queued collectives of this communicator and
+/// tells peers; returns the communicator, whose windows the caller then forgets
+/// (`window::forget_all`) before dropping it, which frees everything.
+pub(crate) fn destroy(p: HcclComm) -> HRes<Arc<Comm>> {
     let comm = lookup(p, "comm")?;
     if COMMS.write().remove(&comm.handle).is_none() {
         return Err(herr(
@@ -584,17 +585,5 @@ pub(crate) fn destroy(p: HcclComm) -> HRes {
             Ordering::Acquire,
         );
     }
-    let wins: Vec<Arc<Window>> = std::mem::take(&mut *comm.wins.write())
-        .into_values()
-        .collect();
-    for w in wins {
-        super::window::forget(&comm, &w);
-    }
-    Ok(())
-}
-
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn f<T: Send + Sync>() {}
-    f::<Comm>();
+    Ok(comm)
 }

@@ -13,6 +13,7 @@ mod coll;
 mod comm;
 mod config;
 mod error;
+mod heap;
 mod rendezvous;
 mod stats;
 mod types;
@@ -127,7 +128,9 @@ export! { Hccl;
     /// Destroys a communicator (see the crate docs: waits for its queued collectives,
     /// deregisters its windows locally).
     fn HcclCommDestroy(comm: HcclComm) {
-        comm::destroy(comm)
+        let c = comm::destroy(comm)?;
+        window::forget_all(&c);
+        Ok(())
     }
 }
 

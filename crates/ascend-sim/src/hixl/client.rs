@@ -19,7 +19,7 @@ use super::mem::{check_comm_mem, comm_mem, Checked, Entry, Remote};
 use super::server::{check_protocol, read_ip};
 use super::testing;
 use super::wire::{self, Buf, Cur};
-use crate::vmm::{Class, MEM};
+use crate::vmm::state::{Class, MEM};
 
 /// At most this many async batches may be outstanding (submitted and not yet reported
 /// finished by a query) per client, as the API documents (4K).
@@ -594,7 +594,7 @@ impl Client {
             "{} async batches are outstanding (limit {MAX_OUTSTANDING}); query some first",
             jobs.len()
         );
-        let job = self.submit(put, descs, Instant::now() + super::async_timeout());
+        let job = self.submit(put, descs, Instant::now() + super::testing::async_timeout());
         let id = handle::new_id();
         jobs.insert(id, job);
         xinc(XCtr::Ops);
