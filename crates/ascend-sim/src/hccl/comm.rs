@@ -440,6 +440,58 @@ impl Comm {
     }
 }
 
+/// Maps the segment of peer `m` (another rank, of this process or another).
+fn map_peer(m: &Member, mypid: i32) -> HRes<Peer> {
+    let what = format!("mapping the segment of rank {}", m.rank);
+    let f = take_fd(m.pid, m.seg_fd, m.seg_ino, &what)?;
+    let len = CTRL_BYTES + m.buf_bytes as usize;
+    let map = ShMap::new(f.as_raw_fd(), len, false)?;
+    // SAFETY: the mapping holds at least CTRL_BYTES; atomics of any value are valid.
+    let c = unsafe { &*(map.addr as *const Ctrl) };
+    if c.magic.load(Ordering::Acquire) != CTRL_MAGIC {
+        return Err(herr(
+            HCCL_E_INTERNAL,
+            format!("{what}: the segment has no control block"),
+        ));
+    }
+    let pidfd = if m.pid != mypid {
+        pidfd_open(m.pid)
+    } else {
+        None
+    };
+    Ok(Peer {
+        rank: m.rank,
+        pid: m.pid,
+        device: m.device,
+        buf_bytes: m.buf_bytes as usize,
+        addr: map.addr,
+        _map: Some(map),
+        pidfd,
+    })
+}
+
+/// Every rank's peer entry, in rank order: this rank's own segment (`addr`), the others mapped.
+fn map_peers(table: &[Member], rank: u32, device: u32, buf: usize, addr: usize) -> HRes<Vec<Peer>> {
+    let mypid = rt::getpid();
+    let mut peers = Vec::with_capacity(table.len());
+    for m in table {
+        if m.rank == rank {
+            peers.push(Peer {
+                rank,
+                pid: mypid,
+                device,
+                buf_bytes: buf,
+                addr,
+                _map: None,
+                pidfd: None,
+            });
+        } else {
+            peers.push(map_peer(m, mypid)?);
+        }
+    }
+    Ok(peers)
+}
+
 /// `HcclCommInitRootInfo[Config]` for one rank.
 pub(crate) fn init(n: u32, root: &Root, rank: u32, cfg: CommCfg) -> HRes<Arc<Comm>> {
     let device = crate::device::current()
@@ -477,48 +529,7 @@ pub(crate) fn init(n: u32, root: &Root, rank: u32, cfg: CommCfg) -> HRes<Arc<Com
         super::config::default_connect_timeout()
     };
     let table = rendezvous::join(root, n, &me, timeout)?;
-    let mypid = rt::getpid();
-    let mut peers = Vec::with_capacity(n as usize);
-    for m in &table {
-        if m.rank == rank {
-            peers.push(Peer {
-                rank,
-                pid: mypid,
-                device,
-                buf_bytes: buf,
-                addr: seg.addr,
-                _map: None,
-                pidfd: None,
-            });
-            continue;
-        }
-        let what = format!("mapping the segment of rank {}", m.rank);
-        let f = take_fd(m.pid, m.seg_fd, m.seg_ino, &what)?;
-        let len = CTRL_BYTES + m.buf_bytes as usize;
-        let map = ShMap::new(f.as_raw_fd(), len, false)?;
-        // SAFETY: the mapping holds at least CTRL_BYTES; atomics of any value are valid.
-        let c = unsafe { &*(map.addr as *const Ctrl) };
-        if c.magic.load(Ordering::Acquire) != CTRL_MAGIC {
-            return Err(herr(
-                HCCL_E_INTERNAL,
-                format!("{what}: the segment has no control block"),
-            ));
-        }
-        let pidfd = if m.pid != mypid {
-            pidfd_open(m.pid)
-        } else {
-            None
-        };
-        peers.push(Peer {
-            rank: m.rank,
-            pid: m.pid,
-            device: m.device,
-            buf_bytes: m.buf_bytes as usize,
-            addr: map.addr,
-            _map: Some(map),
-            pidfd,
-        });
-    }
+    let peers = map_peers(&table, rank, device, buf, seg.addr)?;
     let name = if cfg.name.is_empty() {
         format!("sim-hccl-{:032x}", root.id)
     } else {

@@ -59,24 +59,10 @@ pub(crate) fn reserve_aligned(size: usize, align: usize) -> Res<usize> {
     Ok(start)
 }
 
-pub(crate) fn reserve(
-    out: *mut *mut c_void,
-    size: usize,
-    alignment: usize,
-    expect: *mut c_void,
-    flags: u64,
-    no_uc: bool,
-) -> Res {
-    // SAFETY: out-pointer per the C contract of the calling export.
-    let out = unsafe { Out::new(out, "virPtr") }?;
-    ensure!(size > 0, ACL_ERROR_INVALID_PARAM, "size is 0");
-    ensure!(
-        flags <= 1,
-        ACL_ERROR_INVALID_PARAM,
-        "flags {flags} is neither 0 nor 1"
-    );
+/// The size, alignment and `expectPtr` rules of a reservation (R1-R3; `no_uc`: the
+/// NoUCMemory variant).
+fn check_placement(size: usize, alignment: usize, expect: usize, no_uc: bool) -> Res {
     let cfg = config();
-    let expect = expect as usize;
     if no_uc {
         ensure!(
             cfg.soc == Soc::A3,
@@ -133,6 +119,27 @@ pub(crate) fn reserve(
             );
         }
     }
+    Ok(())
+}
+
+pub(crate) fn reserve(
+    out: *mut *mut c_void,
+    size: usize,
+    alignment: usize,
+    expect: *mut c_void,
+    flags: u64,
+    no_uc: bool,
+) -> Res {
+    // SAFETY: out-pointer per the C contract of the calling export.
+    let out = unsafe { Out::new(out, "virPtr") }?;
+    ensure!(size > 0, ACL_ERROR_INVALID_PARAM, "size is 0");
+    ensure!(
+        flags <= 1,
+        ACL_ERROR_INVALID_PARAM,
+        "flags {flags} is neither 0 nor 1"
+    );
+    let expect = expect as usize;
+    check_placement(size, alignment, expect, no_uc)?;
     let base = if expect != 0 {
         let p =
             mmap_anon(expect, size, libc::PROT_NONE, libc::MAP_FIXED_NOREPLACE).map_err(|e| {
