@@ -167,6 +167,8 @@ mod buffer;
 mod device;
 mod error;
 mod foreign;
+#[allow(unsafe_code)]
+mod handle;
 pub mod hccl;
 mod runtime;
 mod share;

@@ -262,7 +262,12 @@ impl PhysicalMem {
         inner.dev.enter()?;
         // SAFETY: the handle is live (we hold its Arc).
         let data = unsafe {
-            ffi::share::export_v2(inner.dev.lib(), inner.handle, flags.bits(), kind.raw())
+            ffi::share::export_v2(
+                inner.dev.lib(),
+                inner.handle.get(),
+                flags.bits(),
+                kind.raw(),
+            )
         }?;
         *exported = true;
         Ok(FabricHandle {
