@@ -1,10 +1,11 @@
 //! Devices: thread binding, the granularity cache, the sticky error, and `Granular` sizes.
 #![allow(unsafe_code)]
 
+use std::any::Any;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use acl::AclLib;
 use parking_lot::Mutex;
@@ -71,14 +72,6 @@ impl Device {
         };
         dev.force_bind()?;
         Ok(dev)
-    }
-
-    pub(crate) fn from_ctx(ctx: Arc<DeviceCtx>) -> Device {
-        Device { ctx }
-    }
-
-    pub(crate) fn ctx(&self) -> &Arc<DeviceCtx> {
-        &self.ctx
     }
 
     /// The device id.
@@ -267,6 +260,40 @@ impl Device {
         // SAFETY: out-parameter call on an opened table.
         unsafe { ffi::device::bare_tgid(self.lib()) }
     }
+}
+
+impl Runtime {
+    /// A handle on device `id`, binding it to the calling thread once to check it exists.
+    /// Every `Device` for the same id of one runtime shares its state (granularity cache,
+    /// sticky error).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a negative id; an `aclrtSetDevice` failure
+    /// (`ACL_ERROR_RT_INVALID_DEVICEID`, …) for an id the runtime does not have.
+    #[doc(alias = "aclrtSetDevice")]
+    pub fn device(&self, id: i32) -> Result<Device> {
+        if id < 0 {
+            return Err(Error::InvalidArgument {
+                api: "aclrtSetDevice",
+                what: "device id",
+                value: id.into(),
+            });
+        }
+        let mut devs = self.inner.devices.lock();
+        let known = devs.get(&id).and_then(Weak::upgrade);
+        if let Some(ctx) = known.and_then(|any| any.downcast::<DeviceCtx>().ok()) {
+            return Ok(Device { ctx });
+        }
+        let dev = Device::open(self.clone(), id)?;
+        let ctx: Arc<dyn Any + Send + Sync> = dev.ctx.clone();
+        devs.insert(id, Arc::downgrade(&ctx));
+        Ok(dev)
+    }
+}
+
+/// Same runtime and device id (two `Runtime` values over one table share the device).
+pub(crate) fn same_device(a: &Device, b: &Device) -> bool {
+    std::ptr::eq(a.lib(), b.lib()) && a.id() == b.id()
 }
 
 /// A size or offset that is a whole number of allocation granules.

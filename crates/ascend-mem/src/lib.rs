@@ -166,6 +166,7 @@ pub mod ffi;
 mod buffer;
 mod device;
 mod error;
+mod error_kind;
 mod foreign;
 #[allow(unsafe_code)]
 mod handle;

@@ -1,6 +1,7 @@
 //! Choosing and opening a backend: real CANN, the in-process emulator, or a library by path.
 #![allow(unsafe_code)]
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -9,7 +10,6 @@ use std::sync::{Arc, OnceLock, Weak};
 use acl::AclLib;
 use parking_lot::Mutex;
 
-use crate::device::{Device, DeviceCtx};
 use crate::error::{Error, Result};
 use crate::ffi;
 
@@ -52,7 +52,10 @@ impl fmt::Display for Backend {
 pub(crate) struct RtInner {
     pub(crate) lib: &'static AclLib,
     backend: Backend,
-    devices: Mutex<HashMap<i32, Weak<DeviceCtx>>>,
+    /// The state of each device opened through this runtime, by id. Owned and typed by
+    /// `device.rs` (which sits above this file: a device holds its runtime), so stored here
+    /// type-erased; see `Runtime::device`.
+    pub(crate) devices: Mutex<HashMap<i32, Weak<dyn Any + Send + Sync>>>,
 }
 
 /// An opened ACL runtime: the function table every other type calls through.
@@ -259,8 +262,8 @@ impl Runtime {
     ///
     /// # Changing the current device or context through the raw table
     /// ACL keeps the current device and context per thread. Every call of this crate first
-    /// makes its device current ([`Device::bind`]), and that check asks `aclrtGetDevice`
-    /// rather than trusting a cache, so a raw `aclrtSetDevice`, `aclrtSetCurrentContext` or
+    /// makes its device current ([`Device::bind`](crate::Device::bind)), and that check asks
+    /// `aclrtGetDevice` rather than trusting a cache, so a raw `aclrtSetDevice`, `aclrtSetCurrentContext` or
     /// `aclrtResetDevice` made through this table cannot send a later call (a V2 import, a
     /// stream or event creation) to the wrong device. What the check cannot undo is a raw
     /// `aclrtResetDevice` or `aclrtDestroyContext` that tears down a context while this
@@ -279,31 +282,6 @@ impl Runtime {
     pub fn device_count(&self) -> Result<u32> {
         // SAFETY: plain out-parameter call on an opened table.
         unsafe { ffi::device::count(self.inner.lib) }
-    }
-
-    /// A handle on device `id`, binding it to the calling thread once to check it exists.
-    /// Every `Device` for the same id of one runtime shares its state (granularity cache,
-    /// sticky error).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a negative id; an `aclrtSetDevice` failure
-    /// (`ACL_ERROR_RT_INVALID_DEVICEID`, …) for an id the runtime does not have.
-    #[doc(alias = "aclrtSetDevice")]
-    pub fn device(&self, id: i32) -> Result<Device> {
-        if id < 0 {
-            return Err(Error::InvalidArgument {
-                api: "aclrtSetDevice",
-                what: "device id",
-                value: id.into(),
-            });
-        }
-        let mut devs = self.inner.devices.lock();
-        if let Some(ctx) = devs.get(&id).and_then(Weak::upgrade) {
-            return Ok(Device::from_ctx(ctx));
-        }
-        let dev = Device::open(self.clone(), id)?;
-        devs.insert(id, Arc::downgrade(dev.ctx()));
-        Ok(dev)
     }
 }
 

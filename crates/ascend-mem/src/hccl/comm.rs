@@ -9,64 +9,15 @@ use hccl_sys::{HcclComm, HcclLib};
 use parking_lot::Mutex;
 
 use super::config::{CommConfig, RootInfo};
+use super::handles::{CommInner, WinInner};
 use super::table::{self, hcall};
 use super::types::{CollectiveBuffer, HcclType, ReduceOp};
-use super::window::WinInner;
 use super::HcclCode;
-use crate::device::Device;
+use crate::device::{same_device, Device};
 use crate::error::{close_last, CloseError, Error, Result};
+use crate::handle::RawHandle;
 use crate::stream::Stream;
 use crate::vmm::MappingSlice;
-
-pub(crate) struct CommInner {
-    pub(crate) dev: Device,
-    pub(crate) h: &'static HcclLib,
-    pub(crate) raw: HcclComm,
-    pub(crate) rank: u32,
-    pub(crate) size: u32,
-    /// `hcclSymWinMaxMemSizePerRank` in bytes, as configured.
-    pub(crate) sym_max: u64,
-    /// Serialises the HCCL calls made on this communicator through the safe API.
-    pub(crate) lock: Mutex<()>,
-    /// The windows registered through [`SymWindow::register`](super::SymWindow::register).
-    pub(crate) windows: Mutex<Vec<Weak<WinInner>>>,
-    /// False once destroyed by [`Comm::close`].
-    live: bool,
-}
-
-// SAFETY: the communicator handle is an id, not tied to the thread that made it; every call
-// this crate makes on it binds `dev` on the calling thread first (HCCL, like ACL, works on the
-// thread's current device), Drop included.
-unsafe impl Send for CommInner {}
-// SAFETY: HCCL does not document concurrent calls on one communicator, so every call made
-// through a shared `&CommInner` (collective enqueue, window register/deregister/lookup, rank
-// and name queries) holds `lock`; the other fields are immutable or behind their own lock.
-unsafe impl Sync for CommInner {}
-
-impl CommInner {
-    fn destroy_now(&mut self) -> Result<()> {
-        self.dev.bind()?;
-        // SAFETY: we own the communicator; every window holds this Arc and so has already
-        // deregistered, and every stream with queued collectives on it holds this Arc too,
-        // so none is pending; it is not used again.
-        unsafe { hcall!(self.h, self.dev.lib(), HcclCommDestroy(self.raw)) }?;
-        self.live = false;
-        Ok(())
-    }
-}
-
-impl Drop for CommInner {
-    fn drop(&mut self) {
-        if !self.live {
-            return;
-        }
-        let _span = tracing::debug_span!("hccl_comm_destroy", rank = self.rank).entered();
-        if let Err(e) = self.destroy_now() {
-            tracing::error!(error = %e, "destroying an HCCL communicator failed");
-            self.dev.record_sticky(e);
-        }
-    }
-}
 
 /// An HCCL communicator: this process's rank of a group of `size` ranks
 /// (`HcclCommInitRootInfoConfig`); destroyed (`HcclCommDestroy`) when the last owner goes.
@@ -97,11 +48,6 @@ impl fmt::Debug for Comm {
             .field("raw", &self.inner.raw)
             .finish()
     }
-}
-
-/// Same runtime and device id (two `Runtime` values over one table share the device).
-pub(crate) fn same_device(a: &Device, b: &Device) -> bool {
-    std::ptr::eq(a.lib(), b.lib()) && a.id() == b.id()
 }
 
 /// The number of `T` elements in `s`, checking it is a whole number.
@@ -181,7 +127,7 @@ impl Comm {
             inner: Arc::new(CommInner {
                 dev: dev.clone(),
                 h,
-                raw,
+                raw: RawHandle::new(raw),
                 rank,
                 size,
                 sym_max: config.sym_window_max_per_rank_bytes(),
@@ -210,7 +156,7 @@ impl Comm {
 
     /// The raw handle (borrowed: do not destroy it).
     pub fn as_raw(&self) -> HcclComm {
-        self.inner.raw
+        self.inner.raw.get()
     }
 
     /// The symmetric-window maximum per rank, in bytes, from the config.
@@ -225,7 +171,7 @@ impl Comm {
     ) -> Result<R> {
         self.inner.dev.enter()?;
         let _g = self.inner.lock.lock();
-        f(self.inner.h, self.inner.raw)
+        f(self.inner.h, self.inner.raw.get())
     }
 
     /// The rank count as the library reports it (`HcclGetRankSize`).
@@ -337,7 +283,7 @@ impl Comm {
         dev.enter()?;
         {
             let _g = self.inner.lock.lock();
-            let r = call(self.inner.h, self.inner.raw, stream.as_raw());
+            let r = call(self.inner.h, self.inner.raw.get(), stream.as_raw());
             table::check(self.inner.h, dev.lib(), api, r)?;
         }
         for b in bufs {

@@ -71,6 +71,7 @@
 mod code;
 mod comm;
 mod config;
+mod handles;
 pub(crate) mod table;
 mod types;
 mod window;

@@ -7,90 +7,14 @@ use std::sync::Arc;
 
 use hccl_sys::HcclCommSymWindow;
 
-use super::comm::{same_device, Comm, CommInner};
+use super::comm::Comm;
+use super::handles::WinInner;
 use super::table::hcall;
 use super::HcclCode;
+use crate::device::same_device;
 use crate::error::{CloseError, Error, Result};
-use crate::vmm::{MapInner, Mapping, MappingSlice};
-
-pub(crate) struct WinInner {
-    // Field order: Drop deregisters first; then the communicator reference goes, then the
-    // mapping (so the memory stays mapped for as long as it is registered).
-    comm: Arc<CommInner>,
-    raw: HcclCommSymWindow,
-    addr: usize,
-    len: usize,
-    /// False once deregistered (or removed locally by a failed deregistration).
-    live: bool,
-    map: Arc<MapInner>,
-}
-
-// SAFETY: the window handle is an id, not tied to a thread; every call on it binds the
-// communicator's device first and holds the communicator's lock (Drop included).
-unsafe impl Send for WinInner {}
-// SAFETY: the fields are immutable once shared; calls through `&WinInner` hold the
-// communicator's lock.
-unsafe impl Sync for WinInner {}
-
-impl WinInner {
-    /// Whether `b` lies in this window's mapping or overlaps its registered range.
-    pub(crate) fn holds(&self, b: &MappingSlice<'_>) -> bool {
-        let start = b.as_raw() as usize;
-        Arc::ptr_eq(&self.map, b.map_inner())
-            || (start < self.addr + self.len && self.addr < start + b.len().max(1))
-    }
-
-    /// Whether HCCL still knows this window (`HcclCommSymWinGet` at its start). Call with
-    /// the device bound and the communicator locked.
-    fn still_registered(&self) -> bool {
-        let mut w: HcclCommSymWindow = std::ptr::null_mut();
-        let mut off = 0usize;
-        // SAFETY: live communicator; the out-slots are writable; the pointer is only looked up.
-        let r = unsafe {
-            hcall!(
-                self.comm.h,
-                self.comm.dev.lib(),
-                HcclCommSymWinGet(self.comm.raw, self.addr as *mut c_void, 1, &mut w, &mut off)
-            )
-        };
-        r.is_ok() && w == self.raw
-    }
-
-    fn deregister_now(&mut self) -> Result<()> {
-        let dev = &self.comm.dev;
-        dev.bind()?;
-        let _g = self.comm.lock.lock();
-        // SAFETY: we registered `raw` on this live communicator (we hold it) and have not
-        // deregistered it; collectives queued over it hold this Arc, so none is pending.
-        let r = unsafe { hcall!(self.comm.h, dev.lib(), HcclCommSymWinDeregister(self.raw)) };
-        match r {
-            Ok(()) => {
-                self.live = false;
-                Ok(())
-            }
-            Err(e) => {
-                // A timeout or a dead peer removes the window locally anyway: do not retry.
-                if !self.still_registered() {
-                    self.live = false;
-                }
-                Err(e)
-            }
-        }
-    }
-}
-
-impl Drop for WinInner {
-    fn drop(&mut self) {
-        if !self.live {
-            return;
-        }
-        let _span = tracing::debug_span!("hccl_sym_win_deregister", addr = self.addr).entered();
-        if let Err(e) = self.deregister_now() {
-            tracing::error!(error = %e, "deregistering a symmetric window failed");
-            self.comm.dev.record_sticky(e);
-        }
-    }
-}
+use crate::handle::RawHandle;
+use crate::vmm::{Mapping, MappingSlice};
 
 /// A symmetric window: a range of a VMM [`Mapping`] of device HBM registered with a
 /// communicator (`HcclCommSymWinRegister`), so collectives whose buffers lie in windows on
@@ -197,7 +121,7 @@ impl SymWindow {
         })?;
         let inner = Arc::new(WinInner {
             comm: comm.inner.clone(),
-            raw,
+            raw: RawHandle::new(raw),
             addr: addr as usize,
             len,
             live: true,
@@ -218,7 +142,7 @@ impl SymWindow {
 
     /// The raw handle (borrowed: do not deregister it).
     pub fn as_raw(&self) -> HcclCommSymWindow {
-        self.inner.raw
+        self.inner.raw.get()
     }
 
     /// The first registered address.
@@ -352,7 +276,7 @@ impl Comm {
             .lock()
             .iter()
             .filter_map(std::sync::Weak::upgrade)
-            .find(|i| i.raw == w);
+            .find(|i| i.raw.get() == w);
         match inner {
             Some(inner) => Ok(Some((SymWindow { inner }, off))),
             None => Err(Error::InvalidArgument {
