@@ -90,8 +90,7 @@ impl Device {
 
     fn force_bind(&self) -> Result<()> {
         let lib = self.lib();
-        // SAFETY: plain integer argument on an opened table.
-        unsafe { ffi::device::set(lib, self.ctx.id) }?;
+        ffi::device::set(lib, self.ctx.id)?;
         // `try_with`: a Drop may run while this thread's locals are being destroyed.
         let _ = BOUND.try_with(|b| b.set((lib as *const AclLib as usize, self.ctx.id)));
         Ok(())
@@ -114,8 +113,7 @@ impl Device {
         let lib = self.lib();
         let key = (lib as *const AclLib as usize, self.ctx.id);
         if BOUND.try_with(|b| b.get()).ok() == Some(key) {
-            // SAFETY: out-parameter call on an opened table.
-            match unsafe { ffi::device::current(lib) } {
+            match ffi::device::current(lib) {
                 Ok(id) if id == self.ctx.id => return Ok(()),
                 Ok(other) => {
                     tracing::debug!(
@@ -257,8 +255,7 @@ impl Device {
     #[doc(alias = "aclrtDeviceGetBareTgid")]
     pub fn bare_pid(&self) -> Result<i32> {
         self.enter()?;
-        // SAFETY: out-parameter call on an opened table.
-        unsafe { ffi::device::bare_tgid(self.lib()) }
+        ffi::device::bare_tgid(self.lib())
     }
 }
 

@@ -8,6 +8,7 @@
 
 use std::ffi::c_void;
 use std::fmt;
+use std::marker::PhantomData;
 
 /// An opaque C handle or device address, treated as an id: never dereferenced by Rust.
 ///
@@ -49,3 +50,73 @@ impl fmt::Debug for RawHandle {
         fmt::Debug::fmt(&self.0, f)
     }
 }
+
+/// Declares an owned live C handle and its `Copy` borrow, in the manner of `OwnedFd` and
+/// `BorrowedFd`: the owned value proves the object is live (an `ffi` create call made it, and
+/// only the matching `ffi` destroy call, which consumes it, ends it), and a borrow of it proves
+/// that for the borrow's lifetime, so the `ffi` functions that take a borrow are safe.
+macro_rules! live_handle {
+    ($(#[$odoc:meta])* $owned:ident, $(#[$bdoc:meta])* $borrowed:ident, $raw:ty) => {
+        $(#[$odoc])*
+        ///
+        /// Dropping it leaks the C object: its owner destroys it explicitly (with its device
+        /// bound) through `ffi`, which takes it by value.
+        #[derive(Debug)]
+        pub struct $owned(RawHandle);
+
+        $(#[$bdoc])*
+        #[derive(Copy, Clone, Debug)]
+        pub struct $borrowed<'a>(RawHandle, PhantomData<&'a $owned>);
+
+        impl $owned {
+            /// Takes ownership of a raw handle.
+            ///
+            /// # Safety
+            /// `raw` is live, owned by nobody else, and destroyed only through this value.
+            pub(crate) unsafe fn from_raw(raw: $raw) -> $owned {
+                $owned(RawHandle::new(raw))
+            }
+
+            /// The raw handle (borrowed: do not destroy it).
+            pub fn as_raw(&self) -> $raw {
+                self.0.get()
+            }
+
+            /// A borrow, valid while this value lives.
+            pub fn borrow(&self) -> $borrowed<'_> {
+                $borrowed(self.0, PhantomData)
+            }
+        }
+
+        impl $borrowed<'_> {
+            /// Borrows a raw handle obtained elsewhere (the raw table, another library).
+            ///
+            /// # Safety
+            /// `raw` is live for the whole lifetime of the returned borrow.
+            pub unsafe fn borrow_raw(raw: $raw) -> Self {
+                $borrowed(RawHandle::new(raw), PhantomData)
+            }
+
+            /// The raw handle.
+            pub fn as_raw(self) -> $raw {
+                self.0.get()
+            }
+        }
+    };
+}
+
+live_handle!(
+    /// An ACL stream (`aclrtStream`) this value owns.
+    OwnedStream,
+    /// A borrowed live ACL stream.
+    StreamRef,
+    acl::aclrtStream
+);
+
+live_handle!(
+    /// An ACL event (`aclrtEvent`) this value owns.
+    OwnedEvent,
+    /// A borrowed live ACL event.
+    EventRef,
+    acl::aclrtEvent
+);

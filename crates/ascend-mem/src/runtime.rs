@@ -107,8 +107,7 @@ impl Runtime {
             let mut inited = INITED.lock();
             let key = lib as *const AclLib as usize;
             if !inited.contains(&key) {
-                // SAFETY: `lib` is an opened ACL table; aclInit takes a NULL config path.
-                unsafe { ffi::init::init(lib) }?;
+                ffi::init::init(lib)?;
                 inited.push(key);
             }
         }
@@ -280,8 +279,7 @@ impl Runtime {
     /// An `aclrtGetDeviceCount` failure.
     #[doc(alias = "aclrtGetDeviceCount")]
     pub fn device_count(&self) -> Result<u32> {
-        // SAFETY: plain out-parameter call on an opened table.
-        unsafe { ffi::device::count(self.inner.lib) }
+        ffi::device::count(self.inner.lib)
     }
 }
 

@@ -4,6 +4,7 @@ use std::ffi::c_void;
 
 use acl::AclLib;
 
+use super::StreamRef;
 use crate::error::Result;
 
 /// `aclrtMemcpy(dst, dst_max, src, count, kind)`.
@@ -27,7 +28,7 @@ pub unsafe fn memcpy(
     unsafe { call!(lib, aclrtMemcpy(dst, dst_max, src, count, kind)) }
 }
 
-/// `aclrtMemcpyAsync(dst, dst_max, src, count, kind, stream)`.
+/// `aclrtMemcpyAsync(dst, dst_max, src, count, kind, stream.as_raw())`.
 ///
 /// # Errors
 /// [`Error::Acl`](crate::Error::Acl) with the returned status;
@@ -43,13 +44,13 @@ pub unsafe fn memcpy_async(
     src: *const c_void,
     count: usize,
     kind: acl::aclrtMemcpyKind,
-    stream: acl::aclrtStream,
+    stream: StreamRef<'_>,
 ) -> Result<()> {
     // SAFETY: forwarded to the caller.
     unsafe {
         call!(
             lib,
-            aclrtMemcpyAsync(dst, dst_max, src, count, kind, stream)
+            aclrtMemcpyAsync(dst, dst_max, src, count, kind, stream.as_raw())
         )
     }
 }
@@ -87,13 +88,13 @@ pub unsafe fn memset_async(
     max: usize,
     value: u8,
     count: usize,
-    stream: acl::aclrtStream,
+    stream: StreamRef<'_>,
 ) -> Result<()> {
     // SAFETY: forwarded to the caller.
     unsafe {
         call!(
             lib,
-            aclrtMemsetAsync(dst, max, i32::from(value), count, stream)
+            aclrtMemsetAsync(dst, max, i32::from(value), count, stream.as_raw())
         )
     }
 }

@@ -9,10 +9,7 @@ use crate::error::Result;
 /// # Errors
 /// [`Error::Acl`](crate::Error::Acl) with the returned status;
 /// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// None beyond a valid table; an unknown id is reported by ACL.
-pub unsafe fn set(lib: &AclLib, id: i32) -> Result<()> {
+pub fn set(lib: &AclLib, id: i32) -> Result<()> {
     // SAFETY: plain integer argument.
     unsafe { call!(lib, aclrtSetDevice(id)) }
 }
@@ -35,10 +32,7 @@ pub unsafe fn reset(lib: &AclLib, id: i32) -> Result<()> {
 /// # Errors
 /// [`Error::Acl`](crate::Error::Acl) with the returned status;
 /// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// None beyond a valid table.
-pub unsafe fn count(lib: &AclLib) -> Result<u32> {
+pub fn count(lib: &AclLib) -> Result<u32> {
     let mut n = 0u32;
     // SAFETY: `n` is a writable u32.
     unsafe { call!(lib, aclrtGetDeviceCount(&mut n)) }?;
@@ -50,10 +44,7 @@ pub unsafe fn count(lib: &AclLib) -> Result<u32> {
 /// # Errors
 /// [`Error::Acl`](crate::Error::Acl) with the returned status;
 /// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// None beyond a valid table.
-pub unsafe fn current(lib: &AclLib) -> Result<i32> {
+pub fn current(lib: &AclLib) -> Result<i32> {
     let mut id = -1i32;
     // SAFETY: `id` is a writable i32.
     unsafe { call!(lib, aclrtGetDevice(&mut id)) }?;
@@ -65,10 +56,7 @@ pub unsafe fn current(lib: &AclLib) -> Result<i32> {
 /// # Errors
 /// [`Error::Acl`](crate::Error::Acl) with the returned status;
 /// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// None beyond a valid table.
-pub unsafe fn bare_tgid(lib: &AclLib) -> Result<i32> {
+pub fn bare_tgid(lib: &AclLib) -> Result<i32> {
     let mut pid = 0i32;
     // SAFETY: `pid` is a writable i32.
     unsafe { call!(lib, aclrtDeviceGetBareTgid(&mut pid)) }?;
@@ -80,10 +68,7 @@ pub unsafe fn bare_tgid(lib: &AclLib) -> Result<i32> {
 /// # Errors
 /// [`Error::Acl`](crate::Error::Acl) with the returned status;
 /// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// None beyond a valid table.
-pub unsafe fn logic_id(lib: &AclLib, user_id: i32) -> Result<i32> {
+pub fn logic_id(lib: &AclLib, user_id: i32) -> Result<i32> {
     let mut id = 0i32;
     // SAFETY: `id` is a writable i32.
     unsafe { call!(lib, aclrtGetLogicDevIdByUserDevId(user_id, &mut id)) }?;

@@ -1,117 +1,97 @@
-//! Events.
+//! Events. Every call takes an [`OwnedEvent`] or an [`EventRef`], which prove the event is
+//! live, so these functions are safe.
 
 use acl::AclLib;
 
-use crate::error::Result;
+use super::{EventRef, OwnedEvent, StreamRef};
+use crate::error::{Error, Result};
 
-/// `aclrtCreateEvent` (default flags).
+/// `aclrtCreateEvent` (default flags), on the device bound to the calling thread.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// None beyond a valid table and a bound device; destroy with [`destroy`].
-pub unsafe fn create_default(lib: &AclLib) -> Result<acl::aclrtEvent> {
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn create_default(lib: &AclLib) -> Result<OwnedEvent> {
     let mut e = std::ptr::null_mut();
     // SAFETY: `e` is a writable slot.
     unsafe { call!(lib, aclrtCreateEvent(&mut e)) }?;
-    Ok(e)
+    // SAFETY: a successful create hands us a fresh event nobody else owns.
+    Ok(unsafe { OwnedEvent::from_raw(e) })
 }
 
-/// `aclrtCreateEventWithFlag`.
+/// `aclrtCreateEventWithFlag`, on the device bound to the calling thread.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// None beyond a valid table and a bound device; destroy with [`destroy`].
-pub unsafe fn create(lib: &AclLib, flags: u32) -> Result<acl::aclrtEvent> {
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn create(lib: &AclLib, flags: u32) -> Result<OwnedEvent> {
     let mut e = std::ptr::null_mut();
-    // SAFETY: `e` is a writable slot.
+    // SAFETY: `e` is a writable slot; `flags` is a plain value.
     unsafe { call!(lib, aclrtCreateEventWithFlag(&mut e, flags)) }?;
-    Ok(e)
+    // SAFETY: a successful create hands us a fresh event nobody else owns.
+    Ok(unsafe { OwnedEvent::from_raw(e) })
 }
 
-/// `aclrtDestroyEvent`.
+/// `aclrtDestroyEvent`. On failure the event comes back with the error.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `e` is live and not used again.
-pub unsafe fn destroy(lib: &AclLib, e: acl::aclrtEvent) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtDestroyEvent(e)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn destroy(lib: &AclLib, e: OwnedEvent) -> std::result::Result<(), (Error, OwnedEvent)> {
+    // SAFETY: `e` is live and owned; it is consumed here, so it is not used again on success.
+    match unsafe { call!(lib, aclrtDestroyEvent(e.as_raw())) } {
+        Ok(()) => Ok(()),
+        Err(err) => Err((err, e)),
+    }
 }
 
 /// `aclrtRecordEvent(event, stream)`.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `e` and `s` are live.
-pub unsafe fn record(lib: &AclLib, e: acl::aclrtEvent, s: acl::aclrtStream) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtRecordEvent(e, s)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn record(lib: &AclLib, e: EventRef<'_>, s: StreamRef<'_>) -> Result<()> {
+    // SAFETY: the borrows prove both live.
+    unsafe { call!(lib, aclrtRecordEvent(e.as_raw(), s.as_raw())) }
 }
 
 /// `aclrtQueryEventStatus`: the raw `aclrtEventRecordedStatus` (1 = complete).
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `e` is live.
-pub unsafe fn query(lib: &AclLib, e: acl::aclrtEvent) -> Result<acl::aclrtEventRecordedStatus> {
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn query(lib: &AclLib, e: EventRef<'_>) -> Result<acl::aclrtEventRecordedStatus> {
     let mut st = acl::ACL_EVENT_RECORDED_STATUS_NOT_READY;
-    // SAFETY: `st` is writable; event validity forwarded to the caller.
-    unsafe { call!(lib, aclrtQueryEventStatus(e, &mut st)) }?;
+    // SAFETY: `st` is writable; the borrow proves the event live.
+    unsafe { call!(lib, aclrtQueryEventStatus(e.as_raw(), &mut st)) }?;
     Ok(st)
 }
 
 /// `aclrtSynchronizeEvent`.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `e` is live.
-pub unsafe fn synchronize(lib: &AclLib, e: acl::aclrtEvent) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtSynchronizeEvent(e)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn synchronize(lib: &AclLib, e: EventRef<'_>) -> Result<()> {
+    // SAFETY: the borrow proves the event live.
+    unsafe { call!(lib, aclrtSynchronizeEvent(e.as_raw())) }
 }
 
 /// `aclrtSynchronizeEventWithTimeout` (milliseconds).
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `e` is live.
-pub unsafe fn synchronize_timeout(lib: &AclLib, e: acl::aclrtEvent, ms: i32) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtSynchronizeEventWithTimeout(e, ms)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn synchronize_timeout(lib: &AclLib, e: EventRef<'_>, ms: i32) -> Result<()> {
+    // SAFETY: the borrow proves the event live.
+    unsafe { call!(lib, aclrtSynchronizeEventWithTimeout(e.as_raw(), ms)) }
 }
 
 /// `aclrtEventElapsedTime(&ms, start, end)`.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// Both events are live.
-pub unsafe fn elapsed(lib: &AclLib, start: acl::aclrtEvent, end: acl::aclrtEvent) -> Result<f32> {
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn elapsed(lib: &AclLib, start: EventRef<'_>, end: EventRef<'_>) -> Result<f32> {
     let mut ms = 0f32;
-    // SAFETY: `ms` is writable; event validity forwarded to the caller.
-    unsafe { call!(lib, aclrtEventElapsedTime(&mut ms, start, end)) }?;
+    // SAFETY: `ms` is writable; the borrows prove both events live.
+    unsafe {
+        call!(
+            lib,
+            aclrtEventElapsedTime(&mut ms, start.as_raw(), end.as_raw())
+        )
+    }?;
     Ok(ms)
 }

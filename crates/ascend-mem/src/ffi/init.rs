@@ -9,10 +9,7 @@ use crate::error::{AclCode, Error, Result};
 /// # Errors
 /// [`Error::Acl`](crate::Error::Acl) with the returned status;
 /// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `lib` must be an ACL runtime table (its initialisers have run when it was opened).
-pub unsafe fn init(lib: &AclLib) -> Result<()> {
+pub fn init(lib: &AclLib) -> Result<()> {
     // SAFETY: a NULL config path is documented as allowed.
     match unsafe { call!(lib, aclInit(std::ptr::null())) } {
         Err(Error::Acl { code, .. }) if code == AclCode::REPEAT_INITIALIZE => Ok(()),

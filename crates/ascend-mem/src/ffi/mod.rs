@@ -6,9 +6,14 @@
 //! takes the [`AclLib`] table to call through, so the same code serves real CANN, the
 //! in-process emulator and the emulator opened by path.
 //!
-//! Everything here is `unsafe`: handle and pointer validity is the caller's job. The safe types
-//! of this crate are the intended callers; it is public so tests and rare calls can reach the C
-//! layer without a wider safe API (see each function's `# Safety`).
+//! An [`AclLib`] is a valid table by construction (opening one is `unsafe`, and its contract
+//! is that every symbol is the ACL function of that name). A function is then safe when its
+//! arguments prove what the call needs: plain values, or live
+//! handles as [`OwnedStream`]/[`StreamRef`] and [`OwnedEvent`]/[`EventRef`] (an owned handle
+//! is live until the `destroy` that consumes it; a borrow cannot outlive its owner). Where
+//! raw pointer or handle validity is the caller's job the function is `unsafe`, with a
+//! `# Safety` section. The safe types of this crate are the intended callers; it is public so
+//! tests and rare calls can reach the C layer without a wider safe API.
 //!
 //! Arguments CANN documents as reserved or "must be 0" are not parameters here: the function
 //! passes the constant and says which rule requires it.
@@ -64,6 +69,8 @@ macro_rules! call {
 pub mod copy;
 pub mod device;
 pub mod event;
+pub use crate::handle::{EventRef, OwnedEvent, OwnedStream, StreamRef};
+
 pub mod init;
 pub mod map;
 pub mod phys;

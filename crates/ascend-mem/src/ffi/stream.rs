@@ -1,113 +1,90 @@
-//! Streams.
+//! Streams. Every call takes an [`OwnedStream`] or a [`StreamRef`], which prove the stream is
+//! live, so these functions are safe.
 
 use acl::AclLib;
 
-use crate::error::Result;
+use super::{EventRef, OwnedStream, StreamRef};
+use crate::error::{Error, Result};
 
-/// `aclrtCreateStreamWithConfig`.
+/// `aclrtCreateStreamWithConfig`, on the device bound to the calling thread.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// None beyond a valid table and a bound device; destroy with [`destroy`].
-pub unsafe fn create(lib: &AclLib, priority: u32, flags: u32) -> Result<acl::aclrtStream> {
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn create(lib: &AclLib, priority: u32, flags: u32) -> Result<OwnedStream> {
     let mut s = std::ptr::null_mut();
-    // SAFETY: `s` is a writable slot.
+    // SAFETY: `s` is a writable slot; the other arguments are plain values.
     unsafe { call!(lib, aclrtCreateStreamWithConfig(&mut s, priority, flags)) }?;
-    Ok(s)
+    // SAFETY: a successful create hands us a fresh stream nobody else owns.
+    Ok(unsafe { OwnedStream::from_raw(s) })
 }
 
-/// `aclrtDestroyStream`.
+/// `aclrtDestroyStream`. On failure the stream comes back with the error (it may still be
+/// live). Its owner synchronizes first: memory that queued work uses must outlive the work
+/// (see [`super::copy::memcpy_async`]).
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `s` is live and not used again.
-pub unsafe fn destroy(lib: &AclLib, s: acl::aclrtStream) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtDestroyStream(s)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn destroy(lib: &AclLib, s: OwnedStream) -> std::result::Result<(), (Error, OwnedStream)> {
+    // SAFETY: `s` is live and owned; it is consumed here, so it is not used again on success.
+    match unsafe { call!(lib, aclrtDestroyStream(s.as_raw())) } {
+        Ok(()) => Ok(()),
+        Err(e) => Err((e, s)),
+    }
 }
 
 /// `aclrtSynchronizeStream`.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `s` is live.
-pub unsafe fn synchronize(lib: &AclLib, s: acl::aclrtStream) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtSynchronizeStream(s)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn synchronize(lib: &AclLib, s: StreamRef<'_>) -> Result<()> {
+    // SAFETY: the borrow proves the stream live.
+    unsafe { call!(lib, aclrtSynchronizeStream(s.as_raw())) }
 }
 
 /// `aclrtSynchronizeStreamWithTimeout` (milliseconds; −1 forever, 0 check once).
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `s` is live.
-pub unsafe fn synchronize_timeout(lib: &AclLib, s: acl::aclrtStream, ms: i32) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtSynchronizeStreamWithTimeout(s, ms)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn synchronize_timeout(lib: &AclLib, s: StreamRef<'_>, ms: i32) -> Result<()> {
+    // SAFETY: the borrow proves the stream live.
+    unsafe { call!(lib, aclrtSynchronizeStreamWithTimeout(s.as_raw(), ms)) }
 }
 
 /// `aclrtStreamQuery`: the raw `aclrtStreamStatus`.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `s` is live.
-pub unsafe fn query(lib: &AclLib, s: acl::aclrtStream) -> Result<acl::aclrtStreamStatus> {
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn query(lib: &AclLib, s: StreamRef<'_>) -> Result<acl::aclrtStreamStatus> {
     let mut st = acl::ACL_STREAM_STATUS_RESERVED;
-    // SAFETY: `st` is writable; stream validity forwarded to the caller.
-    unsafe { call!(lib, aclrtStreamQuery(s, &mut st)) }?;
+    // SAFETY: `st` is writable; the borrow proves the stream live.
+    unsafe { call!(lib, aclrtStreamQuery(s.as_raw(), &mut st)) }?;
     Ok(st)
 }
 
 /// `aclrtStreamAbort`.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `s` is live.
-pub unsafe fn abort(lib: &AclLib, s: acl::aclrtStream) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtStreamAbort(s)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn abort(lib: &AclLib, s: StreamRef<'_>) -> Result<()> {
+    // SAFETY: the borrow proves the stream live.
+    unsafe { call!(lib, aclrtStreamAbort(s.as_raw())) }
 }
 
 /// `aclrtSetStreamFailureMode`.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `s` is live.
-pub unsafe fn set_failure_mode(lib: &AclLib, s: acl::aclrtStream, mode: u64) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtSetStreamFailureMode(s, mode)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn set_failure_mode(lib: &AclLib, s: StreamRef<'_>, mode: u64) -> Result<()> {
+    // SAFETY: the borrow proves the stream live.
+    unsafe { call!(lib, aclrtSetStreamFailureMode(s.as_raw(), mode)) }
 }
 
-/// `aclrtStreamWaitEvent(stream, event)`.
+/// `aclrtStreamWaitEvent(stream, event)`. Whoever holds the event keeps it alive until the
+/// stream is synchronized past this wait.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
-///
-/// # Safety
-/// `s` and `e` are live.
-pub unsafe fn wait_event(lib: &AclLib, s: acl::aclrtStream, e: acl::aclrtEvent) -> Result<()> {
-    // SAFETY: forwarded to the caller.
-    unsafe { call!(lib, aclrtStreamWaitEvent(s, e)) }
+/// [`Error::Acl`] with the returned status; [`Error::MissingSymbol`].
+pub fn wait_event(lib: &AclLib, s: StreamRef<'_>, e: EventRef<'_>) -> Result<()> {
+    // SAFETY: the borrows prove both live.
+    unsafe { call!(lib, aclrtStreamWaitEvent(s.as_raw(), e.as_raw())) }
 }

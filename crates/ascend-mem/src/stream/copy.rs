@@ -60,7 +60,7 @@ impl Stream {
                 src.as_raw(),
                 src.len(),
                 memcpy_kind(false, false),
-                self.raw.get(),
+                self.live()?,
             )
         }?;
         self.keep.push(Keep::Map(dst.map_inner().clone()));
@@ -144,7 +144,7 @@ impl Stream {
                     from as *const c_void,
                     c.len,
                     kind,
-                    self.raw.get(),
+                    self.live()?,
                 )
             }?;
         }
@@ -170,7 +170,7 @@ impl Stream {
                 dst.len(),
                 value,
                 dst.len(),
-                self.raw.get(),
+                self.live()?,
             )
         }?;
         self.keep.push(Keep::Map(dst.map_inner().clone()));
@@ -204,7 +204,7 @@ impl Stream {
                 src.cast(),
                 len,
                 memcpy_kind(false, true),
-                self.raw.get(),
+                self.live()?,
             )
         }?;
         self.keep.push(Keep::Map(dst.map_inner().clone()));
@@ -238,7 +238,7 @@ impl Stream {
                 src.as_raw(),
                 len,
                 memcpy_kind(true, false),
-                self.raw.get(),
+                self.live()?,
             )
         }?;
         self.keep.push(Keep::Map(src.map_inner().clone()));

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use super::queue::{timeout_ms, Stream};
 use crate::device::Device;
-use crate::error::{close_last, CloseError, Result};
+use crate::error::{close_last, CloseError, Error, Result};
 use crate::ffi;
-use crate::handle::RawHandle;
+use crate::ffi::{EventRef, OwnedEvent};
 
 bitflags::bitflags! {
     /// Event creation flags (`ACL_EVENT_*`).
@@ -33,25 +33,41 @@ bitflags::bitflags! {
 
 pub(crate) struct EventInner {
     dev: Device,
-    raw: RawHandle,
-    /// False once destroyed by `Event::close`.
-    live: bool,
+    /// `None` once destroyed by `Event::close`.
+    raw: Option<OwnedEvent>,
 }
 
 impl EventInner {
     fn destroy_now(&mut self) -> Result<()> {
         self.dev.bind()?;
-        // SAFETY: we own the event; streams that waited on or recorded it hold this Arc, so
-        // none has pending work on it when it is dropped or closed.
-        unsafe { ffi::event::destroy(self.dev.lib(), self.raw.get()) }?;
-        self.live = false;
-        Ok(())
+        let Some(raw) = self.raw.take() else {
+            return Ok(());
+        };
+        // Streams that waited on or recorded the event hold this Arc, so none has pending
+        // work on it when it is dropped or closed.
+        ffi::event::destroy(self.dev.lib(), raw).map_err(|(e, raw)| {
+            self.raw = Some(raw);
+            e
+        })
+    }
+
+    /// The live event, borrowed. Always `Ok` for an event a caller can reach (only the value
+    /// `close` consumed has none).
+    fn live(&self) -> Result<EventRef<'_>> {
+        self.raw
+            .as_ref()
+            .map(OwnedEvent::borrow)
+            .ok_or(Error::InvalidArgument {
+                api: "aclrtEvent",
+                what: "event (already destroyed)",
+                value: 0,
+            })
     }
 }
 
 impl Drop for EventInner {
     fn drop(&mut self) {
-        if !self.live {
+        if self.raw.is_none() {
             return;
         }
         if let Err(e) = self.destroy_now() {
@@ -74,7 +90,7 @@ impl fmt::Debug for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Event")
             .field("device", &self.inner.dev.id())
-            .field("raw", &self.inner.raw.get())
+            .field("raw", &self.as_raw())
             .finish()
     }
 }
@@ -87,8 +103,7 @@ impl Event {
     #[doc(alias = "aclrtCreateEvent")]
     pub fn new(dev: &Device) -> Result<Event> {
         dev.enter()?;
-        // SAFETY: out-parameter call on a bound device; owned by the value below.
-        let raw = unsafe { ffi::event::create_default(dev.lib()) }?;
+        let raw = ffi::event::create_default(dev.lib())?;
         Ok(Self::wrap(dev, raw))
     }
 
@@ -99,17 +114,15 @@ impl Event {
     #[doc(alias = "aclrtCreateEventWithFlag")]
     pub fn with_flags(dev: &Device, flags: EventFlags) -> Result<Event> {
         dev.enter()?;
-        // SAFETY: as `new`.
-        let raw = unsafe { ffi::event::create(dev.lib(), flags.bits()) }?;
+        let raw = ffi::event::create(dev.lib(), flags.bits())?;
         Ok(Self::wrap(dev, raw))
     }
 
-    fn wrap(dev: &Device, raw: acl::aclrtEvent) -> Event {
+    fn wrap(dev: &Device, raw: OwnedEvent) -> Event {
         Event {
             inner: Arc::new(EventInner {
                 dev: dev.clone(),
-                raw: RawHandle::new(raw),
-                live: true,
+                raw: Some(raw),
             }),
             _not_sync: PhantomData,
         }
@@ -117,7 +130,10 @@ impl Event {
 
     /// The raw handle (borrowed).
     pub fn as_raw(&self) -> acl::aclrtEvent {
-        self.inner.raw.get()
+        self.inner
+            .raw
+            .as_ref()
+            .map_or(std::ptr::null_mut(), OwnedEvent::as_raw)
     }
 
     /// Destroys the event now, returning the error (and the event) on failure.
@@ -146,8 +162,8 @@ impl Event {
     pub fn record(&self, stream: &mut Stream) -> Result<()> {
         stream.same_runtime(&self.inner.dev, "aclrtRecordEvent")?;
         stream.dev.enter()?;
-        // SAFETY: both handles are live; the stream keeps the event alive until synchronized.
-        unsafe { ffi::event::record(stream.dev.lib(), self.inner.raw.get(), stream.raw.get()) }?;
+        // The stream keeps the event alive until synchronized.
+        ffi::event::record(stream.dev.lib(), self.inner.live()?, stream.live()?)?;
         stream.keep_other(self.inner.clone());
         Ok(())
     }
@@ -159,8 +175,7 @@ impl Event {
     #[doc(alias = "aclrtQueryEventStatus")]
     pub fn is_complete(&self) -> Result<bool> {
         self.inner.dev.enter()?;
-        // SAFETY: the event is live.
-        let st = unsafe { ffi::event::query(self.inner.dev.lib(), self.inner.raw.get()) }?;
+        let st = ffi::event::query(self.inner.dev.lib(), self.inner.live()?)?;
         Ok(st == acl::ACL_EVENT_RECORDED_STATUS_COMPLETE)
     }
 
@@ -171,8 +186,7 @@ impl Event {
     #[doc(alias = "aclrtSynchronizeEvent")]
     pub fn synchronize(&self) -> Result<()> {
         self.inner.dev.enter()?;
-        // SAFETY: the event is live.
-        unsafe { ffi::event::synchronize(self.inner.dev.lib(), self.inner.raw.get()) }
+        ffi::event::synchronize(self.inner.dev.lib(), self.inner.live()?)
     }
 
     /// Waits up to `timeout` for the recorded work.
@@ -183,14 +197,11 @@ impl Event {
     #[doc(alias = "aclrtSynchronizeEventWithTimeout")]
     pub fn synchronize_timeout(&self, timeout: Duration) -> Result<()> {
         self.inner.dev.enter()?;
-        // SAFETY: the event is live.
-        unsafe {
-            ffi::event::synchronize_timeout(
-                self.inner.dev.lib(),
-                self.inner.raw.get(),
-                timeout_ms(timeout),
-            )
-        }
+        ffi::event::synchronize_timeout(
+            self.inner.dev.lib(),
+            self.inner.live()?,
+            timeout_ms(timeout),
+        )
     }
 
     /// Milliseconds between `start` and this event, both recorded and complete.
@@ -200,14 +211,11 @@ impl Event {
     #[doc(alias = "aclrtEventElapsedTime")]
     pub fn elapsed_since(&self, start: &Event) -> Result<f32> {
         self.inner.dev.enter()?;
-        // SAFETY: both events are live.
-        unsafe {
-            ffi::event::elapsed(
-                self.inner.dev.lib(),
-                start.inner.raw.get(),
-                self.inner.raw.get(),
-            )
-        }
+        ffi::event::elapsed(
+            self.inner.dev.lib(),
+            start.inner.live()?,
+            self.inner.live()?,
+        )
     }
 }
 
@@ -220,8 +228,8 @@ impl Stream {
     pub fn wait_event(&mut self, event: &Event) -> Result<()> {
         self.same_runtime(&event.inner.dev, "aclrtStreamWaitEvent")?;
         self.dev.enter()?;
-        // SAFETY: both handles are live; the stream keeps the event alive until synchronized.
-        unsafe { ffi::stream::wait_event(self.dev.lib(), self.raw.get(), event.inner.raw.get()) }?;
+        // The stream keeps the event alive until synchronized.
+        ffi::stream::wait_event(self.dev.lib(), self.live()?, event.inner.live()?)?;
         self.keep_other(event.inner.clone());
         Ok(())
     }

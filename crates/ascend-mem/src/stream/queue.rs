@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::device::Device;
 use crate::error::{CloseError, Error, Result};
 use crate::ffi;
-use crate::handle::RawHandle;
+use crate::ffi::{OwnedStream, StreamRef};
 use crate::table::TableInner;
 use crate::vmm::MapInner;
 
@@ -68,7 +68,8 @@ pub(super) enum Keep {
 #[must_use = "dropping a Stream waits for its work and destroys it"]
 pub struct Stream {
     pub(super) dev: Device,
-    pub(super) raw: RawHandle,
+    /// `None` only once `close` destroyed it (the value is then being dropped).
+    pub(super) raw: Option<OwnedStream>,
     pub(super) keep: Vec<Keep>,
     _not_sync: PhantomData<Cell<()>>,
 }
@@ -77,7 +78,7 @@ impl fmt::Debug for Stream {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Stream")
             .field("device", &self.dev.id())
-            .field("raw", &self.raw.get())
+            .field("raw", &self.as_raw())
             .field("pending_keepalives", &self.keep.len())
             .finish()
     }
@@ -100,11 +101,10 @@ impl Stream {
     #[doc(alias = "aclrtCreateStreamWithConfig")]
     pub fn with_config(dev: &Device, priority: u32, flags: StreamFlags) -> Result<Stream> {
         dev.enter()?;
-        // SAFETY: plain values on a bound device; the stream is owned by the value below.
-        let raw = unsafe { ffi::stream::create(dev.lib(), priority, flags.bits()) }?;
+        let raw = ffi::stream::create(dev.lib(), priority, flags.bits())?;
         Ok(Stream {
             dev: dev.clone(),
-            raw: RawHandle::new(raw),
+            raw: Some(raw),
             keep: Vec::new(),
             _not_sync: PhantomData,
         })
@@ -112,7 +112,22 @@ impl Stream {
 
     /// The raw handle (borrowed: do not destroy it).
     pub fn as_raw(&self) -> acl::aclrtStream {
-        self.raw.get()
+        self.raw
+            .as_ref()
+            .map_or(std::ptr::null_mut(), OwnedStream::as_raw)
+    }
+
+    /// The live stream, borrowed. Always `Ok` for a `Stream` a caller can reach (only the
+    /// value `close` consumed has none).
+    pub(super) fn live(&self) -> Result<StreamRef<'_>> {
+        self.raw
+            .as_ref()
+            .map(OwnedStream::borrow)
+            .ok_or(Error::InvalidArgument {
+                api: "aclrtStream",
+                what: "stream (already destroyed)",
+                value: 0,
+            })
     }
 
     /// The device.
@@ -127,8 +142,7 @@ impl Stream {
     #[doc(alias = "aclrtSynchronizeStream")]
     pub fn synchronize(&mut self) -> Result<()> {
         self.dev.enter()?;
-        // SAFETY: the stream is live (owned by self).
-        unsafe { ffi::stream::synchronize(self.dev.lib(), self.raw.get()) }?;
+        ffi::stream::synchronize(self.dev.lib(), self.live()?)?;
         self.keep.clear();
         Ok(())
     }
@@ -141,10 +155,7 @@ impl Stream {
     #[doc(alias = "aclrtSynchronizeStreamWithTimeout")]
     pub fn synchronize_timeout(&mut self, timeout: Duration) -> Result<()> {
         self.dev.enter()?;
-        // SAFETY: the stream is live.
-        unsafe {
-            ffi::stream::synchronize_timeout(self.dev.lib(), self.raw.get(), timeout_ms(timeout))
-        }?;
+        ffi::stream::synchronize_timeout(self.dev.lib(), self.live()?, timeout_ms(timeout))?;
         self.keep.clear();
         Ok(())
     }
@@ -156,8 +167,7 @@ impl Stream {
     #[doc(alias = "aclrtStreamQuery")]
     pub fn is_complete(&mut self) -> Result<bool> {
         self.dev.enter()?;
-        // SAFETY: the stream is live.
-        let st = unsafe { ffi::stream::query(self.dev.lib(), self.raw.get()) }?;
+        let st = ffi::stream::query(self.dev.lib(), self.live()?)?;
         let done = st == acl::ACL_STREAM_STATUS_COMPLETE;
         if done {
             self.keep.clear();
@@ -173,8 +183,7 @@ impl Stream {
     #[doc(alias = "aclrtStreamAbort")]
     pub fn abort(&mut self) -> Result<()> {
         self.dev.enter()?;
-        // SAFETY: the stream is live.
-        unsafe { ffi::stream::abort(self.dev.lib(), self.raw.get()) }
+        ffi::stream::abort(self.dev.lib(), self.live()?)
     }
 
     /// Sets what happens after a failed task.
@@ -188,8 +197,7 @@ impl Stream {
             FailureMode::Stop => acl::ACL_STOP_ON_FAILURE,
         };
         self.dev.enter()?;
-        // SAFETY: the stream is live.
-        unsafe { ffi::stream::set_failure_mode(self.dev.lib(), self.raw.get(), u64::from(m)) }
+        ffi::stream::set_failure_mode(self.dev.lib(), self.live()?, u64::from(m))
     }
 
     /// Keeps `map` alive until this stream is synchronized past the work just queued.
@@ -224,39 +232,50 @@ impl Stream {
     #[doc(alias = "aclrtDestroyStream")]
     pub fn close(mut self) -> std::result::Result<(), CloseError<Stream>> {
         let _span = tracing::debug_span!("destroy_stream", dev = self.dev.id()).entered();
-        let r = self.dev.bind().and_then(|()| {
-            // SAFETY: the stream is live (owned by self).
-            unsafe { ffi::stream::synchronize(self.dev.lib(), self.raw.get()) }
-        });
+        let r = self
+            .dev
+            .bind()
+            .and_then(|()| ffi::stream::synchronize(self.dev.lib(), self.live()?));
         if let Err(e) = r {
             return Err(CloseError::new(e, self));
         }
-        // SAFETY: we own the stream; its work is done; it is not used again (raw is nulled,
-        // so Drop skips it).
-        match unsafe { ffi::stream::destroy(self.dev.lib(), self.raw.get()) } {
+        let Some(raw) = self.raw.take() else {
+            return Ok(());
+        };
+        // Its work is done, so nothing queued on it still uses the memory `keep` holds.
+        match ffi::stream::destroy(self.dev.lib(), raw) {
             Ok(()) => {
-                self.raw = RawHandle::new(std::ptr::null_mut());
                 self.keep.clear();
                 Ok(())
             }
-            Err(e) => Err(CloseError::new(e, self)),
+            Err((e, raw)) => {
+                self.raw = Some(raw);
+                Err(CloseError::new(e, self))
+            }
         }
     }
 
+    /// Waits for the queued work (a failure is only logged), then destroys the stream; on
+    /// failure the stream stays owned (and is leaked by Drop).
     fn destroy_now(&mut self) -> Result<()> {
         self.dev.bind()?;
-        // SAFETY: we own the stream; waiting first keeps pending copies inside kept memory.
-        if let Err(e) = unsafe { ffi::stream::synchronize(self.dev.lib(), self.raw.get()) } {
+        let Some(raw) = self.raw.take() else {
+            return Ok(());
+        };
+        // Waiting first keeps pending copies inside the memory `keep` holds.
+        if let Err(e) = ffi::stream::synchronize(self.dev.lib(), raw.borrow()) {
             tracing::warn!(error = %e, "stream work failed before destroy");
         }
-        // SAFETY: we own the stream and do not use it again.
-        unsafe { ffi::stream::destroy(self.dev.lib(), self.raw.get()) }
+        ffi::stream::destroy(self.dev.lib(), raw).map_err(|(e, raw)| {
+            self.raw = Some(raw);
+            e
+        })
     }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.raw.get().is_null() {
+        if self.raw.is_none() {
             return; // destroyed by `close`
         }
         let _span = tracing::debug_span!("destroy_stream", dev = self.dev.id()).entered();

@@ -138,8 +138,7 @@ impl Mapping {
             });
         }
         self.device().enter()?;
-        // SAFETY: out-parameter call on an opened table.
-        let logic = unsafe { ffi::device::logic_id(dev.lib(), dev.id()) }?;
+        let logic = ffi::device::logic_id(dev.lib(), dev.id())?;
         let desc = acl::aclrtMemAccessDesc {
             flags: access.raw(),
             location: acl::aclrtMemLocation {
