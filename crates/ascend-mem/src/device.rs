@@ -1,5 +1,4 @@
 //! Devices: thread binding, the granularity cache, the sticky error, and `Granular` sizes.
-#![allow(unsafe_code)]
 
 use std::any::Any;
 use std::cell::Cell;
@@ -176,14 +175,11 @@ impl Device {
         }
         self.enter()?;
         let prop = spec.to_prop(self.ctx.id);
-        // SAFETY: `prop` is a valid property struct; out-parameter handled by ffi.
-        let g = unsafe {
-            ffi::phys::granularity(
-                self.lib(),
-                &prop,
-                acl::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
-            )
-        }?;
+        let g = crate::handle::granularity(
+            self.lib(),
+            &prop,
+            acl::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+        )?;
         if g == 0 || !g.is_power_of_two() {
             return Err(Error::InvalidArgument {
                 api: "aclrtMemGetAllocationGranularity",

@@ -69,6 +69,7 @@ macro_rules! call {
 pub mod copy;
 pub mod device;
 pub mod event;
+pub mod ptr;
 pub use crate::handle::{EventRef, OwnedEvent, OwnedStream, StreamRef};
 
 pub mod init;

@@ -10,28 +10,27 @@ use super::reserve::{ReservedVa, VaInner};
 use crate::device::{Device, Granular};
 use crate::error::{close_last, AclCode, CloseError, Error, Result};
 use crate::ffi;
-use crate::handle::RawHandle;
+use crate::handle::OwnedMap;
 
 pub(crate) struct MapInner {
     // Field order matters: after Drop unmaps, fields drop in declaration order, so when this
     // mapping holds the last handles the memory is freed before the VA is released (R20).
     pub(super) phys: Arc<PhysInner>,
     pub(super) va: Arc<VaInner>,
-    pub(super) addr: RawHandle,
+    /// The mapping (unmapped by `unmap` or Drop).
+    pub(super) map: OwnedMap,
     pub(super) offset: usize,
     pub(super) len: usize,
     /// Whether this mapping owns a claim in `va.claims` (false for unchecked maps).
     claimed: bool,
-    live: bool,
 }
 
 impl MapInner {
     fn unmap_now(&mut self) -> Result<()> {
         self.va.dev.bind()?;
-        // SAFETY: we mapped `addr`; nothing uses it any more: host access borrows the Mapping
-        // and streams with pending copies hold an Arc to us, so none is left now.
-        unsafe { ffi::map::unmap(self.va.dev.lib(), self.addr.get()) }?;
-        self.live = false;
+        // Nothing uses it any more: host access borrows the Mapping and streams with pending
+        // copies hold an Arc to us, so none is left now.
+        self.map.unmap(self.va.dev.lib())?;
         if self.claimed {
             self.va.claims.lock().remove(&self.offset);
         }
@@ -41,10 +40,11 @@ impl MapInner {
 
 impl Drop for MapInner {
     fn drop(&mut self) {
-        if !self.live {
+        if !self.map.is_live() {
             return;
         }
-        let _span = tracing::debug_span!("unmap", addr = ?self.addr, len = self.len).entered();
+        let _span =
+            tracing::debug_span!("unmap", addr = ?self.map.addr(), len = self.len).entered();
         if let Err(e) = self.unmap_now() {
             tracing::error!(error = %e, "unmapping failed; leaking the memory and VA so neither is freed while mapped");
             self.va.dev.record_sticky(e);
@@ -70,7 +70,7 @@ impl fmt::Debug for Mapping {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Mapping")
             .field("device", &self.inner.va.dev.id())
-            .field("addr", &self.inner.addr)
+            .field("addr", &self.inner.map.addr())
             .field("len", &self.inner.len)
             .finish()
     }
@@ -79,7 +79,7 @@ impl fmt::Debug for Mapping {
 impl Mapping {
     /// The first mapped address.
     pub fn as_raw(&self) -> *mut c_void {
-        self.inner.addr.get()
+        self.inner.map.addr()
     }
 
     /// The mapped size in bytes.
@@ -147,8 +147,7 @@ impl Mapping {
             },
             rsv: [0; 12],
         };
-        // SAFETY: address and size are exactly those of this live mapping's map call.
-        unsafe { ffi::map::set_access(self.device().lib(), self.as_raw(), self.len(), &desc) }
+        self.inner.map.set_access(self.device().lib(), &desc)
     }
 
     /// Unmaps now, returning the error (and the mapping) on failure.
@@ -203,9 +202,7 @@ impl ReservedVa {
     #[doc(alias = "aclrtMapMem")]
     pub fn map(&self, phys: &PhysicalMem, at: Granular) -> Result<Mapping> {
         let claim = self.claim(at.get(), phys)?;
-        // SAFETY: `claim` holds [at, at + phys.len()) of this live reservation exclusively, it
-        // lies inside the reservation, and `phys` is alive (we clone its Arc into the mapping).
-        let r = unsafe { self.map_claimed(phys, claim) };
+        let r = self.map_claimed(phys, claim);
         match r {
             // Bounds, alignment and overlap were checked above, so a parameter error on an
             // imported allocation is the runtime's size check failing: the claimed size is not
@@ -271,11 +268,9 @@ impl ReservedVa {
         })
     }
 
-    /// # Safety
-    /// `claim` covers `[claim.offset, + phys.len())` of this reservation.
-    unsafe fn map_claimed(&self, phys: &PhysicalMem, mut claim: Claim) -> Result<Mapping> {
-        // SAFETY: forwarded to the caller.
-        let m = unsafe { self.map_raw(phys, claim.offset, true) }?;
+    /// Maps `phys` over the range `claim` holds (checked and claimed by [`ReservedVa::claim`]).
+    fn map_claimed(&self, phys: &PhysicalMem, mut claim: Claim) -> Result<Mapping> {
+        let m = self.map_raw(phys, claim.offset, true)?;
         claim.armed = false; // the mapping owns the claim now
         Ok(m)
     }
@@ -293,30 +288,30 @@ impl ReservedVa {
     /// * if the call succeeds while a rule is broken, the resulting Mapping unmaps in Drop.
     #[doc(hidden)]
     pub unsafe fn map_unchecked(&self, phys: &PhysicalMem, offset: usize) -> Result<Mapping> {
-        // SAFETY: forwarded to the caller.
-        unsafe { self.map_raw(phys, offset, false) }
+        self.map_raw(phys, offset, false)
     }
 
-    /// # Safety
-    /// As [`ReservedVa::map_unchecked`]; `claimed` says whether a claim for the range exists.
-    unsafe fn map_raw(&self, phys: &PhysicalMem, offset: usize, claimed: bool) -> Result<Mapping> {
+    /// Maps `phys` at `offset` (the runtime refuses a bad range, rule R10); `claimed` says
+    /// whether a claim for the range exists.
+    pub(crate) fn map_raw(
+        &self,
+        phys: &PhysicalMem,
+        offset: usize,
+        claimed: bool,
+    ) -> Result<Mapping> {
         let va = &self.inner;
         let _span =
             tracing::debug_span!("map", dev = va.dev.id(), offset, len = phys.len()).entered();
         va.dev.enter()?;
-        let addr = va.base.addr().wrapping_add(offset) as *mut c_void;
-        // SAFETY: forwarded to the caller (range inside the reservation, unclaimed); `phys`
-        // is a live handle whose size is passed as the map size (rule R10).
-        unsafe { ffi::map::map(va.dev.lib(), addr, phys.len(), phys.inner.handle.get()) }?;
+        let map = OwnedMap::map(va.dev.lib(), &va.va, offset, &phys.inner.mem, phys.len())?;
         Ok(Mapping {
             inner: Arc::new(MapInner {
                 phys: phys.inner.clone(),
                 va: self.inner.clone(),
-                addr: RawHandle::new(addr),
+                map,
                 offset,
                 len: phys.len(),
                 claimed,
-                live: true,
             }),
         })
     }

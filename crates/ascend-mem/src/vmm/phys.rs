@@ -7,8 +7,7 @@ use parking_lot::Mutex;
 
 use crate::device::{Device, Granular};
 use crate::error::{close_last, CloseError, Error, Result};
-use crate::ffi;
-use crate::handle::RawHandle;
+use crate::handle::OwnedPhys;
 use crate::spec::{Location, MemSpec};
 
 /// How a physical allocation came to be.
@@ -23,30 +22,28 @@ pub enum Origin {
 
 pub(crate) struct PhysInner {
     pub(crate) dev: Device,
-    pub(crate) handle: RawHandle,
+    /// The allocation (freed by `close` or Drop).
+    pub(crate) mem: OwnedPhys,
     pub(crate) len: usize,
     /// The granule mapping offsets must respect (the kind's granularity; 0 = unknown).
     pub(super) granule: usize,
     pub(crate) origin: Origin,
     /// Set once exported (rule R15: one export per handle per process).
     pub(crate) exported: Mutex<bool>,
-    live: bool,
 }
 
 impl PhysInner {
     fn free_now(&mut self) -> Result<()> {
         self.dev.bind()?;
-        // SAFETY: we own `handle`, and every Mapping holding this Arc has already unmapped
-        // (a Mapping holds an Arc to us, so none is left when we are dropped or closed).
-        unsafe { ffi::phys::free(self.dev.lib(), self.handle.get()) }?;
-        self.live = false;
-        Ok(())
+        // Every Mapping holding this Arc has already unmapped (a Mapping holds an Arc to us,
+        // so none is left when we are dropped or closed).
+        self.mem.free(self.dev.lib())
     }
 }
 
 impl Drop for PhysInner {
     fn drop(&mut self) {
-        if !self.live {
+        if !self.mem.is_live() {
             return;
         }
         let _span = tracing::debug_span!("free_physical", len = self.len).entered();
@@ -138,8 +135,7 @@ impl PhysicalMem {
             tracing::debug_span!("malloc_physical", dev = dev.id(), len = len.get()).entered();
         dev.enter()?;
         let prop = spec.to_prop(dev.id());
-        // SAFETY: `prop` is valid; the handle is owned by the PhysInner built below.
-        let handle = unsafe { ffi::phys::malloc(dev.lib(), len.get(), &prop) }?;
+        let handle = OwnedPhys::malloc(dev.lib(), len.get(), &prop)?;
         Ok(Self::from_handle(
             dev,
             handle,
@@ -151,7 +147,7 @@ impl PhysicalMem {
 
     pub(crate) fn from_handle(
         dev: &Device,
-        handle: acl::aclrtDrvMemHandle,
+        mem: OwnedPhys,
         len: usize,
         granule: usize,
         origin: Origin,
@@ -159,12 +155,11 @@ impl PhysicalMem {
         PhysicalMem {
             inner: Arc::new(PhysInner {
                 dev: dev.clone(),
-                handle: RawHandle::new(handle),
+                mem,
                 len,
                 granule,
                 origin,
                 exported: Mutex::new(false),
-                live: true,
             }),
         }
     }
@@ -189,12 +184,14 @@ impl PhysicalMem {
         len: usize,
         origin: Origin,
     ) -> PhysicalMem {
-        Self::from_handle(dev, handle, len, 0, origin)
+        // SAFETY: forwarded to the caller (live, owned by nobody else).
+        let mem = unsafe { OwnedPhys::from_raw(handle) };
+        Self::from_handle(dev, mem, len, 0, origin)
     }
 
     /// The raw handle (borrowed: do not free it).
     pub fn as_raw(&self) -> acl::aclrtDrvMemHandle {
-        self.inner.handle.get()
+        self.inner.mem.as_raw()
     }
 
     /// The size in bytes.

@@ -10,36 +10,33 @@ use parking_lot::Mutex;
 
 use crate::device::{Device, Granular};
 use crate::error::{close_last, CloseError, Error, Result};
-use crate::ffi;
-use crate::handle::RawHandle;
+use crate::handle::OwnedVa;
 
 pub(crate) struct VaInner {
     pub(crate) dev: Device,
-    pub(super) base: RawHandle,
+    /// The reservation (released by `close` or Drop).
+    pub(super) va: OwnedVa,
     pub(super) len: usize,
     /// Ranges mapped (or being mapped) in this reservation: offset -> length.
     pub(super) claims: Mutex<BTreeMap<usize, usize>>,
-    /// False once released by `close`.
-    live: bool,
 }
 
 impl VaInner {
     fn release_now(&mut self) -> Result<()> {
         self.dev.bind()?;
-        // SAFETY: we own the reservation, and nothing is mapped in it: every Mapping holds an
-        // Arc to this struct, so none exists when it is being dropped or closed.
-        unsafe { ffi::va::release(self.dev.lib(), self.base.get()) }?;
-        self.live = false;
-        Ok(())
+        // Nothing is mapped in it: every Mapping holds an Arc to this struct, so none exists
+        // when it is being dropped or closed.
+        self.va.release(self.dev.lib())
     }
 }
 
 impl Drop for VaInner {
     fn drop(&mut self) {
-        if !self.live {
+        if !self.va.is_live() {
             return;
         }
-        let _span = tracing::debug_span!("release_va", base = ?self.base, len = self.len).entered();
+        let _span =
+            tracing::debug_span!("release_va", base = ?self.va.base(), len = self.len).entered();
         if let Err(e) = self.release_now() {
             tracing::error!(error = %e, "releasing reserved VA failed");
             self.dev.record_sticky(e);
@@ -61,7 +58,7 @@ impl fmt::Debug for ReservedVa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReservedVa")
             .field("device", &self.inner.dev.id())
-            .field("base", &self.inner.base)
+            .field("base", &self.inner.va.base())
             .field("len", &self.inner.len)
             .finish()
     }
@@ -84,9 +81,8 @@ impl ReservedVa {
         }
         let _span = tracing::debug_span!("reserve_va", dev = dev.id(), len = len.get()).entered();
         dev.enter()?;
-        // SAFETY: plain values; the result is owned by the VaInner built below.
-        let base = unsafe { ffi::va::reserve(dev.lib(), len.get(), 0) }?;
-        Ok(Self::owning(dev, RawHandle::new(base), len.get()))
+        let va = OwnedVa::reserve(dev.lib(), len.get())?;
+        Ok(Self::owning(dev, va, len.get()))
     }
 
     /// Reserves `len` bytes at the fixed address `at` for memory used without the
@@ -127,27 +123,24 @@ impl ReservedVa {
         let _span =
             tracing::debug_span!("reserve_va_no_uc", dev = dev.id(), len = len.get(), at).entered();
         dev.enter()?;
-        // SAFETY: plain values and a fixed address the runtime checks is free; the result is
-        // owned by the VaInner built below.
-        let base = unsafe { ffi::va::reserve_no_uc(dev.lib(), len.get(), at as *mut c_void, 0) }?;
-        Ok(Self::owning(dev, RawHandle::new(base), len.get()))
+        let va = OwnedVa::reserve_no_uc(dev.lib(), len.get(), at)?;
+        Ok(Self::owning(dev, va, len.get()))
     }
 
-    fn owning(dev: &Device, base: RawHandle, len: usize) -> ReservedVa {
+    fn owning(dev: &Device, va: OwnedVa, len: usize) -> ReservedVa {
         ReservedVa {
             inner: Arc::new(VaInner {
                 dev: dev.clone(),
-                base,
+                va,
                 len,
                 claims: Mutex::new(BTreeMap::new()),
-                live: true,
             }),
         }
     }
 
     /// The first address.
     pub fn as_raw(&self) -> *mut c_void {
-        self.inner.base.get()
+        self.inner.va.base()
     }
 
     /// The size in bytes.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::mapping::{MapInner, Mapping};
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::ffi;
+use crate::handle::MappedRef;
 
 /// Resolves a range against a length.
 fn resolve(
@@ -141,7 +141,7 @@ pub(crate) fn memcpy_kind(dst_host_slice: bool, src_host_slice: bool) -> acl::ac
 impl<'a> MappingSlice<'a> {
     /// The first address of the view.
     pub fn as_raw(&self) -> *mut c_void {
-        (self.map.inner.addr.addr() + self.offset) as *mut c_void
+        (self.map.inner.map.addr() as usize + self.offset) as *mut c_void
     }
 
     /// The length in bytes.
@@ -193,6 +193,21 @@ impl<'a> MappingSlice<'a> {
         Ok(())
     }
 
+    /// `len` bytes at `offset` of the view, as a borrowed live range (bounds already checked;
+    /// an unmapped mapping, which a borrowed view never sees, is reported out of bounds).
+    fn mapped(&self, offset: usize, len: usize, what: &'static str) -> Result<MappedRef<'a>> {
+        self.map
+            .inner
+            .map
+            .range(self.offset + offset, len)
+            .ok_or(Error::OutOfBounds {
+                what,
+                offset,
+                len,
+                size: self.len,
+            })
+    }
+
     fn dev(&self) -> &Device {
         self.map.device()
     }
@@ -207,20 +222,9 @@ impl<'a> MappingSlice<'a> {
         if dst.is_empty() {
             return Ok(());
         }
+        let src = self.mapped(offset, dst.len(), "read_into")?;
         self.dev().enter()?;
-        let src = (self.as_raw() as usize + offset) as *const c_void;
-        // SAFETY: `src..+len` lies inside the live mapping (checked above, and `self` borrows
-        // the Mapping); `dst` is an exclusive host buffer of `len` bytes.
-        unsafe {
-            ffi::copy::memcpy(
-                self.dev().lib(),
-                dst.as_mut_ptr().cast(),
-                dst.len(),
-                src,
-                dst.len(),
-                memcpy_kind(true, false),
-            )
-        }
+        src.read_into(self.dev().lib(), dst)
     }
 
     /// Copies `src` to `offset` of the view (`aclrtMemcpy`).
@@ -233,20 +237,9 @@ impl<'a> MappingSlice<'a> {
         if src.is_empty() {
             return Ok(());
         }
+        let dst = self.mapped(offset, self.len - offset, "write_from")?;
         self.dev().enter()?;
-        let dst = (self.as_raw() as usize + offset) as *mut c_void;
-        // SAFETY: `dst..+len` lies inside the live mapping (no Rust reference covers mapped
-        // memory); `src` is a readable host buffer of `len` bytes.
-        unsafe {
-            ffi::copy::memcpy(
-                self.dev().lib(),
-                dst,
-                self.len - offset,
-                src.as_ptr().cast(),
-                src.len(),
-                memcpy_kind(false, true),
-            )
-        }
+        dst.write_from(self.dev().lib(), src)
     }
 
     /// Sets every byte of the view to `value` (`aclrtMemset`).
@@ -258,9 +251,9 @@ impl<'a> MappingSlice<'a> {
         if self.len == 0 {
             return Ok(());
         }
+        let dst = self.mapped(0, self.len, "fill")?;
         self.dev().enter()?;
-        // SAFETY: the view lies inside the live mapping.
-        unsafe { ffi::copy::memset(self.dev().lib(), self.as_raw(), self.len, value, self.len) }
+        dst.fill(self.dev().lib(), value)
     }
 
     /// Copies all of `src` into the start of this view, synchronously (`aclrtMemcpy`,
@@ -282,18 +275,12 @@ impl<'a> MappingSlice<'a> {
         if src.len == 0 {
             return Ok(());
         }
+        let (to, from) = (
+            self.mapped(0, self.len, "copy_from")?,
+            src.mapped(0, src.len, "copy_from")?,
+        );
         self.dev().enter()?;
-        // SAFETY: both ranges lie inside live mappings borrowed for the call.
-        unsafe {
-            ffi::copy::memcpy(
-                self.dev().lib(),
-                self.as_raw(),
-                self.len,
-                src.as_raw(),
-                src.len,
-                memcpy_kind(false, false),
-            )
-        }
+        to.copy_from(self.dev().lib(), from)
     }
 }
 

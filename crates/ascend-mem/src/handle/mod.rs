@@ -6,6 +6,10 @@
 //! `Sync`, so every struct holding one would need its own `unsafe impl`. Instead each holds a
 //! `RawHandle`, which carries the one justified impl below.
 
+mod vmm;
+
+pub(crate) use vmm::{granularity, set_pids, MappedRef, OwnedMap, OwnedPhys, OwnedVa};
+
 use std::ffi::c_void;
 use std::fmt;
 use std::marker::PhantomData;
