@@ -1,10 +1,9 @@
 //! Choosing and opening a backend: real CANN, the in-process emulator, or a library by path.
-#![allow(unsafe_code)]
 
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, Weak};
 
 use acl::AclLib;
@@ -77,7 +76,7 @@ impl fmt::Debug for Runtime {
 }
 
 /// Tables opened by path, kept for the process so repeated opens do not leak new copies.
-fn by_path() -> &'static Mutex<HashMap<PathBuf, &'static AclLib>> {
+pub(crate) fn by_path() -> &'static Mutex<HashMap<PathBuf, &'static AclLib>> {
     static M: OnceLock<Mutex<HashMap<PathBuf, &'static AclLib>>> = OnceLock::new();
     M.get_or_init(Default::default)
 }
@@ -100,7 +99,7 @@ fn classify(lib: &AclLib) -> Backend {
 }
 
 impl Runtime {
-    fn from_table(lib: &'static AclLib) -> Result<Runtime> {
+    pub(crate) fn from_table(lib: &'static AclLib) -> Result<Runtime> {
         // aclInit once per table and process (a repeat would only bump ACL's init count).
         static INITED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
         {
@@ -207,49 +206,6 @@ impl Runtime {
             tracing::info!(backend = %rt.backend(), "ascend-mem: using CANN");
         }
         Ok(rt)
-    }
-
-    /// Opens an ACL runtime library from one explicit file (CANN or the emulator's
-    /// `libascend_sim.so`). The library stays loaded for the life of the process; opening the
-    /// same path again reuses it.
-    ///
-    /// # Errors
-    /// [`Error::Load`] with the single attempt; an `aclInit` failure.
-    ///
-    /// # Safety
-    /// Opening a shared library runs its initialisers, and its exports are called as the ACL
-    /// functions of `acl-sys`: the file must be a trusted ACL runtime (or the emulator).
-    pub unsafe fn from_library_path(path: impl AsRef<Path>) -> Result<Runtime> {
-        let path = path.as_ref().to_path_buf();
-        let lib = {
-            let mut m = by_path().lock();
-            match m.get(&path) {
-                Some(l) => *l,
-                None => {
-                    // SAFETY: forwarded to the caller: the library is trusted.
-                    let lib = unsafe { AclLib::open_path(&path) }
-                        .map_err(|e| Error::Load(Box::new(e)))?;
-                    // Never unloaded: handles from it may outlive every Runtime.
-                    let lib: &'static AclLib = Box::leak(Box::new(lib));
-                    m.insert(path, lib);
-                    lib
-                }
-            }
-        };
-        Self::from_table(lib)
-    }
-
-    /// Wraps an ACL table obtained elsewhere (for instance a fresh table over the emulator's
-    /// in-process lookup, or one opened with custom search rules).
-    ///
-    /// # Errors
-    /// An `aclInit` failure.
-    ///
-    /// # Safety
-    /// Every symbol `lib` resolves must be the ACL function of that name with the signature
-    /// declared in `acl-sys` (the table's methods call through them unchecked).
-    pub unsafe fn from_table_unchecked(lib: &'static AclLib) -> Result<Runtime> {
-        Self::from_table(lib)
     }
 
     /// Which implementation serves this runtime.

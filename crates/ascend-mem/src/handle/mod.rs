@@ -6,6 +6,7 @@
 //! `Sync`, so every struct holding one would need its own `unsafe impl`. Instead each holds a
 //! `RawHandle`, which carries the one justified impl below.
 
+mod unchecked;
 mod vmm;
 
 pub(crate) use vmm::{granularity, set_pids, MappedRef, OwnedMap, OwnedPhys, OwnedVa};

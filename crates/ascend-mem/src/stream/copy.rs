@@ -1,4 +1,9 @@
 //! Stream-ordered copies and fills between mappings, tables and (unchecked) host memory.
+//!
+//! The one file outside `ffi` and `handle` that still allows `unsafe`: queuing an async copy
+//! is sound only while the memory outlives the queued work, which the stream's keep list (a
+//! field of `Stream`, cleared only after a synchronize proves the work done) guarantees.
+#![allow(unsafe_code)]
 
 use std::ffi::c_void;
 use std::sync::Arc;

@@ -10,7 +10,6 @@
 //!
 //! One file per concept: [`queue`] (the stream, its flags and teardown), [`event`] (events and
 //! waiting on them), [`copy`] (async copies and fills), [`pool`] (leased streams).
-#![allow(unsafe_code)]
 
 mod copy;
 mod event;

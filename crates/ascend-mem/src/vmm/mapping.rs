@@ -275,22 +275,6 @@ impl ReservedVa {
         Ok(m)
     }
 
-    /// Maps `phys` at byte offset `offset` with no host-side checks: only the C call.
-    ///
-    /// For tests of the runtime's own checks and rare uses; prefer [`ReservedVa::map`].
-    ///
-    /// # Errors
-    /// An `aclrtMapMem` failure.
-    ///
-    /// # Safety
-    /// * `offset + phys.len()` lies inside this reservation;
-    /// * no other mapping of this crate covers any of that range (nothing else claimed it);
-    /// * if the call succeeds while a rule is broken, the resulting Mapping unmaps in Drop.
-    #[doc(hidden)]
-    pub unsafe fn map_unchecked(&self, phys: &PhysicalMem, offset: usize) -> Result<Mapping> {
-        self.map_raw(phys, offset, false)
-    }
-
     /// Maps `phys` at `offset` (the runtime refuses a bad range, rule R10); `claimed` says
     /// whether a claim for the range exists.
     pub(crate) fn map_raw(

@@ -15,7 +15,6 @@
 //!
 //! One file per handle: [`reserve`] (the VA range and its claims), [`phys`] (physical memory),
 //! [`mapping`] (a mapping and its access rights), [`slice`] (borrowed views and their copies).
-#![allow(unsafe_code)]
 
 mod mapping;
 mod phys;

@@ -173,22 +173,6 @@ impl PhysicalMem {
         self
     }
 
-    /// Takes ownership of a raw handle (freed on drop).
-    ///
-    /// # Safety
-    /// `handle` is a live physical handle of `dev`'s runtime, of exactly `len` bytes, owned
-    /// by nobody else (it will be passed to `aclrtFreePhysical` once).
-    pub unsafe fn from_raw(
-        dev: &Device,
-        handle: acl::aclrtDrvMemHandle,
-        len: usize,
-        origin: Origin,
-    ) -> PhysicalMem {
-        // SAFETY: forwarded to the caller (live, owned by nobody else).
-        let mem = unsafe { OwnedPhys::from_raw(handle) };
-        Self::from_handle(dev, mem, len, 0, origin)
-    }
-
     /// The raw handle (borrowed: do not free it).
     pub fn as_raw(&self) -> acl::aclrtDrvMemHandle {
         self.inner.mem.as_raw()
