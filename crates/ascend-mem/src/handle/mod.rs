@@ -6,9 +6,11 @@
 //! `Sync`, so every struct holding one would need its own `unsafe impl`. Instead each holds a
 //! `RawHandle`, which carries the one justified impl below.
 
+mod hccl;
 mod unchecked;
 mod vmm;
 
+pub(crate) use hccl::{root_info, OwnedComm, OwnedWindow};
 pub(crate) use vmm::{granularity, set_pids, MappedRef, OwnedMap, OwnedPhys, OwnedVa};
 
 use std::ffi::c_void;

@@ -4,18 +4,15 @@
 //! Both the public communicator (`comm.rs`) and the public window (`window.rs`) hold these;
 //! keeping them here lets a window hold its communicator and a communicator list its windows
 //! without the two files importing each other.
-#![allow(unsafe_code)]
 
-use std::ffi::c_void;
 use std::sync::{Arc, Weak};
 
-use hccl_sys::{HcclCommSymWindow, HcclLib};
+use hccl_sys::HcclLib;
 use parking_lot::Mutex;
 
-use super::table::hcall;
 use crate::device::Device;
 use crate::error::Result;
-use crate::handle::RawHandle;
+use crate::handle::{OwnedComm, OwnedWindow};
 use crate::vmm::{MapInner, MappingSlice};
 
 pub(crate) struct CommInner {
@@ -24,7 +21,7 @@ pub(crate) struct CommInner {
     /// HCCL does not document concurrent calls on one communicator, so every call made
     /// through a shared `&CommInner` (collective enqueue, window register/deregister/lookup,
     /// rank and name queries) holds `lock`; every call binds `dev` first, Drop included.
-    pub(crate) raw: RawHandle,
+    pub(crate) comm: OwnedComm,
     pub(crate) rank: u32,
     pub(crate) size: u32,
     /// `hcclSymWinMaxMemSizePerRank` in bytes, as configured.
@@ -33,25 +30,20 @@ pub(crate) struct CommInner {
     pub(crate) lock: Mutex<()>,
     /// The windows registered through [`SymWindow::register`](super::SymWindow::register).
     pub(crate) windows: Mutex<Vec<Weak<WinInner>>>,
-    /// False once destroyed by [`Comm::close`].
-    pub(crate) live: bool,
 }
 
 impl CommInner {
     pub(crate) fn destroy_now(&mut self) -> Result<()> {
         self.dev.bind()?;
-        // SAFETY: we own the communicator; every window holds this Arc and so has already
-        // deregistered, and every stream with queued collectives on it holds this Arc too,
-        // so none is pending; it is not used again.
-        unsafe { hcall!(self.h, self.dev.lib(), HcclCommDestroy(self.raw.get())) }?;
-        self.live = false;
-        Ok(())
+        // Every window holds this Arc and so has already deregistered, and every stream with
+        // queued collectives on it holds this Arc too, so none is pending.
+        self.comm.destroy(self.h, self.dev.lib())
     }
 }
 
 impl Drop for CommInner {
     fn drop(&mut self) {
-        if !self.live {
+        if !self.comm.is_live() {
             return;
         }
         let _span = tracing::debug_span!("hccl_comm_destroy", rank = self.rank).entered();
@@ -68,11 +60,9 @@ pub(crate) struct WinInner {
     pub(crate) comm: Arc<CommInner>,
     /// Every call on it binds the communicator's device first and holds the communicator's
     /// lock (Drop included).
-    pub(crate) raw: RawHandle,
+    pub(crate) win: OwnedWindow,
     pub(crate) addr: usize,
     pub(crate) len: usize,
-    /// False once deregistered (or removed locally by a failed deregistration).
-    pub(crate) live: bool,
     pub(crate) map: Arc<MapInner>,
 }
 
@@ -87,47 +77,24 @@ impl WinInner {
     /// Whether HCCL still knows this window (`HcclCommSymWinGet` at its start). Call with
     /// the device bound and the communicator locked.
     pub(crate) fn still_registered(&self) -> bool {
-        let mut w: HcclCommSymWindow = std::ptr::null_mut();
-        let mut off = 0usize;
-        // SAFETY: live communicator; the out-slots are writable; the pointer is only looked up.
-        let r = unsafe {
-            hcall!(
-                self.comm.h,
-                self.comm.dev.lib(),
-                HcclCommSymWinGet(
-                    self.comm.raw.get(),
-                    self.addr as *mut c_void,
-                    1,
-                    &mut w,
-                    &mut off
-                )
-            )
-        };
-        r.is_ok() && w == self.raw.get()
+        let found = self
+            .comm
+            .comm
+            .window_at(self.comm.h, self.comm.dev.lib(), self.addr, 1);
+        matches!(found, Ok((w, _)) if w == self.win.as_raw())
     }
 
     pub(crate) fn deregister_now(&mut self) -> Result<()> {
         let dev = &self.comm.dev;
         dev.bind()?;
         let _g = self.comm.lock.lock();
-        // SAFETY: we registered `raw` on this live communicator (we hold it) and have not
-        // deregistered it; collectives queued over it hold this Arc, so none is pending.
-        let r = unsafe {
-            hcall!(
-                self.comm.h,
-                dev.lib(),
-                HcclCommSymWinDeregister(self.raw.get())
-            )
-        };
-        match r {
-            Ok(()) => {
-                self.live = false;
-                Ok(())
-            }
+        // Collectives queued over the window hold this Arc, so none is pending.
+        match self.win.deregister(self.comm.h, dev.lib()) {
+            Ok(()) => Ok(()),
             Err(e) => {
                 // A timeout or a dead peer removes the window locally anyway: do not retry.
                 if !self.still_registered() {
-                    self.live = false;
+                    self.win.forget_registration();
                 }
                 Err(e)
             }
@@ -137,7 +104,7 @@ impl WinInner {
 
 impl Drop for WinInner {
     fn drop(&mut self) {
-        if !self.live {
+        if !self.win.is_live() {
             return;
         }
         let _span = tracing::debug_span!("hccl_sym_win_deregister", addr = self.addr).entered();

@@ -1,5 +1,4 @@
 //! [`SymWindow`]: a symmetric window over a [`Mapping`], registered collectively.
-#![allow(unsafe_code)]
 
 use std::ffi::c_void;
 use std::fmt;
@@ -9,11 +8,9 @@ use hccl_sys::HcclCommSymWindow;
 
 use super::comm::Comm;
 use super::handles::WinInner;
-use super::table::hcall;
 use super::HcclCode;
 use crate::device::same_device;
 use crate::error::{CloseError, Error, Result};
-use crate::handle::RawHandle;
 use crate::vmm::{Mapping, MappingSlice};
 
 /// A symmetric window: a range of a VMM [`Mapping`] of device HBM registered with a
@@ -55,7 +52,7 @@ impl fmt::Debug for SymWindow {
             .field("rank", &self.inner.comm.rank)
             .field("addr", &(self.inner.addr as *const c_void))
             .field("len", &self.inner.len)
-            .field("raw", &self.inner.raw)
+            .field("raw", &self.inner.win.as_raw())
             .finish()
     }
 }
@@ -99,33 +96,16 @@ impl SymWindow {
         }
         let (addr, len) = (range.as_raw(), range.len());
         let _span = tracing::debug_span!("hccl_sym_win_register", ?addr, len).entered();
-        let raw = comm.with_raw(|h, c| {
-            let mut w: HcclCommSymWindow = std::ptr::null_mut();
-            // SAFETY: live communicator; `addr..addr+len` lies in a live mapping that the
-            // window keeps alive below; `w` is a writable out-slot; flag 1 is the only value
-            // HCCL accepts (registration flag rule: only 1 is accepted).
-            unsafe {
-                hcall!(
-                    h,
-                    comm.device().lib(),
-                    HcclCommSymWinRegister(
-                        c,
-                        addr,
-                        len as u64,
-                        &mut w,
-                        hccl_sys::HCCL_WIN_COLL_SYMMETRIC
-                    )
-                )
-            }?;
-            Ok(w)
+        let map = range.map_inner();
+        let win = comm.with_comm(|h, c| {
+            c.register_window(h, comm.device().lib(), map, range.offset(), len)
         })?;
         let inner = Arc::new(WinInner {
             comm: comm.inner.clone(),
-            raw: RawHandle::new(raw),
+            win,
             addr: addr as usize,
             len,
-            live: true,
-            map: range.map_inner().clone(),
+            map: map.clone(),
         });
         comm.inner.windows.lock().push(Arc::downgrade(&inner));
         Ok(SymWindow { inner })
@@ -142,7 +122,7 @@ impl SymWindow {
 
     /// The raw handle (borrowed: do not deregister it).
     pub fn as_raw(&self) -> HcclCommSymWindow {
-        self.inner.raw.get()
+        self.inner.win.as_raw()
     }
 
     /// The first registered address.
@@ -180,7 +160,7 @@ impl SymWindow {
     /// # Errors
     /// A device bind failure.
     pub fn is_registered(&self) -> Result<bool> {
-        if !self.inner.live {
+        if !self.inner.win.is_live() {
             return Ok(false);
         }
         self.inner.comm.dev.enter()?;
@@ -240,7 +220,6 @@ impl Comm {
     /// As [`Comm::window_of`].
     #[doc(alias = "HcclCommSymWinGet")]
     pub fn window_of_raw(&self, addr: usize, len: usize) -> Result<Option<(SymWindow, usize)>> {
-        let ptr = addr as *mut c_void;
         const API: &str = "HcclCommSymWinGet";
         if len == 0 {
             return Err(Error::InvalidArgument {
@@ -249,24 +228,15 @@ impl Comm {
                 value: 0,
             });
         }
-        let found = self.with_raw(|h, c| {
-            let mut w: HcclCommSymWindow = std::ptr::null_mut();
-            let mut off = 0usize;
-            // SAFETY: live communicator; `ptr` is only looked up; the out-slots are writable.
-            let r = unsafe {
-                hcall!(
-                    h,
-                    self.device().lib(),
-                    HcclCommSymWinGet(c, ptr, len, &mut w, &mut off)
-                )
-            };
-            match r {
-                Ok(()) if !w.is_null() => Ok(Some((w, off))),
-                Ok(()) => Ok(None),
-                Err(Error::Hccl { code, .. }) if code == HcclCode::E_NOT_FOUND => Ok(None),
-                Err(e) => Err(e),
-            }
-        })?;
+        let found =
+            self.with_comm(
+                |h, c| match c.window_at(h, self.device().lib(), addr, len) {
+                    Ok((w, off)) if !w.is_null() => Ok(Some((w, off))),
+                    Ok(_) => Ok(None),
+                    Err(Error::Hccl { code, .. }) if code == HcclCode::E_NOT_FOUND => Ok(None),
+                    Err(e) => Err(e),
+                },
+            )?;
         let Some((w, off)) = found else {
             return Ok(None);
         };
@@ -276,7 +246,7 @@ impl Comm {
             .lock()
             .iter()
             .filter_map(std::sync::Weak::upgrade)
-            .find(|i| i.raw.get() == w);
+            .find(|i| i.win.as_raw() == w);
         match inner {
             Some(inner) => Ok(Some((SymWindow { inner }, off))),
             None => Err(Error::InvalidArgument {

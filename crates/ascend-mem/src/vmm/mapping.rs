@@ -18,9 +18,9 @@ pub(crate) struct MapInner {
     pub(super) phys: Arc<PhysInner>,
     pub(super) va: Arc<VaInner>,
     /// The mapping (unmapped by `unmap` or Drop).
-    pub(super) map: OwnedMap,
+    pub(crate) map: OwnedMap,
     pub(super) offset: usize,
-    pub(super) len: usize,
+    pub(crate) len: usize,
     /// Whether this mapping owns a claim in `va.claims` (false for unchecked maps).
     claimed: bool,
 }
