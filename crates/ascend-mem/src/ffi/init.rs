@@ -7,8 +7,8 @@ use crate::error::{AclCode, Error, Result};
 /// `aclInit(NULL)`. A repeated init (`ACL_ERROR_REPEAT_INITIALIZE`) counts as success.
 ///
 /// # Errors
-/// [`Error::Acl`](crate::Error::Acl) with the returned status;
-/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
+/// [`Error::Acl`] with the returned status;
+/// [`Error::MissingSymbol`].
 pub fn init(lib: &AclLib) -> Result<()> {
     // SAFETY: a NULL config path is documented as allowed.
     match unsafe { call!(lib, aclInit(std::ptr::null())) } {

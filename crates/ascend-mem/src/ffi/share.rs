@@ -47,7 +47,7 @@ pub unsafe fn export_v2(
 ///
 /// # Safety
 /// None beyond a valid table: the bytes are validated by the runtime. The handle must be
-/// freed with [`phys::free`].
+/// freed with [`phys::free`](super::phys::free).
 pub unsafe fn import_v2(
     lib: &AclLib,
     data: &HandleData,

@@ -57,7 +57,7 @@ impl Drop for PhysInner {
 /// Physical memory: device HBM or host DRAM (`aclrtMallocPhysical`), or memory imported from
 /// another process ([`SharedHandle::import`](crate::SharedHandle::import)). Freed on drop.
 ///
-/// Cheap to clone (an `Arc`); freed when the last clone, [`Mapping`] and
+/// Cheap to clone (an `Arc`); freed when the last clone, [`Mapping`](crate::Mapping) and
 /// [`FabricHandle`](crate::FabricHandle) holding it are gone.
 #[derive(Clone)]
 #[must_use = "dropping the last PhysicalMem handle frees the memory (once nothing maps it)"]

@@ -46,8 +46,9 @@ impl Drop for VaInner {
 
 /// A range of device virtual addresses (`aclrtReserveMemAddress`), released on drop.
 ///
-/// Map [`PhysicalMem`] into it with [`ReservedVa::map`]. Cheap to clone (an `Arc`); the
-/// reservation is released when the last clone and the last [`Mapping`] in it are gone.
+/// Map [`PhysicalMem`](crate::PhysicalMem) into it with [`ReservedVa::map`]. Cheap to clone
+/// (an `Arc`); the reservation is released when the last clone and the last
+/// [`Mapping`](crate::Mapping) in it are gone.
 #[derive(Clone)]
 #[must_use = "dropping the last ReservedVa handle releases the address range (once nothing is mapped in it)"]
 pub struct ReservedVa {
