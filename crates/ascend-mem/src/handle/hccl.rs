@@ -160,8 +160,7 @@ impl OwnedComm {
     }
 
     /// `HcclCommSymWinRegister` of `len` bytes at `offset` of `map` (collective: every rank
-    /// calls it). The window holds `map` until it is deregistered, so the memory stays mapped
-    /// while registered.
+    /// calls it). The window holds `map`, so the memory stays mapped while it is registered.
     pub(crate) fn register_window(
         &self,
         h: &HcclLib,
@@ -181,7 +180,7 @@ impl OwnedComm {
         };
         let mut w: HcclCommSymWindow = std::ptr::null_mut();
         // SAFETY: live communicator; the range lies in a live mapping that the window holds
-        // (below) until deregistered; `w` is a writable out-slot; flag 1 is the only value
+        // (below) until it is dropped; `w` is a writable out-slot; flag 1 is the only value
         // HCCL accepts (registration flag rule: only 1 is accepted).
         unsafe {
             hcall!(
@@ -199,18 +198,21 @@ impl OwnedComm {
         Ok(OwnedWindow {
             raw: RawHandle::new(w),
             live: true,
-            map: Some(map.clone()),
+            _map: map.clone(),
         })
     }
 }
 
 /// A symmetric window this value registered, holding the mapping under it.
+///
+/// Dropping it without a successful deregistration releases the mapping anyway (the owner
+/// logs the failure as a sticky error): a failed deregistration has usually removed the window
+/// locally, and destroying the communicator removes all of its windows.
 pub(crate) struct OwnedWindow {
     raw: RawHandle,
     live: bool,
-    /// Held while registered; leaked by Drop if never deregistered, so the memory is never
-    /// unmapped under a registered window.
-    map: Option<Arc<MapInner>>,
+    /// Keeps the memory mapped while registered.
+    _map: Arc<MapInner>,
 }
 
 impl OwnedWindow {
@@ -233,23 +235,13 @@ impl OwnedWindow {
         // (the window's owner holds its owner); queued collectives over it hold the window's
         // owner, so none is pending.
         unsafe { hcall!(h, acl, HcclCommSymWinDeregister(self.raw.get())) }?;
-        self.forget_registration();
+        self.live = false;
         Ok(())
     }
 
     /// Records that HCCL no longer has the window (removed locally after a failed
-    /// deregistration), releasing the mapping it held.
+    /// deregistration).
     pub(crate) fn forget_registration(&mut self) {
         self.live = false;
-        self.map = None;
-    }
-}
-
-impl Drop for OwnedWindow {
-    fn drop(&mut self) {
-        if self.live {
-            // Still registered: never let the memory under it be unmapped.
-            std::mem::forget(self.map.take());
-        }
     }
 }
