@@ -1,10 +1,18 @@
-//! Raw C handles as plain values: [`RawHandle`], the one place a handle is declared safe to
-//! move and share between threads.
+//! Where the crate's C handles are owned, and (with `ffi`) the only module that allows
+//! `unsafe`.
 //!
-//! ACL and HCCL hand out opaque pointers (`aclrtStream`, `aclrtDrvMemHandle`, `HcclComm`, a
-//! reserved or mapped device address, ...). Rust sees raw pointers as neither `Send` nor
-//! `Sync`, so every struct holding one would need its own `unsafe impl`. Instead each holds a
-//! `RawHandle`, which carries the one justified impl below.
+//! * [`RawHandle`]: the one place a handle is declared safe to move and share between
+//!   threads. ACL and HCCL hand out opaque pointers (`aclrtStream`, `aclrtDrvMemHandle`,
+//!   `HcclComm`, a reserved or mapped device address, ...); Rust sees raw pointers as neither
+//!   `Send` nor `Sync`, so every struct holding one would need its own `unsafe impl`. Instead
+//!   each holds a `RawHandle` (or an owned handle built on it), which carries the one
+//!   justified impl below.
+//! * Owned and borrowed live handles, in the manner of `OwnedFd`/`BorrowedFd`: an owned value
+//!   proves its C object live until the call that ends it; a borrow proves it for the
+//!   borrow's lifetime. So the calls that take them are safe: streams and events here (their
+//!   `ffi` calls take [`StreamRef`]/[`EventRef`]), the VMM handles in `vmm.rs`, the HCCL
+//!   handles in `hccl.rs`.
+//! * The crate's public `unsafe` entry points (`unchecked.rs`).
 
 mod hccl;
 mod unchecked;
