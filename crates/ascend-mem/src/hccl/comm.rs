@@ -12,7 +12,7 @@ use hccl_sys::{HcclComm, HcclLib};
 use parking_lot::Mutex;
 
 use super::config::{CommConfig, RootInfo};
-use super::handles::{CommInner, WinInner};
+use super::state::{CommInner, WinInner};
 use super::table;
 use super::types::{CollectiveBuffer, HcclType, ReduceOp};
 use super::HcclCode;

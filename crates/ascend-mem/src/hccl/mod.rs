@@ -71,7 +71,7 @@
 mod code;
 mod comm;
 mod config;
-mod handles;
+mod state;
 pub(crate) mod table;
 mod types;
 mod window;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use hccl_sys::HcclCommSymWindow;
 
 use super::comm::Comm;
-use super::handles::WinInner;
+use super::state::WinInner;
 use super::HcclCode;
 use crate::device::same_device;
 use crate::error::{CloseError, Error, Result};
