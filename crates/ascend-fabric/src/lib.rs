@@ -66,6 +66,7 @@
 mod channel;
 pub mod control;
 pub mod cs;
+pub mod directory;
 mod engine;
 mod error;
 pub mod options;
