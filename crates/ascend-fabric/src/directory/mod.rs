@@ -1,13 +1,13 @@
 //! The engine directory: engines publish themselves under a name, find each other by name,
 //! and learn of arrivals and departures, so a fleet needs no list of `ip:port`s.
 //!
-//! * [`Directory`] is the store behind it (a trait); [`EtcdDirectory`] keeps it in etcd
+//! * [`Directory`] is the store behind it (a trait); `EtcdDirectory` keeps it in etcd
 //!   (feature `etcd`): each entry under `<prefix>/engines/<name>` is attached to a lease its
 //!   publisher keeps alive, so a publisher that dies leaves the directory when its lease
 //!   runs out.
 //! * [`EngineEntry`] is what an engine publishes: its control address, device, product, the
 //!   segments it offers (name, address, length) and a version.
-//! * [`Member`] ties an [`Engine`] to a directory: it publishes the engine, connects to
+//! * [`Member`] ties an [`Engine`](crate::Engine) to a directory: it publishes the engine, connects to
 //!   peers by name ([`Member::connect_by_name`]), and watches the directory. When a peer it
 //!   connected to by name leaves (its key deleted, or its lease expired), the member ends
 //!   that channel exactly as a closed keepalive socket does: in-flight transfers fail with
