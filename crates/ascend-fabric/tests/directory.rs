@@ -147,6 +147,7 @@ fn names_and_malformed(etcd: &LocalEtcd, dir: &Arc<EtcdDirectory>, a: &Node, b: 
     etcd.put_raw(&k("deeper/x"), b"{}");
     let listed: Vec<String> = dir.list("").unwrap().into_iter().map(|(n, _)| n).collect();
     assert_eq!(listed, ["a", "b"]);
+    assert_eq!(dir.lookup("b").unwrap().as_ref(), Some(b.member.entry()));
     for n in ["junk", "future", "noport"] {
         assert!(
             matches!(dir.lookup(n), Err(DirectoryError::Malformed { .. })),
@@ -157,16 +158,16 @@ fn names_and_malformed(etcd: &LocalEtcd, dir: &Arc<EtcdDirectory>, a: &Node, b: 
             Err(DirectoryError::Malformed { .. })
         ));
     }
-    // A valid entry overwritten by hand with junk is gone for readers.
-    let bkey = k("b");
-    let good = serde_json::to_vec(b.member.entry()).unwrap();
-    etcd.put_raw(&bkey, b"[]");
-    assert!(wait_left(&events, "b", T).is_some());
-    etcd.put_raw(&bkey, &good);
+    // A valid entry (written by hand, with no lease) overwritten with junk is gone for readers.
+    let xkey = k("x");
+    etcd.put_raw(&xkey, &serde_json::to_vec(b.member.entry()).unwrap());
     until(
-        "b back",
-        || matches!(events.try_recv(), Ok(DirectoryEvent::Joined { name, .. }) if name == "b"),
+        "x listed",
+        || matches!(events.try_recv(), Ok(DirectoryEvent::Joined { name, .. }) if name == "x"),
     );
+    etcd.put_raw(&xkey, b"[]");
+    assert!(wait_left(&events, "x", T).is_some());
+    assert!(dir.remove("x").unwrap());
     // Five junk keys, each seen by the list and by the watches, and the overwritten entry.
     let malformed = dir.stats().malformed - before;
     assert!(malformed >= 11, "{malformed}");
@@ -222,6 +223,33 @@ fn outage(etcd: &mut LocalEtcd, dir: &Arc<EtcdDirectory>, a: &Node, b: &Node) {
     write(a, b, 0x41).unwrap();
     assert!(a.engine.is_connected(&baddr));
     assert_eq!(a.member.connected(), [("b".to_string(), baddr.clone())]);
+}
+
+/// `b`'s lease is revoked by hand (as if etcd had lost it): `b` leaves, `a`'s channel to it
+/// ends, and `b` publishes itself again under a new lease, with its version raised.
+fn lease_lost(etcd: &LocalEtcd, dir: &Arc<EtcdDirectory>, a: &Node, b: &Node) {
+    let events = a.member.subscribe();
+    let baddr = b.engine.local_addr().as_str().to_owned();
+    let republished = dir.stats().republished;
+    let lease = etcd.lease_of(&dir.key("b"));
+    etcd.revoke_lease(&lease);
+    assert!(wait_left(&events, "b", T).is_some());
+    assert!(!a.engine.is_connected(&baddr));
+    let back = loop {
+        match events.recv_timeout(T).expect("b published again") {
+            DirectoryEvent::Joined { name, entry } if name == "b" => break entry,
+            _ => {}
+        }
+    };
+    assert_eq!(back.version, b.member.entry().version + 1);
+    assert_eq!(back.addr, baddr);
+    // Counted by the publisher once etcd has answered it (after the watchers may have seen it).
+    until("the republication counted", || {
+        dir.stats().republished > republished
+    });
+    assert_ne!(etcd.lease_of(&dir.key("b")), lease);
+    a.member.connect_by_name("b", T).unwrap();
+    write(a, b, 0x42).unwrap();
 }
 
 /// `b` is removed from the directory with transfers from `a` in flight: they fail with
@@ -282,6 +310,7 @@ fn directory_on_etcd() {
         assert_eq!(b.buf.to_vec().unwrap()[..LEN], vec![0x5A; LEN][..]);
 
         outage(&mut etcd, &dir, &a, &b);
+        lease_lost(&etcd, &dir, &a, &b);
         removed_in_flight(&dir, &a, &b);
         println!("directory stats: {:?}", dir.stats());
         drop((a, b));

@@ -155,11 +155,29 @@ impl LocalEtcd {
             base64(key.as_bytes()),
             base64(value)
         );
+        self.post("/v3/kv/put", &body);
+    }
+
+    /// The lease `key` is attached to, as etcd's JSON gateway writes it (a decimal string).
+    pub fn lease_of(&self, key: &str) -> String {
+        let body = format!("{{\"key\":\"{}\"}}", base64(key.as_bytes()));
+        let resp = self.post("/v3/kv/range", &body);
+        let at = resp.find("\"lease\":\"").expect("the key has a lease") + 9;
+        resp[at..].split('"').next().unwrap().to_owned()
+    }
+
+    /// Revokes lease `id` (as an operator would; its keys go at once).
+    pub fn revoke_lease(&self, id: &str) {
+        self.post("/v3/lease/revoke", &format!("{{\"ID\":\"{id}\"}}"));
+    }
+
+    /// POSTs `body` to etcd's JSON gateway at `path`; the response body.
+    fn post(&self, path: &str, body: &str) -> String {
         let mut s = TcpStream::connect(("127.0.0.1", self.client_port)).expect("etcd answers");
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         write!(
             s,
-            "POST /v3/kv/put HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         )
         .unwrap();
@@ -167,8 +185,9 @@ impl LocalEtcd {
         s.read_to_string(&mut resp).unwrap();
         assert!(
             resp.starts_with("HTTP/1.0 200") || resp.starts_with("HTTP/1.1 200"),
-            "{resp}"
+            "{path}: {resp}"
         );
+        resp
     }
 }
 
