@@ -2,14 +2,13 @@
 //! says, bad copies are refused before anything is queued, the stream keeps the tables'
 //! memory mapped until it is synchronized, and tables of two runtimes do not mix.
 
-mod common;
-
+use crate::common::{pattern, run_child, setup, sim_library};
 use ascend_mem::{
     CopySide, DeviceBuffer, Error, ErrorKind, MappingSlice, MappingTable, Runtime, Stream,
     TableCopy,
 };
 use ascend_sim::testing::hold_stream;
-use common::{pattern, role, run_role, setup, sim_library};
+use ascend_testkit::{assert_ok, role, test_name};
 
 const MIB2: usize = 2 << 20;
 
@@ -216,7 +215,7 @@ fn stream_keeps_table_memory_mapped_until_sync() {
 /// library opened with dlopen, two separate instances in one process) are refused.
 #[test]
 fn tables_of_another_runtime_are_refused() {
-    const NAME: &str = "tables_of_another_runtime_are_refused";
+    let name = test_name!(tables_of_another_runtime_are_refused);
     match role().as_deref() {
         Some("two-runtimes") => {
             let dl = Runtime::load().unwrap();
@@ -243,19 +242,14 @@ fn tables_of_another_runtime_are_refused() {
             }
             es.copy_table_async(&et, &et, &c).unwrap();
             es.synchronize().unwrap();
-            println!("CHILD OK");
+            println!("RESULT ok");
         }
-        Some(_) => {}
+        Some(other) => panic!("unknown role {other}"),
         None => {
             let lib = sim_library().expect("libascend_sim.so built next to the test binary");
             let lib = lib.to_string_lossy().into_owned();
-            let out = run_role(NAME, "two-runtimes", &[("ASCEND_ACL_LIB", lib.as_str())]);
-            let so = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && so.contains("CHILD OK"),
-                "{so}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let out = run_child(name, "two-runtimes", &[("ASCEND_ACL_LIB", lib.as_str())]);
+            assert_ok(&out);
         }
     }
 }

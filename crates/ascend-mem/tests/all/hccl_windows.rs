@@ -5,15 +5,12 @@
 //! as the device's sticky error, ranks that disagree on a collective, the length and device
 //! checks of the collectives, and communicator init errors. Ranks are threads.
 
-mod common;
-mod hccl_util;
-
 use std::time::{Duration, Instant};
 
+use crate::common::setup;
+use crate::hccl_util::*;
 use ascend_mem::hccl::{Comm, CommConfig, HcclCode, OpExpansion, ReduceOp, RootInfo, SymWindow};
 use ascend_mem::{DeviceBuffer, Error, ErrorKind, HostBuffer, Stream};
-use common::setup;
-use hccl_util::*;
 
 const MIB: usize = 1 << 20;
 

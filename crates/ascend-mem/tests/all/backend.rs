@@ -3,12 +3,11 @@
 //! emulator's shared library opened by path runs a full round trip. Environment-dependent
 //! cases run in child processes (the loader's search happens once per process).
 
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::common::{pattern, run_child, setup, sim_library};
 use ascend_mem::{Backend, DeviceBuffer, ErrorKind, HostBuffer, Runtime, Stream};
-use common::{pattern, role, run_role, setup, sim_library};
+use ascend_testkit::{role, test_name};
 
 const MIB2: usize = 2 << 20;
 
@@ -25,10 +24,8 @@ fn roundtrip(rt: &Runtime) -> ascend_mem::Result<()> {
     Ok(())
 }
 
-/// Child side: a no-op in a normal test run.
-#[test]
-fn child_entry() {
-    let Some(role) = role() else { return };
+/// The child side of the tests here that spawn themselves, by role.
+fn child_main(role: &str) {
     let role = match role.strip_suffix("-logged") {
         Some(r) => {
             tracing_subscriber::fmt()
@@ -38,7 +35,7 @@ fn child_entry() {
                 .init();
             r.to_owned()
         }
-        None => role,
+        None => role.to_owned(),
     };
     let rt = match role.as_str() {
         "from-env" => Runtime::from_env(),
@@ -60,6 +57,7 @@ fn child_entry() {
     }
 }
 
+/// The child's report: from `RESULT ` to the `END` line.
 fn result(out: &std::process::Output) -> String {
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     match text.split_once("RESULT ") {
@@ -73,9 +71,12 @@ fn result(out: &std::process::Output) -> String {
 
 #[test]
 fn cann_without_cann_fails_at_once_with_paths_and_fix() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     let t = Instant::now();
-    let out = run_role(
-        "child_entry",
+    let out = run_child(
+        test_name!(cann_without_cann_fails_at_once_with_paths_and_fix),
         "from-env",
         &[
             ("ASCEND_MEM_BACKEND", "cann"),
@@ -100,8 +101,11 @@ fn cann_without_cann_fails_at_once_with_paths_and_fix() {
 
 #[test]
 fn cann_search_path_lists_every_candidate() {
-    let out = run_role(
-        "child_entry",
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
+    let out = run_child(
+        test_name!(cann_search_path_lists_every_candidate),
         "from-env",
         &[
             ("ASCEND_MEM_BACKEND", "cann"),
@@ -125,8 +129,11 @@ fn cann_search_path_lists_every_candidate() {
 /// load error, which names the switch to the emulator.
 #[test]
 fn unset_backend_without_cann_is_the_load_error() {
-    let out = run_role(
-        "child_entry",
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
+    let out = run_child(
+        test_name!(unset_backend_without_cann_is_the_load_error),
         "from-env",
         &[
             ("ASCEND_MEM_BACKEND", ""),
@@ -142,8 +149,11 @@ fn unset_backend_without_cann_is_the_load_error() {
 /// The fallback a program asks for by name runs on the emulator, and says so at WARN.
 #[test]
 fn unset_backend_with_the_named_fallback_runs_on_the_emulator_and_warns() {
-    let out = run_role(
-        "child_entry",
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
+    let out = run_child(
+        test_name!(unset_backend_with_the_named_fallback_runs_on_the_emulator_and_warns),
         "or-emulator-logged",
         &[
             ("ASCEND_MEM_BACKEND", ""),
@@ -159,8 +169,8 @@ fn unset_backend_with_the_named_fallback_runs_on_the_emulator_and_warns() {
         .collect();
     assert_eq!(warns.len(), 1, "one WARN line: {text}");
     // Required by name, CANN stays required.
-    let out = run_role(
-        "child_entry",
+    let out = run_child(
+        test_name!(unset_backend_with_the_named_fallback_runs_on_the_emulator_and_warns),
         "or-emulator",
         &[
             ("ASCEND_MEM_BACKEND", "cann"),
@@ -173,14 +183,28 @@ fn unset_backend_with_the_named_fallback_runs_on_the_emulator_and_warns() {
 
 #[test]
 fn sim_backend_is_the_in_process_emulator() {
-    let out = run_role("child_entry", "from-env", &[("ASCEND_MEM_BACKEND", "sim")]);
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
+    let out = run_child(
+        test_name!(sim_backend_is_the_in_process_emulator),
+        "from-env",
+        &[("ASCEND_MEM_BACKEND", "sim")],
+    );
     assert_eq!(result(&out), "ok sim-in-process", "{out:?}");
 }
 
 #[test]
 fn unknown_backend_name_is_an_error_naming_it_and_the_accepted_values() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     for value in ["bogus", "tpu"] {
-        let out = run_role("child_entry", "from-env", &[("ASCEND_MEM_BACKEND", value)]);
+        let out = run_child(
+            test_name!(unknown_backend_name_is_an_error_naming_it_and_the_accepted_values),
+            "from-env",
+            &[("ASCEND_MEM_BACKEND", value)],
+        );
         let r = result(&out);
         assert!(r.starts_with("err InvalidArgument"), "{r}");
         assert!(
@@ -193,8 +217,8 @@ fn unknown_backend_name_is_an_error_naming_it_and_the_accepted_values() {
         assert!(!r.contains("length"), "{r}");
     }
     // The variant carries the string itself, as given (the match ignores case and spaces).
-    let out = run_role(
-        "child_entry",
+    let out = run_child(
+        test_name!(unknown_backend_name_is_an_error_naming_it_and_the_accepted_values),
         "from-env",
         &[("ASCEND_MEM_BACKEND", "Bogus ")],
     );
@@ -206,12 +230,15 @@ fn unknown_backend_name_is_an_error_naming_it_and_the_accepted_values() {
 /// emulator, not CANN.
 #[test]
 fn dlopen_path_to_the_emulator_logs_the_emulator() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     let Some(lib) = sim_library() else {
         panic!("libascend_sim.so not built next to the test binary (cargo build -p ascend-sim)")
     };
     let lib = lib.to_string_lossy().into_owned();
-    let out = run_role(
-        "child_entry",
+    let out = run_child(
+        test_name!(dlopen_path_to_the_emulator_logs_the_emulator),
         "from-env-logged",
         &[("ASCEND_MEM_BACKEND", ""), ("ASCEND_ACL_LIB", &lib)],
     );
@@ -226,13 +253,16 @@ fn dlopen_path_to_the_emulator_logs_the_emulator() {
 
 #[test]
 fn acl_lib_pointing_at_the_emulator_takes_the_dlopen_path() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     let Some(lib) = sim_library() else {
         panic!("libascend_sim.so not built next to the test binary (cargo build -p ascend-sim)")
     };
     let lib = lib.to_string_lossy().into_owned();
     for backend in ["", "cann"] {
-        let out = run_role(
-            "child_entry",
+        let out = run_child(
+            test_name!(acl_lib_pointing_at_the_emulator_takes_the_dlopen_path),
             "from-env",
             &[("ASCEND_MEM_BACKEND", backend), ("ASCEND_ACL_LIB", &lib)],
         );

@@ -4,16 +4,14 @@
 //! the safe API cannot express the bad input. The labels R1-R20 are those of the rule table in
 //! ascend-mem's crate docs; each test states its rule in words.
 
-mod common;
-
 use std::ffi::c_void;
 
-use acl_sys as acl;
+use crate::common::{assert_acl, setup};
 use ascend_mem::{
     ffi, AclCode, Error, ErrorKind, ExportFlags, Location, MemAttr, MemSpec, PhysicalMem,
     ReservedVa, ShareKind, SharedHandle,
 };
-use common::{assert_acl, role, run_role, setup};
+use ascend_testkit::{assert_ok, role, test_name, Spawn};
 
 const MIB2: usize = 2 << 20;
 
@@ -220,20 +218,21 @@ fn r4_no_uc_reservation() {
 
 #[test]
 fn r4_no_uc_reservation_is_not_supported_on_a2() {
-    let out = run_role("child_entry", "no-uc-on-a2", &[("ASCEND_SIM_SOC", "A2")]);
-    let so = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && so.contains("RESULT ok"),
-        "{so}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
+    let out = Spawn::new(
+        test_name!(r4_no_uc_reservation_is_not_supported_on_a2),
+        "no-uc-on-a2",
+    )
+    .env("ASCEND_SIM_SOC", "A2")
+    .output();
+    assert_ok(&out);
 }
 
-/// Child side: dispatches on the role; a no-op in a normal test run.
-#[test]
-fn child_entry() {
-    let Some(role) = role() else { return };
-    match role.as_str() {
+/// The child side of the tests here that spawn themselves, by role.
+fn child_main(role: &str) {
+    match role {
         "no-uc-on-a2" => {
             let rt = ascend_mem::Runtime::emulated().unwrap();
             let dev = rt.device(0).unwrap();

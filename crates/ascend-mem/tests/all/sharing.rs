@@ -1,60 +1,39 @@
 //! Sharing across real processes: the test binary re-runs itself (`child_entry`, with a role in
 //! an env var) and only share-handle bytes cross between the processes.
 
-mod common;
+use std::io::Write;
+use std::process::Child;
 
-use std::io::{BufRead, Write};
-use std::process::{Child, Command, Stdio};
-
-use acl_sys as acl;
+use crate::common::{pattern, setup};
 use ascend_mem::{
     DeviceBuffer, ErrorKind, ExportFlags, PhysicalMem, ReservedVa, Runtime, ShareKind, SharedHandle,
 };
-use common::{from_hex, pattern, role, setup, to_hex, ROLE_VAR};
+use ascend_testkit::role::read_stdin_line;
+use ascend_testkit::{from_hex, result_of, role, test_name, to_hex, Spawn};
 
 const MIB2: usize = 2 << 20;
 
-fn spawn_child(role: &str, envs: &[(&str, &str)]) -> Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["child_entry", "--exact", "--nocapture", "--test-threads=1"])
-        .env(ROLE_VAR, role)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.spawn().expect("spawn child")
+/// Starts `test` again as a child in `role` with `envs` set, stdin and stdout piped.
+fn spawn_child(test: &str, role: &str, envs: &[(&str, &str)]) -> Child {
+    Spawn::new(test, role).envs(envs).spawn()
 }
 
-/// The line the child prints after `RESULT `.
+/// Whether the child succeeded, and its RESULT line (or what it printed instead).
 fn child_result(child: Child) -> (bool, String) {
     let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let line = text
-        .lines()
-        .find_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
-        .unwrap_or("")
-        .to_string();
-    (
-        out.status.success(),
-        if line.is_empty() { text } else { line },
-    )
+    (out.status.success(), result_of(&out))
 }
 
+/// One line of stdin; the parent always sends it.
 fn read_line_stdin() -> String {
-    let mut s = String::new();
-    std::io::stdin().lock().read_line(&mut s).unwrap();
-    s
+    read_stdin_line().expect("a line from the parent")
 }
 
-/// Child side: dispatches on the role; a no-op in a normal test run.
-#[test]
-fn child_entry() {
-    let Some(role) = role() else { return };
+/// The child side of the tests here that spawn themselves, by role.
+fn child_main(role: &str) {
     let rt = Runtime::emulated().unwrap();
     let dev = rt.device(0).unwrap();
-    match role.as_str() {
+    match role {
         "import-write" => {
             if std::env::var_os(DENY_VAR).is_some() {
                 deny_pidfd_getfd();
@@ -180,12 +159,13 @@ fn deny_pidfd_getfd() {
     unsafe { libc::close(pidfd) };
 }
 
-fn share_with_child(kind: ShareKind, envs: &[(&str, &str)]) {
+/// Exports `kind` memory to a child of `test` (the caller) that writes into it.
+fn share_with_child(test: &str, kind: ShareKind, envs: &[(&str, &str)]) {
     let env = setup();
     let buf = DeviceBuffer::new(&env.dev, MIB2).unwrap();
     buf.fill(0).unwrap();
     let h = buf.export(kind, ExportFlags::empty()).unwrap();
-    let mut child = spawn_child("import-write", envs);
+    let mut child = spawn_child(test, "import-write", envs);
     h.allow_pids(&[child.id() as i32]).unwrap();
     writeln!(child.stdin.take().unwrap(), "{}", to_hex(&h.to_bytes())).unwrap();
     let (ok, res) = child_result(child);
@@ -201,12 +181,26 @@ fn share_with_child(kind: ShareKind, envs: &[(&str, &str)]) {
 
 #[test]
 fn fabric_handle_across_processes() {
-    share_with_child(ShareKind::Fabric, &[]);
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
+    share_with_child(
+        test_name!(fabric_handle_across_processes),
+        ShareKind::Fabric,
+        &[],
+    );
 }
 
 #[test]
 fn default_handle_across_processes() {
-    share_with_child(ShareKind::Default, &[]);
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
+    share_with_child(
+        test_name!(default_handle_across_processes),
+        ShareKind::Default,
+        &[],
+    );
 }
 
 /// Where `pidfd_getfd` is refused (here by a seccomp filter in the importer, as Docker's
@@ -214,19 +208,37 @@ fn default_handle_across_processes() {
 /// Unix socket; `ASCEND_SIM_SHARE_VIA=broker` goes there first.
 #[test]
 fn both_handles_across_processes_through_the_broker() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     for kind in [ShareKind::Fabric, ShareKind::Default] {
-        share_with_child(kind, &[(DENY_VAR, "1")]);
-        share_with_child(kind, &[VIA_BROKER]);
+        share_with_child(
+            test_name!(both_handles_across_processes_through_the_broker),
+            kind,
+            &[(DENY_VAR, "1")],
+        );
+        share_with_child(
+            test_name!(both_handles_across_processes_through_the_broker),
+            kind,
+            &[VIA_BROKER],
+        );
     }
 }
 
 #[test]
 fn import_without_allow_list_is_denied() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     for envs in [&[][..], &[VIA_BROKER]] {
         let env = setup();
         let buf = DeviceBuffer::new(&env.dev, MIB2).unwrap();
         let h = buf.export(ShareKind::Fabric, ExportFlags::empty()).unwrap();
-        let mut child = spawn_child("import-expect-error", envs);
+        let mut child = spawn_child(
+            test_name!(import_without_allow_list_is_denied),
+            "import-expect-error",
+            envs,
+        );
         writeln!(child.stdin.take().unwrap(), "{}", to_hex(&h.to_bytes())).unwrap();
         let (ok, res) = child_result(child);
         assert!(ok, "child: {res}");
@@ -244,6 +256,9 @@ fn import_without_allow_list_is_denied() {
 /// descriptor of the exporter (its stdin) is refused before any descriptor crosses.
 #[test]
 fn the_broker_refuses_descriptors_that_are_not_exported_memory() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     let env = setup();
     // An export starts this process's broker.
     let buf = DeviceBuffer::new(&env.dev, MIB2).unwrap();
@@ -253,7 +268,11 @@ fn the_broker_refuses_descriptors_that_are_not_exported_memory() {
     // DEFAULT handle layout: pid in bits 0..22, fd in bits 22..42, inode bits above.
     let stdin_fd: u64 = std::hint::black_box(0);
     let forged = std::process::id() as u64 | (stdin_fd << 22) | (1u64 << 42);
-    let mut child = spawn_child("import-forged-default", &[VIA_BROKER]);
+    let mut child = spawn_child(
+        test_name!(the_broker_refuses_descriptors_that_are_not_exported_memory),
+        "import-forged-default",
+        &[VIA_BROKER],
+    );
     writeln!(child.stdin.take().unwrap(), "{forged}").unwrap();
     let (ok, res) = child_result(child);
     assert!(ok, "child: {res}");
@@ -272,6 +291,9 @@ fn the_broker_refuses_descriptors_that_are_not_exported_memory() {
 /// other importers: each request is served on its own.
 #[test]
 fn a_stalled_broker_connection_does_not_hold_up_imports() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     use std::os::linux::net::SocketAddrExt;
     let env = setup();
     let buf = DeviceBuffer::new(&env.dev, MIB2).unwrap();
@@ -283,7 +305,11 @@ fn a_stalled_broker_connection_does_not_hold_up_imports() {
         .map(|_| std::os::unix::net::UnixStream::connect_addr(&addr).unwrap())
         .collect();
     let t0 = std::time::Instant::now();
-    let mut child = spawn_child("import-write", &[VIA_BROKER]);
+    let mut child = spawn_child(
+        test_name!(a_stalled_broker_connection_does_not_hold_up_imports),
+        "import-write",
+        &[VIA_BROKER],
+    );
     h.allow_pids(&[child.id() as i32]).unwrap();
     writeln!(child.stdin.take().unwrap(), "{}", to_hex(&h.to_bytes())).unwrap();
     let (ok, res) = child_result(child);
@@ -301,8 +327,15 @@ fn a_stalled_broker_connection_does_not_hold_up_imports() {
 
 #[test]
 fn import_after_the_exporter_exited() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     let env = setup();
-    let child = spawn_child("export-and-exit", &[]);
+    let child = spawn_child(
+        test_name!(import_after_the_exporter_exited),
+        "export-and-exit",
+        &[],
+    );
     // Waits for the exit: the exporter (and its memory) is gone before we import.
     let (ok, line) = child_result(child);
     assert!(ok, "child: {line}");
@@ -312,7 +345,11 @@ fn import_after_the_exporter_exited() {
     assert_eq!(e.code().unwrap().0, acl::ACL_ERROR_RT_INVALID_HANDLE, "{e}");
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     // The same through the broker (of a process that is gone), from another child.
-    let mut c = spawn_child("import-expect-error", &[VIA_BROKER]);
+    let mut c = spawn_child(
+        test_name!(import_after_the_exporter_exited),
+        "import-expect-error",
+        &[VIA_BROKER],
+    );
     writeln!(c.stdin.take().unwrap(), "{line}").unwrap();
     let (ok, res) = child_result(c);
     assert!(ok, "child: {res}");
@@ -325,8 +362,15 @@ fn import_after_the_exporter_exited() {
 
 #[test]
 fn fabric_is_not_supported_on_a2() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
     let env = setup();
-    let child = spawn_child("fabric-on-a2", &[("ASCEND_SIM_SOC", "A2")]);
+    let child = spawn_child(
+        test_name!(fabric_is_not_supported_on_a2),
+        "fabric-on-a2",
+        &[("ASCEND_SIM_SOC", "A2")],
+    );
     let (ok, res) = child_result(child);
     assert!(ok, "child: {res}");
     assert_eq!(

@@ -5,16 +5,13 @@
 //! API makes unrepresentable (a map size other than the physical size, flags, raw handles,
 //! addresses) through `ascend_mem::ffi` or the raw ACL table, and check the runtime's code.
 
-mod common;
-
 use std::ffi::c_void;
 
-use acl_sys as acl;
+use crate::common::{setup, Env};
 use ascend_mem::{
     ffi, DeviceBuffer, Error, ErrorKind, ExportFlags, MemSpec, PhysicalMem, ReservedVa, ShareKind,
     SharedHandle, Stream,
 };
-use common::{setup, Env};
 
 const MIB2: usize = 2 << 20;
 

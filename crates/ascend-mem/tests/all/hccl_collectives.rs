@@ -6,15 +6,12 @@
 //! collectives that stage in chunks, collectives and buffers dropped before the stream
 //! synchronizes, and a measurement (ignored) of symmetric vs staged AllGather.
 
-mod common;
-mod hccl_util;
-
 use std::time::{Duration, Instant};
 
+use crate::common::setup;
+use crate::hccl_util::*;
 use ascend_mem::hccl::{half, CommConfig, ReduceOp, SymWindow};
 use ascend_mem::{DeviceBuffer, MappingSlice};
-use common::setup;
-use hccl_util::*;
 
 /// Elements per rank in the matrix (odd: no alignment luck).
 const COUNT: usize = 67;

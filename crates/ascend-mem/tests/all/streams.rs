@@ -1,17 +1,14 @@
 //! Streams, events, the stream pool and async copies: ordering, timeouts, abort, and that a
 //! stream keeps the memory of its pending copies mapped until it is synchronized.
 
-mod common;
-
 use std::time::Duration;
 
-use acl_sys as acl;
+use crate::common::{pattern, setup};
 use ascend_mem::{
     DeviceBuffer, ErrorKind, Event, EventFlags, FailureMode, HostBuffer, Stream, StreamFlags,
     StreamPool,
 };
 use ascend_sim::testing::hold_stream;
-use common::{pattern, setup};
 
 const MIB2: usize = 2 << 20;
 

@@ -18,7 +18,7 @@ fn npu_device() -> (Runtime, ascend_mem::Device) {
 }
 
 #[test]
-#[ignore = "needs an Ascend NPU: ASCEND_TEST_DEVICE=0 cargo test --test npu_vmm -- --ignored --test-threads=1"]
+#[ignore = "needs an Ascend NPU: ASCEND_TEST_DEVICE=0 cargo test -p ascend-mem --test all -- --ignored npu_vmm:: --test-threads=1"]
 fn npu_roundtrip_copies_and_drop_order() {
     let (rt, dev) = npu_device();
     println!("backend: {}", rt.backend());

@@ -5,14 +5,12 @@
 //! mappings is still pending, in all 5040 orders. Plus compile-time Send/Sync assertions on
 //! every public handle.
 
-mod common;
-
+use crate::common::{assert_clean, pattern, setup};
 use ascend_mem::{
     Device, DeviceBuffer, Event, ExportFlags, FabricHandle, HostBuffer, Mapping, MappingSlice,
     PhysicalMem, ReservedVa, Runtime, ShareKind, SharedHandle, Stream, StreamLease, StreamPool,
 };
 use ascend_sim::testing::{hold_stream, Hold};
-use common::{assert_clean, pattern, setup};
 
 #[allow(dead_code)] // the fields are only dropped
 enum Obj {

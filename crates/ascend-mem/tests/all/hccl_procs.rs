@@ -4,41 +4,27 @@
 //! window is `NotSupported`; the emulator's shared library opened as the ACL runtime serves
 //! HCCL too, and `ASCEND_HCCL_LIB` is honoured and only read when a communicator is made.
 
-mod common;
-mod hccl_util;
-
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{run_child, setup, sim_library};
+use crate::hccl_util::*;
 use ascend_mem::hccl::{Comm, HcclCode, RootInfo, SymWindow};
 use ascend_mem::{Backend, DeviceBuffer, Error, ErrorKind, Runtime, Stream};
-use common::{from_hex, role, run_role, setup, sim_library, to_hex, ROLE_VAR};
-use hccl_util::*;
+use ascend_testkit::{
+    assert_ok, from_hex, result_numbers, role, test_name, to_hex, wait_success, watchdog, Spawn,
+};
 
 const ROOT_VAR: &str = "HCCL_TEST_ROOT";
 const RANKS: u32 = 3;
 const EXEC_TIMEOUT: Duration = Duration::from_secs(3);
 const COUNT: usize = 1000;
 
-/// Ends a child that would otherwise hang.
-fn watchdog() {
-    std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_secs(30));
-        eprintln!("child watchdog: giving up");
-        std::process::exit(3);
-    });
-}
-
+/// Starts `test` again as the rank process `role` of the communicator `root`.
 fn spawn_rank(test: &str, role: &str, root: &RootInfo) -> Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(ROLE_VAR, role)
-        .env(ROOT_VAR, to_hex(root.to_bytes()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    let mut s = Spawn::new(test, role).env(ROOT_VAR, to_hex(root.to_bytes()));
+    s.command().stdout(Stdio::piped()).stderr(Stdio::piped());
+    s.command().spawn().expect("spawn a rank process")
 }
 
 fn value(rank: u32, i: usize) -> f32 {
@@ -119,9 +105,9 @@ fn rank_life(rank: u32, root: &RootInfo, die: bool) -> (Error, Option<HcclCode>,
 
 #[test]
 fn a_rank_that_dies_mid_collective_leaves_the_others_an_error() {
-    const NAME: &str = "a_rank_that_dies_mid_collective_leaves_the_others_an_error";
+    let name = test_name!(a_rank_that_dies_mid_collective_leaves_the_others_an_error);
     if let Some(role) = role() {
-        watchdog();
+        watchdog(Duration::from_secs(30));
         let root = RootInfo::from_bytes(&from_hex(&std::env::var(ROOT_VAR).unwrap())).unwrap();
         let (rank, die) = if role == "survivor" {
             (1, false)
@@ -139,29 +125,11 @@ fn a_rank_that_dies_mid_collective_leaves_the_others_an_error() {
     }
     let env = setup();
     let root = RootInfo::generate(&env.dev).unwrap();
-    let survivor = spawn_rank(NAME, "survivor", &root);
-    let dier = spawn_rank(NAME, "die", &root);
+    let survivor = spawn_rank(name, "survivor", &root);
+    let dier = spawn_rank(name, "die", &root);
     let (e, asy, dt) = rank_life(0, &root, false);
-    let out = survivor.wait_with_output().unwrap();
-    let dout = dier.wait_with_output().unwrap();
-    let so = String::from_utf8_lossy(&out.stdout).into_owned();
-    let se = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "survivor failed:\n{so}\n{se}");
-    assert!(
-        dout.status.success(),
-        "dying rank failed before dying:\n{}\n{}",
-        String::from_utf8_lossy(&dout.stdout),
-        String::from_utf8_lossy(&dout.stderr)
-    );
-    let line = BufReader::new(so.as_bytes())
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.find("RESULT ").map(|i| l[i + 7..].to_string()))
-        .unwrap_or_else(|| panic!("no RESULT from the survivor:\n{so}\n{se}"));
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    wait_success(dier, "the dying rank (before it died)");
+    let v = result_numbers(&wait_success(survivor, "the surviving rank"));
     assert!(
         matches!(
             e,
@@ -190,7 +158,7 @@ fn a_rank_that_dies_mid_collective_leaves_the_others_an_error() {
         assert!(remote_or_timeout.contains(&asy), "{who}: async error {asy}");
         assert!(dt < limit, "{who} took {dt:?}");
     }
-    eprintln!("rank 0: {e} / async {asy:?} after {dt:?}; rank 1: {line}");
+    eprintln!("rank 0: {e} / async {asy:?} after {dt:?}; rank 1: {v:?}");
     env.finish();
 }
 
@@ -198,7 +166,7 @@ fn a_rank_that_dies_mid_collective_leaves_the_others_an_error() {
 /// path still works. (`ASCEND_SIM_SOC` is read once per process, hence the child.)
 #[test]
 fn a2_has_no_symmetric_windows() {
-    const NAME: &str = "a2_has_no_symmetric_windows";
+    let name = test_name!(a2_has_no_symmetric_windows);
     if role().as_deref() == Some("a2") {
         assert_eq!(std::env::var("ASCEND_SIM_SOC").as_deref(), Ok("A2"));
         let env = setup();
@@ -221,19 +189,14 @@ fn a2_has_no_symmetric_windows() {
         });
         assert_eq!(ascend_sim::hccl_stats().symmetric_ops, 0);
         env.finish();
-        println!("CHILD OK");
+        println!("RESULT ok");
         return;
     }
-    if role().is_some() {
-        return;
+    if let Some(other) = role() {
+        panic!("unknown role {other}");
     }
-    let out = run_role(NAME, "a2", &[("ASCEND_SIM_SOC", "A2")]);
-    let so = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && so.contains("CHILD OK"),
-        "{so}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_child(name, "a2", &[("ASCEND_SIM_SOC", "A2")]);
+    assert_ok(&out);
 }
 
 /// `ASCEND_ACL_LIB=…/libascend_sim.so`: the runtime takes the dlopen path and the same file
@@ -242,7 +205,7 @@ fn a2_has_no_symmetric_windows() {
 /// call reports the load error.
 #[test]
 fn the_emulator_by_dlopen_serves_hccl_too() {
-    const NAME: &str = "the_emulator_by_dlopen_serves_hccl_too";
+    let name = test_name!(the_emulator_by_dlopen_serves_hccl_too);
     match role().as_deref() {
         Some("dlopen") => {
             let rt = Runtime::from_env().unwrap();
@@ -265,7 +228,7 @@ fn the_emulator_by_dlopen_serves_hccl_too() {
                 got[..64] == [5; 64] && got[64..] == [6; 64]
             });
             assert_eq!(res, [true, true]);
-            println!("CHILD OK");
+            println!("RESULT ok");
         }
         Some("no-hccl") => {
             let rt = Runtime::from_env().unwrap();
@@ -277,9 +240,9 @@ fn the_emulator_by_dlopen_serves_hccl_too() {
             assert!(matches!(e, Error::Load(_)), "{e:?}");
             assert_eq!(e.kind(), ErrorKind::Unavailable);
             assert!(e.to_string().contains("/nonexistent/libhccl.so"), "{e}");
-            println!("CHILD OK");
+            println!("RESULT ok");
         }
-        Some(_) => {}
+        Some(other) => panic!("unknown role {other}"),
         None => {
             let lib = sim_library().expect(
                 "libascend_sim.so not built next to the test binary (cargo build -p ascend-sim)",
@@ -297,13 +260,8 @@ fn the_emulator_by_dlopen_serves_hccl_too() {
                     ("ASCEND_ACL_LIB", lib.as_str()),
                 ];
                 envs.extend(extra);
-                let out = run_role(NAME, role, &envs);
-                let so = String::from_utf8_lossy(&out.stdout);
-                assert!(
-                    out.status.success() && so.contains("CHILD OK"),
-                    "{role}: {so}\n{}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
+                let out = run_child(name, role, &envs);
+                assert_ok(&out);
             }
         }
     }

@@ -4,18 +4,15 @@
 //! error, a typed async copy that keeps its memory alive until the stream is synchronized,
 //! the unsafe typed host copies on a stream, and collectives on typed views. Every test ends with the emulator's counters at zero.
 
-mod common;
-mod hccl_util;
-
 use std::fmt::Debug;
 use std::mem::size_of;
 
+use crate::common::setup;
+use crate::hccl_util::{ranks, test_config};
 use ascend_mem::hccl::{half, ReduceOp, SymWindow};
 use ascend_mem::{DeviceBuffer, Error, ErrorKind, HostBuffer, MappingSlice, Stream, TypedSlice};
 use ascend_sim::testing::hold_stream;
 use bytemuck::{Pod, Zeroable};
-use common::setup;
-use hccl_util::{ranks, test_config};
 
 const MIB2: usize = 2 << 20;
 

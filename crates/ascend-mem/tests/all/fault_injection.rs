@@ -13,18 +13,16 @@
 //! (`aclrtSetDevice`). A separate test fails it at every index and asserts exactly that.
 //! `aclInit` runs once per table and process, so it is outside the per-run scenario.
 
-mod common;
-
 use std::time::Duration;
 
+use crate::common::{assert_clean, setup};
 use ascend_mem::{
     AclCode, Error, Event, EventFlags, ExportFlags, FailureMode, HostBuffer, Mapping, PhysicalMem,
     ReservedVa, Runtime, ShareKind, Stream, StreamFlags,
 };
 use ascend_sim::fault;
-use common::{assert_clean, setup};
 
-const INJECTED: i32 = acl_sys::ACL_ERROR_RT_DRV_INTERNAL_ERROR;
+const INJECTED: i32 = acl::ACL_ERROR_RT_DRV_INTERNAL_ERROR;
 
 /// Every status-returning ACL call the safe layer makes (except `aclInit` and the absorbed
 /// `aclrtGetDevice`, see the module docs).
@@ -301,12 +299,12 @@ fn hidden_symbol_is_missing_symbol_not_a_panic() {
     // A fresh table, so the hidden symbol is resolved (as absent) on first use.
     // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
     let table = unsafe {
-        acl_sys::AclLib::from_source(acl_sys::Source::InProcess {
+        acl::AclLib::from_source(acl::Source::InProcess {
             name: "ascend-sim (test table)",
             lookup: ascend_sim::lookup,
         })
     };
-    let table: &'static acl_sys::AclLib = Box::leak(Box::new(table));
+    let table: &'static acl::AclLib = Box::leak(Box::new(table));
     // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
     let rt = unsafe { Runtime::from_table_unchecked(table) }.unwrap();
     let dev = rt.device(0).unwrap();
