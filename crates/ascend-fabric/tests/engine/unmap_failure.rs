@@ -3,12 +3,10 @@
 //! same peer and to others, and transferring. One test function: faults and counters are
 //! process-wide.
 
-mod engine_util;
-
 use std::time::Duration;
 
+use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
-use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 2 << 20;
@@ -42,7 +40,8 @@ fn round_trip(
 
 #[test]
 fn a_failed_unmap_quarantines_its_slot_and_the_engine_goes_on() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
+    let env = setup();
+    let rt = &env.rt;
     let dev = rt.device(0).unwrap();
     let peers: Vec<(
         String,

@@ -8,13 +8,11 @@
 //! `wait` returns, with no further wait. One test function: the emulator's counters are
 //! process-wide.
 
-mod engine_util;
-
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::util::*;
 use ascend_fabric::{Engine, Error, LostReason, TransferDesc, TransferOp};
-use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const REQUESTS: usize = 8;
@@ -38,7 +36,8 @@ enum How {
 }
 
 fn scenario(how: How) {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
+    let env = setup();
+    let rt = &env.rt;
     let dev = rt.device(0).unwrap();
     let peer_addr = listen_addr();
     let peer = Engine::new(&dev, &peer_addr, options(2, 16)).unwrap();

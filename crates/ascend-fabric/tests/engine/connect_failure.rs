@@ -3,12 +3,10 @@
 //! channel lives (it was once answered as a duplicate and closed). One test function: faults
 //! and counters are process-wide.
 
-mod engine_util;
-
 use std::time::Duration;
 
+use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
-use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 /// `ACL_ERROR_RT_INTERNAL_ERROR`.
@@ -16,7 +14,8 @@ const INTERNAL: i32 = 507_000;
 
 #[test]
 fn a_failed_connect_leaves_no_session_behind_and_a_retry_works() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
+    let env = setup();
+    let rt = &env.rt;
     let dev = rt.device(0).unwrap();
     let opts = || options(1, 8);
     let addr = listen_addr();

@@ -3,22 +3,19 @@
 //! (device HBM, host DRAM, and a foreign range of two allocations, so ops span segments), in
 //! many sizes; the peer checks what arrived in its own memory.
 
-mod common;
-mod fabric_util;
-
 use std::time::Duration;
 
+use crate::peer::*;
+use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp, TransferStatus};
-use fabric_util::*;
+use ascend_testkit::{role, test_name, Spawn};
 
 const T: Duration = Duration::from_secs(10);
 
-/// Child side: dispatches on the role; a no-op in a normal test run.
-#[test]
-fn child_entry() {
-    let Some(role) = common::role() else { return };
+/// The child side of the test here, by role.
+fn child_main(role: &str) {
     let rt = ascend_mem::Runtime::emulated().unwrap();
-    match role.as_str() {
+    match role {
         "peer" => peer_role(&rt),
         r => panic!("unknown role {r}"),
     }
@@ -39,13 +36,14 @@ const CASES: &[(usize, usize, usize)] = &[
 
 #[test]
 fn write_and_read_every_memory_kind_across_processes() {
-    if common::role().is_some() {
-        return;
+    if let Some(role) = role() {
+        return child_main(&role);
     }
-    let env = common::setup();
+    let name = test_name!(write_and_read_every_memory_kind_across_processes);
+    let env = setup();
     let port = free_port();
     let peer_addr = format!("127.0.0.1:{port}");
-    let mut peer = ChildProc::spawn("child_entry", "peer", &[(ADDR_VAR, peer_addr.clone())]);
+    let mut peer = Spawn::new(name, "peer").env(ADDR_VAR, &peer_addr).start();
     let remote = parse_ready(&peer.expect_line("READY"));
     {
         let engine = Engine::new(&env.dev, "127.0.0.1", test_options(4)).unwrap();

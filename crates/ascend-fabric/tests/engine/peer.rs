@@ -1,17 +1,12 @@
-//! Helpers of the `fabric_*` integration tests: free ports, child processes speaking a line
-//! protocol on stdin/stdout, and the "peer" role (an engine that registers known data and
-//! checks what others wrote into it).
-#![allow(dead_code)]
+//! The "peer" child role of the multi-process engine tests (an engine that registers known
+//! data and checks what others wrote into it) and the memory it registers.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::time::Duration;
-
-use ascend_fabric::{Engine, EngineOptions, Registration};
+use ascend_fabric::{Engine, Registration};
 use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
+use ascend_testkit::role::read_stdin_line;
 
-/// Env var naming the role of a child process (same as tests/common).
-pub const ROLE_VAR: &str = "ASCEND_MEM_TEST_ROLE";
+use crate::util::{pattern, test_options};
+
 /// Env var carrying the engine address of a child.
 pub const ADDR_VAR: &str = "FABRIC_TEST_ADDR";
 /// Env var carrying the peer address a child connects to.
@@ -20,102 +15,6 @@ pub const PEER_VAR: &str = "FABRIC_TEST_PEER";
 /// Size of each region the peer registers.
 pub const REGION: usize = 4 << 20;
 pub const MIB2: usize = 2 << 20;
-
-/// A port nobody listens on right now.
-pub fn free_port() -> u16 {
-    // Outside the ephemeral range: no outgoing connection takes it before the engine binds.
-    ascend_launch::free_port().expect("a free loopback port")
-}
-
-/// A deterministic byte pattern.
-pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed)
-        .collect()
-}
-
-/// Options for tests: quick heartbeats, a small VA pool.
-pub fn test_options(streams: u32) -> EngineOptions {
-    EngineOptions::builder()
-        .task_stream_num(streams)
-        .heartbeat_interval(Duration::from_millis(100))
-        .pool_capacity(64 << 30)
-        .build()
-        .expect("valid options")
-}
-
-/// A child process with line I/O.
-pub struct ChildProc {
-    pub child: Child,
-    stdin: Option<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
-}
-
-impl ChildProc {
-    /// Re-runs this test binary for `test_name` with `role`.
-    pub fn spawn(test_name: &str, role: &str, envs: &[(&str, String)]) -> ChildProc {
-        let mut cmd = Command::new(std::env::current_exe().expect("current exe"));
-        cmd.args([test_name, "--exact", "--nocapture", "--test-threads=1"])
-            .env(ROLE_VAR, role)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        for (k, v) in envs {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().expect("spawn child");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        ChildProc {
-            child,
-            stdin,
-            stdout,
-        }
-    }
-
-    /// The next line starting with `prefix` (other lines, e.g. libtest's, are skipped).
-    pub fn expect_line(&mut self, prefix: &str) -> String {
-        loop {
-            let mut l = String::new();
-            let n = self.stdout.read_line(&mut l).expect("read child stdout");
-            assert!(n > 0, "child exited before printing {prefix:?}");
-            // libtest may print "test name ... " on the same line first.
-            if let Some(i) = l.find(prefix) {
-                return l[i + prefix.len()..].trim().to_string();
-            }
-        }
-    }
-
-    pub fn send(&mut self, line: &str) {
-        let s = self.stdin.as_mut().expect("stdin open");
-        writeln!(s, "{line}").expect("write to child");
-        s.flush().expect("flush");
-    }
-
-    /// Sends a line and returns the reply line starting with `prefix`.
-    pub fn ask(&mut self, line: &str, prefix: &str) -> String {
-        self.send(line);
-        self.expect_line(prefix)
-    }
-
-    /// Closes stdin and waits; asserts success and a `RESULT ok` line.
-    pub fn finish(mut self) {
-        drop(self.stdin.take());
-        let r = self.expect_line("RESULT ");
-        assert_eq!(r, "ok", "child result");
-        let st = self.child.wait().expect("wait child");
-        assert!(st.success(), "child failed: {st}");
-    }
-}
-
-/// Reads one line of this process's stdin (None at EOF).
-pub fn read_stdin_line() -> Option<String> {
-    let mut s = String::new();
-    match std::io::stdin().lock().read_line(&mut s) {
-        Ok(0) | Err(_) => None,
-        Ok(_) => Some(s.trim_end().to_string()),
-    }
-}
 
 /// Two HBM allocations mapped back to back in one reservation: foreign VMM memory whose
 /// registration has two blocks (ops across the middle span two segments).
@@ -178,7 +77,8 @@ pub struct Regions {
     pub dev: ascend_mem::DeviceBuffer,
     pub host: ascend_mem::HostBuffer,
     pub split: Split,
-    pub regs: Vec<Registration>,
+    /// The three registrations, held for the regions' lifetime.
+    _regs: Vec<Registration>,
 }
 
 impl Regions {
@@ -195,7 +95,7 @@ impl Regions {
             dev,
             host,
             split,
-            regs,
+            _regs: regs,
         }
     }
 

@@ -2,13 +2,10 @@
 //! one channel at once, each on its own bytes, all verified; then the emulator's counters are
 //! back to zero.
 
-mod common;
-mod fabric_util;
-
 use std::time::{Duration, Instant};
 
+use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
-use fabric_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const THREADS: usize = 8;
@@ -17,7 +14,7 @@ const AREA: usize = 64 << 10;
 
 #[test]
 fn eight_threads_times_a_thousand_transfers() {
-    let env = common::setup();
+    let env = setup();
     let a_addr = format!("127.0.0.1:{}", free_port());
     let t0 = Instant::now();
     {

@@ -2,13 +2,11 @@
 //! piece), adjacent registrations of one allocation, and the typed errors for parts that do
 //! not form one range. One test function: the emulator's counters are process-wide.
 
-mod engine_util;
-
 use std::time::Duration;
 
+use crate::util::*;
 use ascend_fabric::{Engine, Error, TransferDesc, TransferOp};
 use ascend_mem::{Device, HostBuffer, Mapping, PhysicalMem, ReservedVa};
-use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const PIECE: usize = 2 << 20;
@@ -121,7 +119,8 @@ fn bad_spans(dev: &Device) {
 
 #[test]
 fn spans_adjacent_registrations_and_bad_spans() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
+    let env = setup();
+    let rt = &env.rt;
     let dev = rt.device(0).unwrap();
     three_mappings_as_one(&dev);
     adjacent_registrations(&dev);

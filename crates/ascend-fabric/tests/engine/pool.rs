@@ -3,14 +3,12 @@
 //! another engine of the process holds it, when the start is 0, or on a product without
 //! fixed-address reservations (there the engine still starts).
 
-mod common;
-mod fabric_util;
-
 use std::time::Duration;
 
+use crate::peer::*;
+use crate::util::*;
 use ascend_fabric::{Engine, EngineOptions, OptionError};
-use common::{role, run_role};
-use fabric_util::*;
+use ascend_testkit::{role, test_name, Spawn};
 
 const T: Duration = Duration::from_secs(5);
 const TIB: u64 = 1 << 40;
@@ -44,10 +42,7 @@ fn in_pool(at: u64, start: u64) -> bool {
 
 #[test]
 fn the_pool_lies_at_its_start_when_it_can() {
-    if role().is_some() {
-        return;
-    }
-    let env = common::setup();
+    let env = setup();
     {
         let a_addr = format!("127.0.0.1:{}", free_port());
         // The first engine with the default start (40 TiB) holds that range.
@@ -87,26 +82,22 @@ fn the_pool_lies_at_its_start_when_it_can() {
 /// anywhere), and registering says FABRIC handles need an A3.
 #[test]
 fn on_an_a2_the_engine_starts_without_a_fixed_pool() {
-    const NAME: &str = "on_an_a2_the_engine_starts_without_a_fixed_pool";
     match role().as_deref() {
         Some("a2") => {
-            let rt = ascend_mem::Runtime::emulated().unwrap();
+            let env = setup();
+            let rt = &env.rt;
             let dev = rt.device(0).unwrap();
             let a = Engine::new(&dev, "127.0.0.1", opts(Some(40 * TIB))).unwrap();
             let buf = a.alloc_device(MIB2).unwrap();
             let e = a.register(&buf).unwrap_err();
             assert_eq!(e.status(), ascend_fabric::HixlCode::UNSUPPORTED, "{e:?}");
-            println!("CHILD OK");
+            println!("RESULT ok");
         }
-        Some(_) => {}
+        Some(other) => panic!("unknown role {other}"),
         None => {
-            let out = run_role(NAME, "a2", &[("ASCEND_SIM_SOC", "A2")]);
-            let so = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success() && so.contains("CHILD OK"),
-                "{so}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            let name = test_name!(on_an_a2_the_engine_starts_without_a_fixed_pool);
+            let out = Spawn::new(name, "a2").env("ASCEND_SIM_SOC", "A2").output();
+            ascend_testkit::assert_ok(&out);
         }
     }
 }

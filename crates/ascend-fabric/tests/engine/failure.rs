@@ -12,22 +12,21 @@
 //! copies only run when someone waits on them, so the requests really are in flight when the
 //! peer dies.
 
-mod common;
-mod fabric_util;
-
 use std::time::{Duration, Instant};
 
+use crate::peer::*;
+use crate::util::*;
 use ascend_fabric::{Engine, LostReason, TransferDesc, TransferOp, TransferStatus};
-use fabric_util::*;
+use ascend_testkit::role::read_stdin_line;
+use ascend_testkit::{role, test_name, Spawn};
 
 const T: Duration = Duration::from_secs(10);
 const IN_FLIGHT: usize = 64;
 
-#[test]
-fn child_entry() {
-    let Some(role) = common::role() else { return };
+/// The child side of the test here, by role.
+fn child_main(role: &str) {
     let rt = ascend_mem::Runtime::emulated().unwrap();
-    match role.as_str() {
+    match role {
         "peer" => peer_role(&rt),
         "client" => client_role(&rt),
         r => panic!("unknown role {r}"),
@@ -138,21 +137,18 @@ fn client_role(rt: &ascend_mem::Runtime) {
 
 #[test]
 fn killed_peer_fails_in_flight_requests_and_reconnect_works() {
-    if common::role().is_some() {
-        return;
+    if let Some(role) = role() {
+        return child_main(&role);
     }
-    let env = common::setup();
+    let name = test_name!(killed_peer_fails_in_flight_requests_and_reconnect_works);
+    let env = setup();
     let addr = format!("127.0.0.1:{}", free_port());
-    let mut peer = ChildProc::spawn("child_entry", "peer", &[(ADDR_VAR, addr.clone())]);
+    let mut peer = Spawn::new(name, "peer").env(ADDR_VAR, &addr).start();
     let ready = peer.expect_line("READY");
-    let mut client = ChildProc::spawn(
-        "child_entry",
-        "client",
-        &[
-            (PEER_VAR, addr.clone()),
-            ("ASCEND_SIM_STREAM_MODE", "deterministic".into()),
-        ],
-    );
+    let mut client = Spawn::new(name, "client")
+        .env(PEER_VAR, &addr)
+        .env("ASCEND_SIM_STREAM_MODE", "deterministic")
+        .start();
     client.send(&ready);
     assert_eq!(client.expect_line("INFLIGHT"), IN_FLIGHT.to_string());
     peer.child.kill().unwrap();
@@ -161,7 +157,7 @@ fn killed_peer_fails_in_flight_requests_and_reconnect_works() {
     let lost = client.expect_line("LOST");
     eprintln!("peer loss detected and {lost}");
 
-    let mut peer2 = ChildProc::spawn("child_entry", "peer", &[(ADDR_VAR, addr.clone())]);
+    let mut peer2 = Spawn::new(name, "peer").env(ADDR_VAR, &addr).start();
     let ready = peer2.expect_line("READY");
     client.send(&ready);
     client.expect_line("REWROTE");

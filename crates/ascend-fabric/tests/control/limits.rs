@@ -1,13 +1,11 @@
 //! The control server's bounds and session management: caps, heartbeat reaping, failure
 //! statuses instead of silent drops, unique engine channel ids, and revocation.
 
-mod control_util;
-
+use crate::util::*;
 use ascend_fabric::control::{
     self, status, ClientError, ControlHandler, ControlServer, ServerConfig,
 };
 use ascend_fabric::wire::ShareHandleEntry;
-use control_util::*;
 use parking_lot::Mutex;
 use std::net::{IpAddr, TcpStream};
 use std::sync::Arc;
@@ -218,12 +216,7 @@ fn revoke_closes_the_sessions_offered_an_address() {
 fn an_engine_server_reaps_silent_clients_and_keeps_engines() {
     use ascend_fabric::{Engine, EngineOptions};
     let dev = device();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let remote = format!("127.0.0.1:{port}");
+    let remote = engine_addr();
     let opts = EngineOptions::builder()
         .pool_capacity(64 << 30)
         .session_heartbeat_timeout(Some(Duration::from_secs(2)))

@@ -4,6 +4,7 @@
 use std::error::Error as _;
 use std::net::TcpListener;
 
+use crate::util::*;
 use ascend_fabric::{Engine, EngineOptions, Error};
 
 /// The chain as `{:#}` of anyhow prints it: every level's Display, joined by ": ".
@@ -19,7 +20,8 @@ fn chain(e: &dyn std::error::Error) -> String {
 
 #[test]
 fn a_listen_error_names_the_address_and_the_os_error_once() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
+    let env = setup();
+    let rt = &env.rt;
     let dev = rt.device(0).unwrap();
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = format!("127.0.0.1:{}", taken.local_addr().unwrap().port());
@@ -37,7 +39,8 @@ fn a_listen_error_names_the_address_and_the_os_error_once() {
 
 #[test]
 fn memory_of_another_device_is_refused_by_name() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
+    let env = setup();
+    let rt = &env.rt;
     let (d0, d1) = (rt.device(0).unwrap(), rt.device(1).unwrap());
     let opts = EngineOptions::builder()
         .pool_capacity(2 << 30)
@@ -57,7 +60,8 @@ fn memory_of_another_device_is_refused_by_name() {
 
 #[test]
 fn engines_are_addressed_by_host_name() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
+    let env = setup();
+    let rt = &env.rt;
     let dev = rt.device(0).unwrap();
     let port = TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -3,20 +3,18 @@
 //! used the table is seen by the next one), a transfer submitted before a change completes,
 //! and nothing leaks.
 
-mod common;
-mod fabric_util;
-
 use std::time::Duration;
 
+use crate::peer::*;
+use crate::util::*;
 use ascend_fabric::{Engine, Error, Side, TransferDesc, TransferOp};
-use fabric_util::*;
 
 const T: Duration = Duration::from_secs(5);
 const N: u64 = 64 << 10;
 
 #[test]
 fn local_registrations_added_and_removed_between_transfers() {
-    let env = common::setup();
+    let env = setup();
     let a_addr = format!("127.0.0.1:{}", free_port());
     {
         let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();

@@ -1,9 +1,11 @@
-//! Helpers of the engine tests: free loopback ports and small engine options.
-#![allow(dead_code)]
+//! Helpers of every engine test: the emulator session, free loopback ports, small engine
+//! options and a byte pattern.
 
 use std::time::Duration;
 
 use ascend_fabric::EngineOptions;
+
+pub use ascend_testkit::emulator::{setup, sim_library};
 
 /// A loopback port nobody listens on right now, from outside the ephemeral range (so no
 /// outgoing connection of another test takes it before the engine binds it).
@@ -25,4 +27,16 @@ pub fn options(streams: u32, pool_gib: u64) -> EngineOptions {
         .pool_capacity(pool_gib << 30)
         .build()
         .expect("valid options")
+}
+
+/// [`options`] with a 64 GiB pool.
+pub fn test_options(streams: u32) -> EngineOptions {
+    options(streams, 64)
+}
+
+/// A deterministic byte pattern.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed)
+        .collect()
 }

@@ -6,12 +6,10 @@
 //! One test function, so that nothing else runs in this process while threads and descriptors
 //! are counted (libtest runs each test on a thread of its own).
 
-mod engine_util;
-
 use std::time::Duration;
 
+use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
-use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 
@@ -107,7 +105,8 @@ fn engines(dev: &ascend_mem::Device) {
 
 #[test]
 fn registrations_connects_and_engines_churn_without_leaks() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
+    let env = setup();
+    let rt = &env.rt;
     let dev = rt.device(0).unwrap();
     // Warm up what lives for the process: the emulator's device state and its descriptor
     // broker (a thread and a socket, started by the first export).

@@ -1,6 +1,5 @@
 //! Helpers of the control-plane tests: a handler offering real exported memory, connections
 //! from chosen loopback source addresses, descriptor and thread counts, bounded waits.
-#![allow(dead_code)]
 
 use ascend_fabric::control::{ControlHandler, ControlServer, ServerConfig};
 use ascend_fabric::wire::ShareHandleEntry;
@@ -93,6 +92,15 @@ pub fn exported(dev: &ascend_mem::Device, len: usize) -> Exported {
     }
 }
 
+/// `127.0.0.1:<a free port>`, for an engine that listens (the port is from outside the
+/// ephemeral range, so no outgoing connection takes it before the engine binds it).
+pub fn engine_addr() -> String {
+    format!(
+        "127.0.0.1:{}",
+        ascend_launch::free_port().expect("a free loopback port")
+    )
+}
+
 /// A port-less engine ("127.0.0.1"): it listens on nothing and connects as a client.
 pub fn client_engine(dev: &ascend_mem::Device, secret: Option<&str>) -> Engine {
     let mut b = EngineOptions::builder()
@@ -170,20 +178,17 @@ pub fn fds() -> usize {
     std::fs::read_dir("/proc/self/fd").unwrap().count()
 }
 
-/// Raises the soft descriptor limit to the hard one; returns the new soft limit.
-pub fn raise_nofile() -> u64 {
+/// Sets the soft descriptor limit to `n` (at most the hard limit); returns the new soft limit.
+pub fn set_soft_nofile(n: u64) -> u64 {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: `lim` is a valid, writable rlimit for getrlimit to fill.
-    let r = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) };
-    assert_eq!(r, 0, "getrlimit");
-    lim.rlim_cur = lim.rlim_max;
-    // SAFETY: `lim` is a valid rlimit read above; raising the soft limit to the hard one is
-    // always permitted.
-    let r = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) };
-    assert_eq!(r, 0, "setrlimit");
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    lim.rlim_cur = n.min(lim.rlim_max);
+    // SAFETY: `lim` is a valid rlimit; the soft limit stays at or below the hard one.
+    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
     lim.rlim_cur
 }
 

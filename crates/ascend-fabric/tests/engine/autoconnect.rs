@@ -2,14 +2,12 @@
 //! transfer whose copies fail disconnects the peer (the next one connects again), and an
 //! engine without the option does neither.
 
-mod common;
-mod fabric_util;
-
 use std::time::{Duration, Instant};
 
+use crate::peer::*;
+use crate::util::*;
 use acl_sys as acl;
 use ascend_fabric::{Engine, EngineOptions, Error, TransferDesc, TransferOp};
-use fabric_util::*;
 
 const T: Duration = Duration::from_secs(5);
 const N: usize = 64 << 10;
@@ -35,7 +33,7 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn transfers_connect_on_demand_and_again_after_the_peer_restarts() {
-    let env = common::setup();
+    let env = setup();
     let a_addr = format!("127.0.0.1:{}", free_port());
     {
         let b = Engine::new(&env.dev, "127.0.0.1", auto_options()).unwrap();
@@ -99,7 +97,7 @@ fn transfers_connect_on_demand_and_again_after_the_peer_restarts() {
 
 #[test]
 fn a_failed_copy_disconnects_only_with_auto_connect() {
-    let env = common::setup();
+    let env = setup();
     let a_addr = format!("127.0.0.1:{}", free_port());
     {
         let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();
@@ -153,7 +151,7 @@ fn a_failed_copy_disconnects_only_with_auto_connect() {
 /// connect that replaced it (the peer would then look dead: `KeepaliveClosed`).
 #[test]
 fn failures_and_reconnects_from_two_threads_do_not_close_new_sessions() {
-    let env = common::setup();
+    let env = setup();
     let a_addr = format!("127.0.0.1:{}", free_port());
     {
         let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();
@@ -233,7 +231,7 @@ fn failures_and_reconnects_from_two_threads_do_not_close_new_sessions() {
 /// its peer; the next transfer connects again.
 #[test]
 fn a_timed_out_transfer_disconnects_with_auto_connect() {
-    let env = common::setup();
+    let env = setup();
     let a_addr = format!("127.0.0.1:{}", free_port());
     {
         let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();

@@ -3,31 +3,18 @@
 //! this process (the emulator shares memory in-process too); malformed control frames come
 //! over raw TCP.
 
-mod common;
-mod fabric_util;
-
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use crate::peer::*;
+use crate::util::*;
 use ascend_fabric::wire::{self, Frame, MsgType};
 use ascend_fabric::{
     Engine, EngineOptions, Error, HixlCode, OptionError, Side, TransferDesc, TransferOp,
 };
-use fabric_util::*;
+use ascend_testkit::send_raw;
 
 const T: Duration = Duration::from_secs(5);
-
-fn send_raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let _ = s.write_all(bytes);
-    let _ = s.shutdown(std::net::Shutdown::Write);
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
-}
 
 fn hixl(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
     pairs
@@ -46,7 +33,7 @@ fn expect_status<T: std::fmt::Debug>(r: Result<T, Error>, code: HixlCode) -> Err
 
 #[test]
 fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
-    let env = common::setup();
+    let env = setup();
     let (pa, pb) = (free_port(), free_port());
     let (a_addr, b_addr) = (format!("127.0.0.1:{pa}"), format!("127.0.0.1:{pb}"));
     {
@@ -87,7 +74,10 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
             ("unknown message type", frame(99, b"{}")),
         ];
         for (i, (what, bytes)) in cases.iter().enumerate() {
-            assert!(send_raw(server, bytes).is_empty(), "{what}: got a reply");
+            assert!(
+                send_raw(server, bytes, Duration::from_secs(10)).is_empty(),
+                "{what}: got a reply"
+            );
             assert_eq!(a.rejected_connections(), i as u64 + 1, "{what}");
         }
 
@@ -329,7 +319,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
 
 #[test]
 fn failed_transfer_reports_once_then_already_reported() {
-    let env = common::setup();
+    let env = setup();
     let pa = free_port();
     let a_addr = format!("127.0.0.1:{pa}");
     {

@@ -1,23 +1,22 @@
 //! `ascend_fabric::cs` across two real processes: the test re-executes its own binary as the
-//! server (role `hixl-server` in `ASCEND_MEM_TEST_ROLE`, port in `ASCEND_MEM_TEST_HIXL_PORT`),
+//! server (role `hixl-server`, port in `ASCEND_MEM_TEST_HIXL_PORT`),
 //! which registers a tagged device buffer and a host buffer and listens; this process is the
 //! client: it finds both by tag, puts a pattern sync and async, gets it back and verifies it;
 //! the server then verifies its own memory and its counters before exiting 0.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read};
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::util::*;
 use ascend_fabric::cs::{Client, Endpoint, Op, Protocol, Server};
 use ascend_mem::{DeviceBuffer, HostBuffer};
+use ascend_testkit::{role, test_name, Spawn};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const PORT_VAR: &str = "ASCEND_MEM_TEST_HIXL_PORT";
-const TEST: &str = "roundtrip_across_processes";
 const LEN: usize = 1 << 20;
 
 fn ep() -> Endpoint {
@@ -25,7 +24,7 @@ fn ep() -> Endpoint {
 }
 
 fn server_role(port: u16) {
-    let env = common::setup();
+    let env = setup();
     let dev = env.dev.clone();
     {
         let kv = Arc::new(DeviceBuffer::new(&dev, LEN).unwrap());
@@ -39,11 +38,8 @@ fn server_role(port: u16) {
         // Serve until the client closes our stdin.
         let mut sink = Vec::new();
         std::io::stdin().read_to_end(&mut sink).unwrap();
-        assert!(
-            kv.to_vec().unwrap()[..LEN] == common::pattern(1, LEN)[..],
-            "kv"
-        );
-        assert_eq!(host.to_vec().unwrap()[..4096], common::pattern(2, 4096)[..]);
+        assert!(kv.to_vec().unwrap()[..LEN] == pattern(1, LEN)[..], "kv");
+        assert_eq!(host.to_vec().unwrap()[..4096], pattern(2, 4096)[..]);
         drop((r1, r2));
         drop(server);
         println!("server verified");
@@ -54,26 +50,22 @@ fn server_role(port: u16) {
 
 #[test]
 fn roundtrip_across_processes() {
-    if common::role().as_deref() == Some("hixl-server") {
+    if let Some(role) = role() {
+        assert_eq!(role, "hixl-server");
         server_role(std::env::var(PORT_VAR).unwrap().parse().unwrap());
         return;
     }
-    let env = common::setup();
+    let env = setup();
     let dev = env.dev.clone();
     let port = TcpListener::bind((LOCALHOST, 0))
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([TEST, "--exact", "--nocapture", "--test-threads=1"])
-        .env(common::ROLE_VAR, "hixl-server")
-        .env(PORT_VAR, port.to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut spawn = Spawn::new(test_name!(roundtrip_across_processes), "hixl-server")
+        .env(PORT_VAR, port.to_string());
+    spawn.command().stderr(Stdio::piped());
+    let mut child = spawn.spawn();
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut seen = String::new();
     loop {
@@ -96,7 +88,7 @@ fn roundtrip_across_processes() {
         let host = list.get("host").unwrap();
         let src = Arc::new(DeviceBuffer::new(&dev, LEN).unwrap());
         let dst = Arc::new(HostBuffer::new(&dev, LEN).unwrap());
-        src.write_from(&common::pattern(1, LEN), 0).unwrap();
+        src.write_from(&pattern(1, LEN), 0).unwrap();
         let s = client.register(src.clone()).unwrap();
         let d = client.register(dst.clone()).unwrap();
         // Sync put into the device block, async get back into host memory.
@@ -106,9 +98,9 @@ fn roundtrip_across_processes() {
         let mut g = client.get_async(&[Op::new(&d, 0, kv, 0, LEN)]).unwrap();
         g.wait(Duration::from_secs(5)).unwrap();
         drop(g);
-        assert!(dst.to_vec().unwrap()[..LEN] == common::pattern(1, LEN)[..]);
+        assert!(dst.to_vec().unwrap()[..LEN] == pattern(1, LEN)[..]);
         // Async put into the host block, sync get back.
-        dst.write_from(&common::pattern(2, 4096), 0).unwrap();
+        dst.write_from(&pattern(2, 4096), 0).unwrap();
         let mut p = client.put_async(&[Op::new(&d, 0, host, 0, 4096)]).unwrap();
         p.wait(Duration::from_secs(5)).unwrap();
         drop(p);
@@ -117,7 +109,7 @@ fn roundtrip_across_processes() {
             .unwrap();
         let mut back = vec![0u8; 4096];
         src.read_into(&mut back, 8192).unwrap();
-        assert_eq!(back, common::pattern(2, 4096));
+        assert_eq!(back, pattern(2, 4096));
         drop((s, d));
         client.close().unwrap();
     }

@@ -3,13 +3,12 @@
 //! at the raw C level), destroy with a batch in flight, and the emulator's ACL and HIXL
 //! counters back to zero.
 
-mod common;
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::ptr::null_mut;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::util::*;
 use ascend_fabric::cs::{
     self, Client, CompleteStatus, Endpoint, Error, HixlCode, MemKind, Op, Protocol, Server,
 };
@@ -17,11 +16,6 @@ use ascend_mem::{Device, DeviceBuffer, HostBuffer};
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const SEC: Duration = Duration::from_secs(2);
-
-fn free_port() -> u16 {
-    // Outside the ephemeral range: no outgoing connection takes it before the server binds.
-    ascend_launch::free_port().unwrap()
-}
 
 fn hccs() -> Endpoint {
     Endpoint::new(Protocol::Hccs).on_device(0)
@@ -72,13 +66,9 @@ fn serve(dev: &Device, f: impl FnOnce(&Server, &Fixture)) {
     server.close().unwrap();
 }
 
-fn pattern(seed: u8, n: usize) -> Vec<u8> {
-    common::pattern(seed, n)
-}
-
 #[test]
 fn roundtrip_sync_and_async() {
-    let env = common::setup();
+    let env = setup();
     let dev = env.dev.clone();
     serve(&dev, |_, fx| {
         let client = Client::new(&dev, LOCALHOST, fx.port, &hccs(), &hccs()).unwrap();
@@ -152,7 +142,7 @@ fn roundtrip_sync_and_async() {
 
 #[test]
 fn bad_inputs_are_typed_errors() {
-    let env = common::setup();
+    let env = setup();
     let dev = env.dev.clone();
 
     // 1-3: endpoints: unsupported protocol on either side, none at all.
@@ -375,8 +365,8 @@ fn bad_inputs_are_typed_errors() {
 
 #[test]
 fn dlopen_backend_opens_the_same_library_for_hixl() {
-    let env = common::setup();
-    let Some(lib) = common::sim_library() else {
+    let env = setup();
+    let Some(lib) = sim_library() else {
         panic!("libascend_sim.so not built next to the test binary (cargo build -p ascend-sim)")
     };
     // SAFETY: the emulator's shared library exports the ACL functions with acl-sys signatures.

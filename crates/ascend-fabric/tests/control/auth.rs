@@ -2,13 +2,12 @@
 //! that cannot prove it knows the secret, the secret never crosses the wire, and the
 //! handshake parsers take any input without panicking.
 
-mod control_util;
-
+use crate::util::*;
 use ascend_fabric::control::{self, status, ClientError, ServerConfig};
 use ascend_fabric::wire::{
     self, AuthChallenge, AuthHello, AuthProof, DisconnectMsg, Frame, MsgType, NotifyMsg,
 };
-use control_util::*;
+use ascend_testkit::send_raw;
 use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -29,17 +28,6 @@ fn notify(name: &str) -> NotifyMsg {
         name: name.into(),
         notify_msg: "block 7 ready".into(),
     }
-}
-
-/// Sends `bytes` on a new connection, half-closes, and returns whatever the server sent back.
-fn send_raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(GUARD)).unwrap();
-    let _ = s.write_all(bytes);
-    let _ = s.shutdown(Shutdown::Write);
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
 }
 
 #[test]
@@ -85,7 +73,7 @@ fn disconnect_and_notify_need_the_secret() {
         .unwrap()
         .encode(),
     );
-    let answer = send_raw(addr, &raw);
+    let answer = send_raw(addr, &raw, GUARD);
     // Only the challenge came back (no status): the disconnect was never acted on.
     let (f, used) = wire::decode_frame(&answer, wire::MAX_FRAME_LEN)
         .unwrap()
@@ -359,7 +347,7 @@ fn a_live_server_survives_arbitrary_proofs() {
             }
             .encode(),
         );
-        let answer = send_raw(srv.local_addr(), &raw);
+        let answer = send_raw(srv.local_addr(), &raw, GUARD);
         let (f, used) = wire::decode_frame(&answer, wire::MAX_FRAME_LEN)
             .unwrap()
             .unwrap();
@@ -382,12 +370,7 @@ fn a_live_server_survives_arbitrary_proofs() {
 fn engines_with_the_secret_work_and_without_it_do_not() {
     use ascend_fabric::{Engine, EngineOptions, TransferDesc, TransferOp};
     let dev = device();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let remote = format!("127.0.0.1:{port}");
+    let remote = engine_addr();
     let opts = EngineOptions::builder()
         .pool_capacity(64 << 30)
         .shared_secret(SECRET)

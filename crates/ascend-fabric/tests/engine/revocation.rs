@@ -4,12 +4,10 @@
 //! Memory still covered, or registered after a peer connected (never offered to it), leaves
 //! the peer alone. One test function: the emulator's counters are process-wide.
 
-mod engine_util;
-
 use std::time::Duration;
 
+use crate::util::*;
 use ascend_fabric::{Engine, Error, LostReason, Side, TransferDesc, TransferOp};
-use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 2 << 20;
@@ -124,7 +122,8 @@ fn memory_the_peer_keeps(dev: &ascend_mem::Device) {
 
 #[test]
 fn deregistering_imported_memory_cuts_its_importers_off_first() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
+    let env = setup();
+    let rt = &env.rt;
     let dev = rt.device(0).unwrap();
     imported_memory(&dev);
     memory_the_peer_keeps(&dev);

@@ -1,15 +1,12 @@
 //! Quick throughput figures (ignored by default; run in release):
-//! `cargo test --release --test fabric_perf -- --ignored --nocapture`.
+//! `cargo test --release -p ascend-fabric --test engine -- --ignored perf:: --nocapture`.
 //! Engine WRITE/READ of 64 MiB blocks and of batched 4 KiB blocks against `memcpy` between
 //! buffers of the same sizes on this machine.
 
-mod common;
-mod fabric_util;
-
 use std::time::{Duration, Instant};
 
+use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
-use fabric_util::*;
 
 const T: Duration = Duration::from_secs(60);
 const BIG: usize = 64 << 20;
@@ -30,9 +27,9 @@ fn best_of(n: usize, mut f: impl FnMut()) -> Duration {
 }
 
 #[test]
-#[ignore = "throughput figures: cargo test --release --test fabric_perf -- --ignored --nocapture"]
+#[ignore = "throughput figures: cargo test --release -p ascend-fabric --test engine -- --ignored perf:: --nocapture"]
 fn throughput_against_memcpy() {
-    let env = common::setup();
+    let env = setup();
     let addr = format!("127.0.0.1:{}", free_port());
     {
         let a = Engine::new(&env.dev, &addr, test_options(4)).unwrap();

@@ -1,71 +1,20 @@
 //! The control server and client over real loopback sockets.
 
-use ascend_fabric::control::{
-    self, status, ClientError, ControlHandler, ControlServer, ServerConfig,
-};
-use ascend_fabric::wire::{self, Frame, MsgType, NotifyMsg, ShareHandleEntry};
-use parking_lot::Mutex;
+use ascend_fabric::control::{self, status, ClientError, ServerConfig};
+use ascend_fabric::wire::{self, Frame, MsgType, NotifyMsg};
+use ascend_testkit::send_raw;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::Arc;
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-#[derive(Default)]
-struct Handler {
-    entries: Vec<ShareHandleEntry>,
-    events: Mutex<Vec<String>>,
-}
-
-impl ControlHandler for Handler {
-    fn share_handles(&self) -> Vec<ShareHandleEntry> {
-        self.entries.clone()
-    }
-    fn session_opened(&self, id: &str) {
-        self.events.lock().push(format!("open {id}"));
-    }
-    fn session_closed(&self, id: &str) {
-        self.events.lock().push(format!("close {id}"));
-    }
-}
-
-fn entries(n: usize) -> Vec<ShareHandleEntry> {
-    (0..n)
-        .map(|i| ShareHandleEntry {
-            len: 2 << 20,
-            share_handle: [i as u8; 128],
-            va_addr: 0x4000_0000_0000 + (i as u64) * (2 << 20),
-        })
-        .collect()
-}
-
-fn server(n: usize, config: ServerConfig) -> (ControlServer, Arc<Handler>) {
-    let h = Arc::new(Handler {
-        entries: entries(n),
-        ..Default::default()
-    });
-    let s = ControlServer::start("127.0.0.1:0".parse().unwrap(), h.clone(), config).unwrap();
-    (s, h)
-}
-
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-const T: Duration = Duration::from_secs(3);
+use crate::util::*;
 
 #[test]
 fn connect_heartbeat_disconnect() {
-    let (srv, h) = server(3, ServerConfig::default());
+    let (srv, h) = server(fake_entries(3), ServerConfig::default());
     let addr = srv.local_addr();
     let mut c = control::connect(addr, "127.0.0.1:26001", T, None).unwrap();
-    assert_eq!(c.entries, entries(3));
+    assert_eq!(c.entries, fake_entries(3));
     wait_until("session", || srv.sessions() == ["127.0.0.1:26001"]);
     std::thread::sleep(Duration::from_millis(50));
     let before = srv.since_heartbeat("127.0.0.1:26001").unwrap();
@@ -87,7 +36,7 @@ fn connect_heartbeat_disconnect() {
 
 #[test]
 fn closing_the_keepalive_socket_ends_the_session() {
-    let (srv, h) = server(1, ServerConfig::default());
+    let (srv, h) = server(fake_entries(1), ServerConfig::default());
     let c = control::connect(srv.local_addr(), "peer-a", T, None).unwrap();
     wait_until("session", || srv.sessions().len() == 1);
     drop(c);
@@ -97,7 +46,7 @@ fn closing_the_keepalive_socket_ends_the_session() {
 
 #[test]
 fn duplicate_channel_id_is_refused_with_already_connected() {
-    let (srv, _h) = server(1, ServerConfig::default());
+    let (srv, _h) = server(fake_entries(1), ServerConfig::default());
     let _a = control::connect(srv.local_addr(), "dup", T, None).unwrap();
     wait_until("session", || srv.sessions().len() == 1);
     let err = control::connect(srv.local_addr(), "dup", T, None).unwrap_err();
@@ -119,19 +68,9 @@ fn duplicate_channel_id_is_refused_with_already_connected() {
     control::connect(srv.local_addr(), "dup", T, None).unwrap();
 }
 
-fn send_raw(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let _ = s.write_all(bytes);
-    let _ = s.shutdown(std::net::Shutdown::Write);
-    let mut out = Vec::new();
-    let _ = s.read_to_end(&mut out);
-    out
-}
-
 #[test]
 fn malformed_frames_close_only_their_connection() {
-    let (srv, _h) = server(2, ServerConfig::default());
+    let (srv, _h) = server(fake_entries(2), ServerConfig::default());
     let addr = srv.local_addr();
     let good = Frame::new(MsgType::Connect, &wire::ConnectMsg::request("x", 1))
         .unwrap()
@@ -172,7 +111,10 @@ fn malformed_frames_close_only_their_connection() {
     ];
     for (i, bytes) in cases.iter().enumerate() {
         // No response at all: the server closes the connection.
-        assert!(send_raw(addr, bytes).is_empty(), "case {i} got a reply");
+        assert!(
+            send_raw(addr, bytes, GUARD).is_empty(),
+            "case {i} got a reply"
+        );
         assert_eq!(srv.rejected(), i as u64 + 1, "case {i}");
         // ... and keeps serving other peers.
         let ok = control::connect(addr, &format!("peer-{i}"), T, None).unwrap();
@@ -186,7 +128,7 @@ fn shared_secret_and_allow_list() {
         shared_secret: Some("s3cret".into()),
         ..Default::default()
     };
-    let (srv, _h) = server(1, config);
+    let (srv, _h) = server(fake_entries(1), config);
     // Without the handshake the server closes the connection: no answer at all.
     let err = control::connect(srv.local_addr(), "a", T, None).unwrap_err();
     assert!(matches!(err, ClientError::Wire { .. }), "{err}");
@@ -204,7 +146,7 @@ fn shared_secret_and_allow_list() {
         allowed_peers: Some(vec!["10.9.9.9".parse().unwrap()]),
         ..Default::default()
     };
-    let (srv, _h) = server(1, config);
+    let (srv, _h) = server(fake_entries(1), config);
     let err = control::connect(srv.local_addr(), "b", T, None).unwrap_err();
     assert!(matches!(err, ClientError::Wire { .. }), "{err}");
     assert_eq!(srv.rejected(), 1);
@@ -212,7 +154,7 @@ fn shared_secret_and_allow_list() {
 
 #[test]
 fn notifies_are_queued_and_limited() {
-    let (srv, _h) = server(0, ServerConfig::default());
+    let (srv, _h) = server(fake_entries(0), ServerConfig::default());
     let n = NotifyMsg {
         name: "kv".into(),
         notify_msg: "block 7 ready".into(),
@@ -253,7 +195,7 @@ fn independent_client_reads_the_share_handle_list() {
         eprintln!("skipped: python3 is not installed");
         return;
     }
-    let (srv, _h) = server(5, ServerConfig::default());
+    let (srv, _h) = server(fake_entries(5), ServerConfig::default());
     let out = std::process::Command::new("python3")
         .arg(script)
         .arg("127.0.0.1")
@@ -290,7 +232,7 @@ fn a_trickling_server_cannot_stretch_a_connect() {
         // A valid response frame, sent one byte every 100 ms for at most 20 s.
         let resp = Frame::new(
             MsgType::Connect,
-            &wire::ConnectMsg::response(&wire::ConnectMsg::request("x", 0), entries(64)),
+            &wire::ConnectMsg::response(&wire::ConnectMsg::request("x", 0), fake_entries(64)),
         )
         .unwrap()
         .encode();
