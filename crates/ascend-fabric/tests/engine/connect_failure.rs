@@ -1,7 +1,7 @@
 //! A connect that fails after the peer accepted it (an import or a mapping fails) ends the
 //! session it opened at the peer before returning, so an immediate retry is accepted and its
-//! channel lives (it was once answered as a duplicate and closed). One test function: faults
-//! and counters are process-wide.
+//! channel lives (it was once answered as a duplicate and closed). It holds the test lock:
+//! faults and counters are process-wide.
 
 use std::time::Duration;
 

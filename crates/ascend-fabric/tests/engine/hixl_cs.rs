@@ -13,6 +13,7 @@ use ascend_fabric::cs::{
     self, Client, CompleteStatus, Endpoint, Error, HixlCode, MemKind, Op, Protocol, Server,
 };
 use ascend_mem::{Device, DeviceBuffer, HostBuffer};
+use ascend_testkit::emulator::sim_library;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const SEC: Duration = Duration::from_secs(2);

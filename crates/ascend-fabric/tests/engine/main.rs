@@ -9,7 +9,6 @@ mod util;
 
 mod autoconnect;
 mod bad_inputs;
-mod churn;
 mod connect_failure;
 mod errors;
 mod failure;

@@ -2,7 +2,7 @@
 //! any registration, those peers' sessions are closed and the deregistration returns only
 //! once they have torn their channels down (in-flight transfers failed, imports unmapped).
 //! Memory still covered, or registered after a peer connected (never offered to it), leaves
-//! the peer alone. One test function: the emulator's counters are process-wide.
+//! the peer alone. It holds the test lock: the emulator's counters are process-wide.
 
 use std::time::Duration;
 

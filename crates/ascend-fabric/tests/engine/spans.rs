@@ -1,6 +1,6 @@
 //! Registrations that span several mappings of one reservation (a KV cache mapped piece by
 //! piece), adjacent registrations of one allocation, and the typed errors for parts that do
-//! not form one range. One test function: the emulator's counters are process-wide.
+//! not form one range. It holds the test lock: the emulator's counters are process-wide.
 
 use std::time::Duration;
 

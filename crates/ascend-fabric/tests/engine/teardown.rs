@@ -5,8 +5,8 @@
 //!
 //! The copies are kept queued with the emulator's process-wide stream hold, so the requests
 //! really are in flight when the channel goes; each waiter checks the counters the moment its
-//! `wait` returns, with no further wait. One test function: the emulator's counters are
-//! process-wide.
+//! `wait` returns, with no further wait. It holds the test lock: the emulator's counters
+//! and the stream hold are process-wide.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! An unmap that fails during a disconnect is retried once; one that fails again never hands
 //! its VA slot out again (the range may still be mapped): the slot is quarantined and counted, and the engine goes on connecting, to the
-//! same peer and to others, and transferring. One test function: faults and counters are
-//! process-wide.
+//! same peer and to others, and transferring. It holds the test lock: faults and counters
+//! are process-wide.
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ascend_fabric::EngineOptions;
 
-pub use ascend_testkit::emulator::{setup, sim_library};
+pub use ascend_testkit::emulator::setup;
 
 /// A loopback port nobody listens on right now, from outside the ephemeral range (so no
 /// outgoing connection of another test takes it before the engine binds it).
