@@ -377,9 +377,9 @@ fn dropping_everything_before_the_stream_synchronizes() {
 /// Symmetric vs staged AllGather, 4 ranks × 8 MiB per rank of fp32, measured in one run:
 /// bytes copied (the emulator's statistics) and time per collective.
 ///
-/// `cargo test --release --test hccl_collectives -- --ignored --nocapture measure`
+/// `cargo test --release -p ascend-mem --test all -- --ignored --nocapture hccl_collectives::measure`
 #[test]
-#[ignore = "measurement: cargo test --release --test hccl_collectives -- --ignored --nocapture measure"]
+#[ignore = "measurement: cargo test --release -p ascend-mem --test all -- --ignored --nocapture hccl_collectives::measure"]
 fn measure_symmetric_vs_staged_allgather() {
     const N: u32 = 4;
     const PER_RANK: usize = 8 << 20;

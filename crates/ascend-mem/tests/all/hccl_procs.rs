@@ -1,8 +1,9 @@
-//! HCCL through the safe API with ranks as processes (the test binary re-executes itself with a
-//! role in `ASCEND_MEM_TEST_ROLE`, the root info hex-encoded in `HCCL_TEST_ROOT`): a rank that
-//! dies mid-collective leaves the others with an error within the exec timeout; on A2 a
-//! window is `NotSupported`; the emulator's shared library opened as the ACL runtime serves
-//! HCCL too, and `ASCEND_HCCL_LIB` is honoured and only read when a communicator is made.
+//! HCCL through the safe API with ranks as processes (a test re-executes the test binary as its
+//! own children in a role of `ascend_testkit::role`, the root info hex-encoded in
+//! `HCCL_TEST_ROOT`): a rank that dies mid-collective leaves the others with an error within
+//! the exec timeout; on A2 a window is `NotSupported`; the emulator's shared library opened as
+//! the ACL runtime serves HCCL too, and `ASCEND_HCCL_LIB` is honoured and only read when a
+//! communicator is made.
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -1,5 +1,5 @@
-//! Sharing across real processes: the test binary re-runs itself (`child_entry`, with a role in
-//! an env var) and only share-handle bytes cross between the processes.
+//! Sharing across real processes: each test re-runs the test binary as its own child in a role
+//! (`ascend_testkit::role`) and only share-handle bytes cross between the processes.
 
 use std::io::Write;
 use std::process::Child;
