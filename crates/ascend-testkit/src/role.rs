@@ -69,6 +69,11 @@ impl Spawn {
         &mut self.cmd
     }
 
+    /// The command, for a caller that starts it itself (a launcher that takes commands).
+    pub fn into_command(self) -> Command {
+        self.cmd
+    }
+
     /// Runs the child to its end with stdout and stderr captured.
     pub fn output(mut self) -> Output {
         self.cmd.output().expect("spawn a child of the test binary")
