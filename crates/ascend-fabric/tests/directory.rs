@@ -6,6 +6,8 @@
 //! zero at the end.
 
 mod directory_util;
+#[path = "engine/util.rs"]
+#[allow(dead_code, unused_imports)]
 mod engine_util;
 
 use std::sync::Arc;

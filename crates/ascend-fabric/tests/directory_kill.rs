@@ -5,6 +5,8 @@
 //! the directory reports it gone.
 
 mod directory_util;
+#[path = "engine/util.rs"]
+#[allow(dead_code, unused_imports)]
 mod engine_util;
 
 use std::io::{BufRead, BufReader, Read};

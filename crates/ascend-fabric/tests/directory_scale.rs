@@ -6,6 +6,8 @@
 //! watch events per departure, entry size. Timings are printed, never judged.
 
 mod directory_util;
+#[path = "engine/util.rs"]
+#[allow(dead_code, unused_imports)]
 mod engine_util;
 
 use std::sync::Arc;
