@@ -1,127 +1,20 @@
-//! A connection to one peer: its imported segments, the keepalive socket, in-flight requests
-//! and counters.
+//! A connection to one peer: its imports behind the submit gate, the keepalive socket and its
+//! reader, in-flight requests and counters, and the ordered teardown [`lose`].
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
-use ascend_mem::{Device, MappingTable};
 use parking_lot::{Mutex, RwLock};
 
 use crate::error::{Error, LostReason};
-use crate::pool::SlotMapping;
-use crate::ranges::RangeMap;
-use crate::transfer::{fail_all, ReqInner};
-
-/// A peer segment imported and mapped into this engine's VA pool.
-pub(crate) struct Import {
-    /// Shared with the channel's copy table, which holds it until the table is gone.
-    pub(crate) map: Arc<SlotMapping>,
-}
-
-/// Per-peer counters.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
-pub struct PeerStats {
-    /// Completed WRITE transfers.
-    pub writes: u64,
-    /// Completed READ transfers.
-    pub reads: u64,
-    /// Bytes written to the peer by completed transfers.
-    pub bytes_written: u64,
-    /// Bytes read from the peer by completed transfers.
-    pub bytes_read: u64,
-    /// Descriptors of completed transfers.
-    pub descriptors: u64,
-    /// Transfers that failed, were aborted or timed out.
-    pub errors: u64,
-    /// Transfers submitted and not yet finished.
-    pub in_flight: u64,
-    /// Segments the peer offered (and this engine imported).
-    pub segments: u64,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) writes: AtomicU64,
-    pub(crate) reads: AtomicU64,
-    pub(crate) bytes_written: AtomicU64,
-    pub(crate) bytes_read: AtomicU64,
-    pub(crate) descriptors: AtomicU64,
-    pub(crate) errors: AtomicU64,
-}
-
-/// The segments of a range map as dense `(start, end)` pairs, with a summary of every
-/// [`SegIndex::BLOCK`]-th start: finding the segment that holds a range touches the (hot)
-/// summary and one block, a few cache lines, where a binary search over the segments
-/// themselves misses on most of its steps once a peer offers thousands of segments.
-#[derive(Default)]
-pub(crate) struct SegIndex {
-    spans: Vec<(u64, u64)>,
-    top: Vec<u64>,
-}
-
-impl SegIndex {
-    const BLOCK: usize = 8;
-
-    pub(crate) fn new<V>(map: &RangeMap<V>) -> SegIndex {
-        let spans: Vec<(u64, u64)> = map.segments().iter().map(|s| (s.start, s.end())).collect();
-        let top = spans.iter().step_by(Self::BLOCK).map(|s| s.0).collect();
-        SegIndex { spans, top }
-    }
-
-    /// Index and start of the segment holding all of `[addr, addr + len)`, if one does.
-    #[inline]
-    pub(crate) fn holding(&self, addr: u64, len: u64) -> Option<(usize, u64)> {
-        let b = self.top.partition_point(|&k| k <= addr).checked_sub(1)?;
-        let lo = b * Self::BLOCK;
-        let hi = (lo + Self::BLOCK).min(self.spans.len());
-        // A counting scan: independent loads, about one cache miss for a cold block.
-        let i = lo + self.spans[lo..hi].iter().filter(|s| s.0 <= addr).count() - 1;
-        let (start, end) = self.spans[i];
-        (addr.checked_add(len)? <= end).then_some((i, start))
-    }
-}
+use crate::remote::Remote;
+use crate::request::{fail_all, InFlight, ReqInner};
+use crate::stats::PeerStats;
 
 pub(crate) type ChannelMap = RwLock<HashMap<String, Arc<Channel>>>;
-
-/// What a live channel imported from its peer. Dropping it unmaps every import and returns
-/// its VA to the pool (once no stream holds the table any more).
-pub(crate) struct Remote {
-    /// `map`'s imports as a copy table (entry i = segment i). It holds the imports'
-    /// `SlotMapping`s as well, so whichever goes last, table or map, unmaps an import
-    /// before its VA goes back to the pool (even if a stream that failed to be destroyed
-    /// leaked the table).
-    pub(crate) table: MappingTable,
-    /// Remote va → imported mapping, held inline (one pointer less to chase per
-    /// descriptor than an `Arc` each). Immutable after connect.
-    pub(crate) map: RangeMap<Import>,
-    /// Search index over `map`'s segment starts.
-    pub(crate) index: SegIndex,
-}
-
-impl Remote {
-    /// The imports of `map`, with their copy table and search index.
-    pub(crate) fn new(dev: &Device, map: RangeMap<Import>) -> ascend_mem::Result<Remote> {
-        let table = MappingTable::with_keepalive(
-            dev,
-            map.segments()
-                .iter()
-                .map(|s| s.value.map.mapping().as_slice()),
-            map.segments()
-                .iter()
-                .map(|s| s.value.map.clone())
-                .collect::<Vec<_>>(),
-        )?;
-        Ok(Remote {
-            index: SegIndex::new(&map),
-            table,
-            map,
-        })
-    }
-}
 
 /// A channel's submit gate and what it guards: the imports while the channel is open, the
 /// reason once it is lost. Submissions hold it shared from the check until their request is
@@ -137,7 +30,8 @@ pub(crate) struct Channel {
     /// Segments the peer offered (fixed at connect).
     segments: usize,
     pub(crate) gate: RwLock<Gate>,
-    pub(crate) inflight: Mutex<HashMap<u64, Weak<ReqInner>>>,
+    /// Requests in flight and counters, shared with the pending requests.
+    pub(crate) book: Arc<InFlight>,
     /// The keepalive socket, for heartbeats (a send may block up to 3 s under this lock).
     pub(crate) keepalive: Mutex<TcpStream>,
     /// The same socket, to shut it down without waiting for a heartbeat in progress.
@@ -145,7 +39,6 @@ pub(crate) struct Channel {
     /// The keepalive reader thread, joined by whoever loses the channel (unless it is the
     /// reader itself, which then ends right after).
     reader: Mutex<Option<JoinHandle<()>>>,
-    pub(crate) counters: Counters,
 }
 
 impl Channel {
@@ -166,26 +59,17 @@ impl Channel {
             addr,
             segments: remote.map.len(),
             gate: RwLock::new(Gate::Open(remote)),
-            inflight: Mutex::new(HashMap::new()),
+            book: Arc::default(),
             keepalive: Mutex::new(keepalive),
             closer,
             reader: Mutex::new(None),
-            counters: Counters::default(),
         }))
     }
 
     pub(crate) fn stats(&self) -> PeerStats {
-        let c = &self.counters;
-        PeerStats {
-            writes: c.writes.load(Ordering::Relaxed),
-            reads: c.reads.load(Ordering::Relaxed),
-            bytes_written: c.bytes_written.load(Ordering::Relaxed),
-            bytes_read: c.bytes_read.load(Ordering::Relaxed),
-            descriptors: c.descriptors.load(Ordering::Relaxed),
-            errors: c.errors.load(Ordering::Relaxed),
-            in_flight: self.inflight.lock().len() as u64,
-            segments: self.segments as u64,
-        }
+        self.book
+            .counters
+            .snapshot(self.book.len() as u64, self.segments as u64)
     }
 
     pub(crate) fn lost_error(&self, reason: LostReason) -> Error {
@@ -221,12 +105,7 @@ pub(crate) fn lose(map: &ChannelMap, ch: &Arc<Channel>, reason: LostReason) -> b
             return false;
         }
     };
-    let reqs: Vec<Arc<ReqInner>> = ch
-        .inflight
-        .lock()
-        .values()
-        .filter_map(Weak::upgrade)
-        .collect();
+    let reqs: Vec<Arc<ReqInner>> = ch.book.live();
     let n = reqs.len();
     fail_all(
         &reqs,

@@ -4,24 +4,26 @@ use ascend_mem::CloseError;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ascend_mem::{Device, DeviceBuffer, HostBuffer, MappingSlice, ShareKind, SharedHandle};
-use parking_lot::{Condvar, Mutex, RwLock};
+use ascend_mem::{Device, DeviceBuffer, HostBuffer, MappingSlice};
+use parking_lot::{Mutex, RwLock};
 
-use crate::channel::{self, Channel, ChannelMap, Gate, Import, PeerStats, Remote};
+use crate::channel::{self, Channel, ChannelMap, Gate};
 use crate::control::{self, ControlHandler, ControlServer, ServerConfig};
 use crate::error::{Error, LostReason, Result};
+use crate::heartbeat::{spawn_heartbeats, Monitor};
 use crate::options::{EngineAddr, EngineOptions, OptionError};
 use crate::plan;
 use crate::pool::VaPool;
-use crate::ranges::RangeMap;
-use crate::registry::{Registrable, Registration, Registry};
-use crate::transfer::{
-    Pending, RegUse, ReqInner, SlotPool, TransferDesc, TransferOp, TransferRequest,
-};
+use crate::registry::{RegUse, Registrable, Registration, Registry};
+use crate::remote::Remote;
+use crate::request::{AutoDisconnect, Pending, ReqInner, TransferRequest};
+use crate::slots::{SlotGuard, SlotPool};
+use crate::stats::PeerStats;
+use crate::transfer::{TransferDesc, TransferOp};
 use crate::wire::{NotifyMsg, ShareHandleEntry};
 
 struct Handler {
@@ -39,11 +41,6 @@ impl ControlHandler for Handler {
     fn session_closed(&self, channel_id: &str) {
         tracing::info!(engine = %self.local, peer = channel_id, "peer session ended");
     }
-}
-
-struct Monitor {
-    stop: Mutex<bool>,
-    cv: Condvar,
 }
 
 pub(crate) struct EngineInner {
@@ -149,44 +146,6 @@ impl EngineInner {
     }
 }
 
-impl EngineInner {
-    /// Imports and maps every entry a peer offered; on a failure, what was imported so far is
-    /// undone (dropped) and the error names the entry.
-    fn import_entries(
-        &self,
-        remote: &str,
-        entries: &[ShareHandleEntry],
-    ) -> Result<RangeMap<Import>> {
-        let mut remote_map = RangeMap::new();
-        for (index, e) in entries.iter().enumerate() {
-            let bad = |reason| Error::BadEntry {
-                peer: remote.to_owned(),
-                index,
-                va_addr: e.va_addr,
-                len: e.len,
-                reason,
-            };
-            let len = usize::try_from(e.len).map_err(|_| bad("length does not fit"))?;
-            if len == 0 {
-                return Err(bad("zero length"));
-            }
-            if e.va_addr.checked_add(e.len).is_none() {
-                return Err(bad("address range overflows"));
-            }
-            let mem = SharedHandle::from_parts(ShareKind::Fabric, len, e.share_handle)
-                .import(&self.dev)
-                .inspect_err(
-                    |err| tracing::warn!(peer = remote, index, error = %err, "import failed"),
-                )?;
-            let map = Arc::new(self.pool.map(&self.dev, &mem)?);
-            remote_map
-                .insert(e.va_addr, e.len, Import { map })
-                .map_err(|_| bad("overlaps another entry"))?;
-        }
-        Ok(remote_map)
-    }
-}
-
 impl Engine {
     /// Starts an engine on `dev` at `local` (`ip`, `ip:port` or `[ipv6]:port`; a port makes it
     /// listen for peers there).
@@ -280,10 +239,7 @@ impl Engine {
             channels: Arc::new(RwLock::new(HashMap::new())),
             server: Mutex::new(server),
             connect_lock: Mutex::new(()),
-            monitor: Arc::new(Monitor {
-                stop: Mutex::new(false),
-                cv: Condvar::new(),
-            }),
+            monitor: Arc::default(),
             monitor_thread: Mutex::new(None),
             next_req: AtomicU64::new(1),
             opts,
@@ -457,10 +413,8 @@ impl Engine {
             inner.opts.shared_secret.as_deref(),
         )?;
         let keepalive = c.keepalive;
-        let made = inner
-            .import_entries(remote, &c.entries)
-            .and_then(|map| Ok(Remote::new(&inner.dev, map)?))
-            .and_then(|rem| {
+        let made =
+            Remote::import_entries(&inner.dev, &inner.pool, remote, &c.entries).and_then(|rem| {
                 let io = |source| Error::Listen { addr: sa, source };
                 let reader = keepalive.try_clone().map_err(io)?;
                 Ok((
@@ -708,6 +662,20 @@ impl Engine {
         }
     }
 
+    /// With `AutoConnect`: what a request on `ch` does after a failed copy (disconnect `ch`,
+    /// if this engine and the channel are still there).
+    fn auto_disconnect(&self, ch: &Arc<Channel>) -> Option<AutoDisconnect> {
+        if !self.inner.opts.auto_connect {
+            return None;
+        }
+        let (eng, ch) = (Arc::downgrade(&self.inner), Arc::downgrade(ch));
+        Some(Box::new(move || {
+            if let (Some(eng), Some(ch)) = (eng.upgrade(), ch.upgrade()) {
+                eng.auto_disconnect(&ch);
+            }
+        }))
+    }
+
     fn submit(
         &self,
         remote: &str,
@@ -722,60 +690,45 @@ impl Engine {
         if let Gate::Lost(r) = *ch.gate.read() {
             return Err(ch.lost_error(r));
         }
-        let mut slot = inner.slots.acquire(slot_deadline)?;
+        // Every exit from here until the request owns the slot gives it back.
+        let mut slot = SlotGuard::acquire(&inner.slots, slot_deadline)?;
         let gate = ch.gate.read();
         let rem = match &*gate {
             Gate::Open(r) => r,
-            Gate::Lost(r) => {
-                inner.slots.release(slot);
-                return Err(ch.lost_error(*r));
-            }
+            Gate::Lost(r) => return Err(ch.lost_error(*r)),
         };
         let reg = inner.registry.state.read();
         // Check and translate every descriptor before queuing anything.
         let mut regs = RegUse(Vec::new());
-        let pieces = match plan::translate(descs, &reg.ranges, rem, &mut regs) {
-            Ok(p) => p,
-            Err(e) => {
-                inner.slots.release(slot);
-                return Err(e);
-            }
-        };
-        let ltab = match reg.table(&inner.dev) {
-            Ok(t) => t,
-            Err(e) => {
-                inner.slots.release(slot);
-                return Err(e);
-            }
-        };
+        let pieces = plan::translate(descs, &reg.ranges, rem, &mut regs)?;
+        let ltab = reg.table(&inner.dev)?;
         let write = op == TransferOp::Write;
-        let batches = plan::deal(pieces, slot.streams.len(), write);
+        let batches = plan::deal(pieces, slot.streams(), write);
         let (dtab, stab) = if write {
             (&rem.table, ltab)
         } else {
             (ltab, &rem.table)
         };
-        let mut used = 0u32;
         let mut err: Option<Error> = None;
         for (i, b) in batches.iter().enumerate() {
             if b.is_empty() {
                 continue;
             }
-            // Marked before queuing: a batch that fails part way is aborted with the rest.
-            used |= 1 << i;
-            if let Err(e) = slot.streams[i].copy_table_async(dtab, stab, b) {
+            // Marked used before queuing: a batch that fails part way is aborted with the rest.
+            if let Err(e) = slot.stream(i).copy_table_async(dtab, stab, b) {
                 err = Some(e.into());
                 break;
             }
         }
         drop(reg);
         let id = inner.next_req.fetch_add(1, Ordering::Relaxed);
+        let (slot, used, slots) = slot.into_parts();
         let mut p = Pending {
             slot,
             used,
             regs,
-            channel: ch.clone(),
-            slots: inner.slots.clone(),
+            book: ch.book.clone(),
+            slots,
             write,
             bytes,
             descs: descs.len() as u64,
@@ -785,12 +738,7 @@ impl Engine {
                 err = Some(e);
             }
         }
-        let req = ReqInner::new(
-            id,
-            p,
-            inner.opts.auto_connect.then(|| Arc::downgrade(&self.inner)),
-        );
-        ch.inflight.lock().insert(id, Arc::downgrade(&req));
+        let req = ReqInner::new(id, p, self.auto_disconnect(&ch));
         drop(gate);
         if let Some(e) = err {
             req.fail(e);
@@ -806,42 +754,10 @@ impl Engine {
     }
 }
 
-fn spawn_heartbeats(
-    channels: Weak<ChannelMap>,
-    monitor: Arc<Monitor>,
-    every: Duration,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("fabric-heartbeat".into())
-        .spawn(move || loop {
-            {
-                let mut stop = monitor.stop.lock();
-                if !*stop {
-                    monitor.cv.wait_for(&mut stop, every);
-                }
-                if *stop {
-                    return;
-                }
-            }
-            let Some(map) = channels.upgrade() else {
-                return;
-            };
-            let chans: Vec<Arc<Channel>> = map.read().values().cloned().collect();
-            for ch in chans {
-                let r = control::send_heartbeat(&mut ch.keepalive.lock());
-                if let Err(e) = r {
-                    tracing::warn!(peer = %ch.peer, error = %e, "heartbeat failed");
-                    channel::lose(&map, &ch, LostReason::HeartbeatFailed);
-                }
-            }
-        })
-}
-
 impl Drop for EngineInner {
     fn drop(&mut self) {
         let _span = tracing::info_span!("engine_shutdown", addr = %self.addr).entered();
-        *self.monitor.stop.lock() = true;
-        self.monitor.cv.notify_all();
+        self.monitor.stop();
         if let Some(t) = self.monitor_thread.lock().take() {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();

@@ -1,62 +1,13 @@
-//! The engine's error type and HIXL's status codes.
+//! The engine's error type and what each error means as a HIXL status.
 
 use std::fmt;
 use std::time::Duration;
 
-use crate::control::{self, ClientError};
+use crate::code::HixlCode;
+use crate::control::ClientError;
 use crate::options::OptionError;
 use crate::ranges::RangeError;
 use crate::wire::WireError;
-
-/// A HIXL status code (`hixl::Status`, a `uint32_t`).
-///
-/// A newtype, not an enum: a C++ peer may send codes we have never seen.
-#[repr(transparent)]
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct HixlCode(pub u32);
-
-impl HixlCode {
-    /// `SUCCESS`.
-    pub const SUCCESS: HixlCode = HixlCode(control::status::SUCCESS);
-    /// `PARAM_INVALID`: bad argument, bad option, unknown request.
-    pub const PARAM_INVALID: HixlCode = HixlCode(control::status::PARAM_INVALID);
-    /// `TIMEOUT`.
-    pub const TIMEOUT: HixlCode = HixlCode(control::status::TIMEOUT);
-    /// `NOT_CONNECTED`.
-    pub const NOT_CONNECTED: HixlCode = HixlCode(control::status::NOT_CONNECTED);
-    /// `ALREADY_CONNECTED`.
-    pub const ALREADY_CONNECTED: HixlCode = HixlCode(control::status::ALREADY_CONNECTED);
-    /// `UNSUPPORTED`.
-    pub const UNSUPPORTED: HixlCode = HixlCode(control::status::UNSUPPORTED);
-    /// `RESOURCE_EXHAUSTED`.
-    pub const RESOURCE_EXHAUSTED: HixlCode = HixlCode(control::status::RESOURCE_EXHAUSTED);
-    /// `FAILED`.
-    pub const FAILED: HixlCode = HixlCode(control::status::FAILED);
-
-    /// The C++ name of a known code.
-    pub fn name(self) -> Option<&'static str> {
-        Some(match self {
-            Self::SUCCESS => "SUCCESS",
-            Self::PARAM_INVALID => "PARAM_INVALID",
-            Self::TIMEOUT => "TIMEOUT",
-            Self::NOT_CONNECTED => "NOT_CONNECTED",
-            Self::ALREADY_CONNECTED => "ALREADY_CONNECTED",
-            Self::UNSUPPORTED => "UNSUPPORTED",
-            Self::RESOURCE_EXHAUSTED => "RESOURCE_EXHAUSTED",
-            Self::FAILED => "FAILED",
-            _ => return None,
-        })
-    }
-}
-
-impl fmt::Display for HixlCode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(n) => write!(f, "{n} ({})", self.0),
-            None => write!(f, "HIXL status {}", self.0),
-        }
-    }
-}
 
 /// Why a channel to a peer ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

@@ -12,7 +12,7 @@
 //!   ├── Channel per peer ── Import (imported PhysicalMem mapped in a VA-pool slot)
 //!   │        └─ keepalive socket (reader thread: EOF = peer lost), heartbeats
 //!   └── SlotPool ── Slot (task_stream_num streams from a StreamPool + events)
-//! TransferRequest ── Pending (slot, used registrations, channel) until observed complete
+//! TransferRequest ── Pending (slot, used registrations, the channel's in-flight table) until done
 //! ```
 //!
 //! | HIXL | here |
@@ -64,25 +64,34 @@
 #![deny(unsafe_code)]
 
 mod channel;
+mod code;
 pub mod control;
 pub mod cs;
 mod engine;
 mod error;
+mod heartbeat;
 pub mod options;
 mod plan;
 mod pool;
 pub mod ranges;
 mod registry;
+mod remote;
+mod request;
+mod slots;
+mod stats;
 mod transfer;
 pub mod wire;
 
-pub use channel::PeerStats;
+pub use code::HixlCode;
 pub use engine::Engine;
-pub use error::{Error, HixlCode, LostReason, Result, Side};
+pub use error::{Error, LostReason, Result, Side};
 pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
 pub use pool::SLOT as POOL_SLOT;
 pub use registry::{MemKind, Registrable, Registration};
-pub use transfer::{TransferDesc, TransferOp, TransferRequest, TransferStatus, STREAM_BUDGET};
+pub use request::TransferRequest;
+pub use slots::STREAM_BUDGET;
+pub use stats::PeerStats;
+pub use transfer::{TransferDesc, TransferOp, TransferStatus};
 
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}

@@ -4,11 +4,11 @@
 
 use ascend_mem::TableCopy;
 
-use crate::channel::Remote;
 use crate::error::{Error, Result, Side};
 use crate::ranges::{RangeError, RangeMap};
-use crate::registry::LocalSeg;
-use crate::transfer::{RegUse, TransferDesc};
+use crate::registry::{LocalSeg, RegUse};
+use crate::remote::{Remote, SegIndex};
+use crate::transfer::TransferDesc;
 
 /// Pieces of at least this size are spread over the slot's streams.
 const SPLIT_MIN: usize = 1 << 20;
@@ -16,7 +16,7 @@ const SPLIT_MIN: usize = 1 << 20;
 const SPLIT_CHUNK_MIN: usize = 256 << 10;
 
 /// A piece to copy, by segment index in the local and remote maps.
-#[derive(Copy, Clone)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Piece {
     l_idx: usize,
     l_off: u64,
@@ -64,6 +64,24 @@ pub(crate) fn translate(
     remote: &Remote,
     regs: &mut RegUse,
 ) -> Result<Vec<Piece>> {
+    translate_in(
+        descs,
+        local,
+        |seg| regs.add(&seg.reg),
+        &remote.map,
+        &remote.index,
+    )
+}
+
+/// [`translate`] over any maps: `used` sees the local segment of every local piece; `seg_index`
+/// indexes `remote` (an empty index sends every lookup through the map).
+fn translate_in<L, R>(
+    descs: &[TransferDesc],
+    local: &RangeMap<L>,
+    mut used: impl FnMut(&L),
+    remote: &RangeMap<R>,
+    seg_index: &SegIndex,
+) -> Result<Vec<Piece>> {
     let mut pieces: Vec<Piece> = Vec::with_capacity(descs.len());
     let mut lp: Vec<Span> = Vec::new();
     let mut rp: Vec<Span> = Vec::new();
@@ -72,18 +90,17 @@ pub(crate) fn translate(
         rp.clear();
         let l = local
             .for_each_piece(d.local_addr, d.len, |p, seg| {
-                regs.add(&seg.value.reg);
+                used(&seg.value);
                 lp.push((p.index, p.offset, p.len));
             })
             .map_err(|e| (Side::Local, e));
         let r = l.and_then(|()| {
             // Fast path: the whole range inside the segment the index finds.
-            if let Some((i, start)) = remote.index.holding(d.remote_addr, d.len) {
+            if let Some((i, start)) = seg_index.holding(d.remote_addr, d.len) {
                 rp.push((i, d.remote_addr - start, d.len));
                 return Ok(());
             }
             remote
-                .map
                 .for_each_piece(d.remote_addr, d.len, |p, _| {
                     rp.push((p.index, p.offset, p.len))
                 })
@@ -197,3 +214,6 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Vec<T
     }
     batches
 }
+
+#[cfg(test)]
+mod tests;

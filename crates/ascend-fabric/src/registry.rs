@@ -25,12 +25,13 @@ use crate::pool::{SlotMapping, VaPool};
 use crate::ranges::{RangeError, RangeMap};
 use crate::wire::ShareHandleEntry;
 
-/// Where registered memory lives (HIXL's `MemType`).
+/// Where registered memory lives: HIXL's `MemType` for the engine, `CommMemType` for the
+/// HixlCS wrapper ([`crate::cs`]).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MemKind {
-    /// Device HBM (`MEM_DEVICE`).
+    /// Device HBM (`MEM_DEVICE`, `COMM_MEM_TYPE_DEVICE`).
     Device,
-    /// Host DRAM the device can reach (`MEM_HOST`).
+    /// Host DRAM the device can reach (`MEM_HOST`, `COMM_MEM_TYPE_HOST`).
     Host,
 }
 
@@ -130,6 +131,28 @@ pub(crate) struct RegInner {
 pub(crate) struct LocalSeg {
     pub(crate) reg: Arc<RegInner>,
     pub(crate) block: Arc<Block>,
+}
+
+/// Registrations a pending transfer uses; counted in their `in_flight` until dropped.
+pub(crate) struct RegUse(pub(crate) Vec<Arc<RegInner>>);
+
+impl RegUse {
+    /// Adds `r` (consecutive duplicates are skipped).
+    pub(crate) fn add(&mut self, r: &Arc<RegInner>) {
+        if self.0.last().is_some_and(|l| Arc::ptr_eq(l, r)) {
+            return;
+        }
+        r.in_flight.fetch_add(1, Ordering::AcqRel);
+        self.0.push(r.clone());
+    }
+}
+
+impl Drop for RegUse {
+    fn drop(&mut self) {
+        for r in &self.0 {
+            r.in_flight.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 #[derive(Default)]

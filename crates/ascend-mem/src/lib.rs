@@ -170,6 +170,7 @@ mod foreign;
 pub mod hccl;
 mod runtime;
 mod share;
+pub mod sibling;
 mod spec;
 mod stream;
 mod table;

@@ -3,7 +3,7 @@
 //! handed up to the event loop, which owns the state they act on.
 
 use super::auth::{self, Nonces, Role};
-use super::server::RevokeWait;
+use super::shared::RevokeWait;
 use super::source::Registered;
 use super::{ServerConfig, MAX_REQUEST_LEN};
 use crate::wire::{

@@ -2,7 +2,7 @@
 
 use super::conn::{Close, Phase, SessionState};
 use super::event_loop::Loop;
-use super::server::SessionEntry;
+use super::shared::SessionEntry;
 use super::{status, NOTIFY_QUEUE_CAP};
 use crate::wire::{ConnectMsg, DisconnectMsg, Frame, MsgType, NotifyMsg, StatusMsg, WireError};
 use std::sync::atomic::Ordering;

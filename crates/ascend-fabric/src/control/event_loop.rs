@@ -2,7 +2,7 @@
 //! within the caps; moves each connection's input and output along; closes what is due.
 
 use super::conn::{Close, Conn, Input, Phase};
-use super::server::{Command, Shared, LISTENER_KEY};
+use super::shared::{Command, Shared, LISTENER_KEY};
 use super::source::Registered;
 use polling::Events;
 use std::collections::{BTreeSet, HashMap};

@@ -60,6 +60,7 @@ mod conn;
 mod dispatch;
 mod event_loop;
 mod server;
+mod shared;
 mod source;
 
 pub use auth::unique_suffix;
@@ -70,24 +71,26 @@ use crate::wire::ShareHandleEntry;
 use std::net::IpAddr;
 use std::time::Duration;
 
-/// HIXL status codes carried in status messages.
+/// HIXL status codes carried in status messages (the values of [`crate::HixlCode`]).
 pub mod status {
+    use crate::code::HixlCode;
+
     /// Success.
-    pub const SUCCESS: u32 = 0;
+    pub const SUCCESS: u32 = HixlCode::SUCCESS.0;
     /// Bad argument, bad option, unknown request.
-    pub const PARAM_INVALID: u32 = 103_900;
+    pub const PARAM_INVALID: u32 = HixlCode::PARAM_INVALID.0;
     /// A wait ran out.
-    pub const TIMEOUT: u32 = 103_901;
+    pub const TIMEOUT: u32 = HixlCode::TIMEOUT.0;
     /// No connection to that peer.
-    pub const NOT_CONNECTED: u32 = 103_902;
+    pub const NOT_CONNECTED: u32 = HixlCode::NOT_CONNECTED.0;
     /// Already connected to that peer.
-    pub const ALREADY_CONNECTED: u32 = 103_903;
+    pub const ALREADY_CONNECTED: u32 = HixlCode::ALREADY_CONNECTED.0;
     /// Option, call or feature not available.
-    pub const UNSUPPORTED: u32 = 103_905;
+    pub const UNSUPPORTED: u32 = HixlCode::UNSUPPORTED.0;
     /// Out of a resource.
-    pub const RESOURCE_EXHAUSTED: u32 = 203_900;
+    pub const RESOURCE_EXHAUSTED: u32 = HixlCode::RESOURCE_EXHAUSTED.0;
     /// Generic failure.
-    pub const FAILED: u32 = 503_900;
+    pub const FAILED: u32 = HixlCode::FAILED.0;
 }
 
 /// Notify queue capacity.

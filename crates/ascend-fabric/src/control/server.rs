@@ -1,111 +1,19 @@
 //! The public face of the control server: start, queries, revocation, stop.
 
 use super::event_loop;
+use super::shared::{Command, Counters, RevokeWait, Shared, LISTENER_KEY};
 use super::source::Registered;
 use super::{ControlHandler, ServerConfig, ServerStats};
 use crate::wire::NotifyMsg;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use polling::Poller;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::thread::{JoinHandle, ThreadId};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-/// Key of the listener in the poller; connections use keys from 1.
-pub(super) const LISTENER_KEY: usize = 0;
-
-/// A live session as the server's callers see it.
-pub(super) struct SessionEntry {
-    /// The connection's key in the event loop.
-    pub(super) key: usize,
-    pub(super) last_heartbeat: Instant,
-}
-
-/// Totals and current values behind [`ServerStats`].
-#[derive(Default)]
-pub(super) struct Counters {
-    pub(super) open_connections: AtomicU64,
-    pub(super) sessions: AtomicU64,
-    pub(super) refused_over_cap: AtomicU64,
-    pub(super) refused_not_allowed: AtomicU64,
-    pub(super) closed_at_deadline: AtomicU64,
-    pub(super) reaped: AtomicU64,
-    pub(super) auth_failures: AtomicU64,
-    pub(super) malformed: AtomicU64,
-}
-
-/// Progress of one [`ControlServer::revoke`] call, shared between the caller and the loop.
-#[derive(Default)]
-pub(super) struct RevokeWait {
-    state: Mutex<RevokeState>,
-    cv: Condvar,
-}
-
-#[derive(Default)]
-struct RevokeState {
-    /// The loop has handled the command (or has stopped).
-    started: bool,
-    /// Sessions the command revoked.
-    revoked: usize,
-    /// Of those, how many are still open.
-    open: usize,
-}
-
-impl RevokeWait {
-    /// The loop revoked `n` sessions, each holding a clone of this wait until it closes.
-    pub(super) fn started(&self, n: usize) {
-        let mut st = self.state.lock();
-        st.started = true;
-        st.revoked += n;
-        st.open += n;
-        drop(st);
-        self.cv.notify_all();
-    }
-
-    /// One revoked session is gone.
-    pub(super) fn closed(&self) {
-        let mut st = self.state.lock();
-        st.open = st.open.saturating_sub(1);
-        drop(st);
-        self.cv.notify_all();
-    }
-}
-
-/// Work for the event loop from other threads.
-pub(super) enum Command {
-    Revoke {
-        va_addrs: Vec<u64>,
-        wait: Arc<RevokeWait>,
-    },
-}
-
-/// State shared by the server handle and its event loop.
-pub(super) struct Shared {
-    pub(super) handler: Arc<dyn ControlHandler>,
-    pub(super) config: ServerConfig,
-    pub(super) poller: Arc<Poller>,
-    pub(super) stop: AtomicBool,
-    pub(super) commands: Mutex<Vec<Command>>,
-    pub(super) sessions: Mutex<HashMap<String, SessionEntry>>,
-    pub(super) notifies: Mutex<VecDeque<NotifyMsg>>,
-    pub(super) counters: Counters,
-    pub(super) loop_thread: OnceLock<ThreadId>,
-}
-
-impl Shared {
-    /// Marks every queued command done; the loop calls it as it exits, so no caller waits on
-    /// a loop that is gone.
-    pub(super) fn abandon_commands(&self) {
-        for c in self.commands.lock().drain(..) {
-            match c {
-                Command::Revoke { wait, .. } => wait.started(0),
-            }
-        }
-    }
-}
 
 /// A running control server. Dropping it stops the event loop, joins its thread and closes
 /// every connection and session.
@@ -248,26 +156,7 @@ impl ControlServer {
             tracing::error!(error = %e, "cannot wake the control loop; nothing revoked");
             return 0;
         }
-        let mut st = w.state.lock();
-        // The loop answers every command it takes, and on exit abandons the rest; both waits
-        // are bounded by `wait` all the same.
-        while !st.started {
-            if w.cv.wait_until(&mut st, deadline).timed_out() {
-                tracing::warn!("revoke: the control loop did not take the command in time");
-                return 0;
-            }
-        }
-        while st.open > 0 {
-            if w.cv.wait_until(&mut st, deadline).timed_out() {
-                tracing::warn!(
-                    revoked = st.revoked,
-                    still_open = st.open,
-                    "revoke: not every client closed its session in time"
-                );
-                break;
-            }
-        }
-        st.revoked
+        w.wait(deadline)
     }
 }
 

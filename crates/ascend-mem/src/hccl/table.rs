@@ -9,61 +9,50 @@
 //!
 //! The table is chosen on first use (the first [`RootInfo::generate`](super::RootInfo::generate)
 //! or [`Comm`](super::Comm) init, or [`Runtime::hccl`]) and cached for the process: a process
-//! that never makes a communicator never loads libhccl.
+//! that never makes a communicator never loads libhccl. The rule is
+//! [`crate::sibling`]'s, shared with the other tables over the ACL runtime.
 #![allow(unsafe_code)]
 
-use std::collections::HashMap;
 use std::ffi::CStr;
-use std::sync::OnceLock;
 
 use acl::AclLib;
 use hccl_sys::{HcclLib, HcclResult};
-use parking_lot::Mutex;
 
 use super::HcclCode;
 use crate::error::{Error, Result};
-use crate::runtime::{Backend, Runtime};
+use crate::runtime::Runtime;
+use crate::sibling::{LibCache, LibChoice};
 
-/// Tables chosen so far, keyed by the address of the ACL table they serve.
-fn chosen() -> &'static Mutex<HashMap<usize, &'static HcclLib>> {
-    static M: OnceLock<Mutex<HashMap<usize, &'static HcclLib>>> = OnceLock::new();
-    M.get_or_init(Default::default)
-}
+/// Tables chosen so far, one per ACL table.
+static TABLES: LibCache<HcclLib> = LibCache::new();
 
 fn load_err(e: &hccl_sys::LoadError) -> Error {
     Error::Load(Box::new(e.clone()))
 }
 
-fn choose(rt: &Runtime) -> Result<&'static HcclLib> {
-    #[cfg(feature = "emulator")]
-    if std::ptr::eq(rt.acl(), ascend_sim::acl_table()) {
-        return Ok(ascend_sim::hccl_table());
-    }
-    let explicit = std::env::var_os(hccl_sys::SPEC.path_var).is_some_and(|p| !p.is_empty());
-    if let (Backend::EmulatorDl { .. }, false) = (rt.backend(), explicit) {
-        if let acl::Source::Dl(libs) = rt.acl().source() {
-            let paths: Vec<_> = libs.iter().map(|(p, _)| p.clone()).collect();
-            // SAFETY: the file is the emulator's shared library, already trusted (and opened)
-            // as this runtime's ACL library; it exports the HCCL symbols with the signatures
-            // hccl-sys declares. Leaked: handles made through it may live as long as the process.
+fn open(choice: LibChoice) -> Result<&'static HcclLib> {
+    match choice {
+        #[cfg(feature = "emulator")]
+        LibChoice::InProcess => Ok(ascend_sim::hccl_table()),
+        LibChoice::EmulatorFiles(paths) => {
+            // SAFETY: the files are the emulator's shared library, already trusted (and
+            // opened) as this runtime's ACL library; it exports the HCCL symbols with the
+            // signatures hccl-sys declares. Leaked: handles made through it may live as long
+            // as the process.
             let lib = unsafe { HcclLib::open_paths(&paths) }.map_err(|e| load_err(&e))?;
-            return Ok(Box::leak(Box::new(lib)));
+            Ok(Box::leak(Box::new(lib)))
         }
+        _ => hccl_sys::hccl().map_err(load_err),
     }
-    hccl_sys::hccl().map_err(load_err)
 }
 
 /// The HCCL table serving `rt` (see the module docs), chosen once per ACL table.
 pub(crate) fn table(rt: &Runtime) -> Result<&'static HcclLib> {
-    let key = rt.acl() as *const AclLib as usize;
-    let mut m = chosen().lock();
-    if let Some(t) = m.get(&key) {
-        return Ok(t);
-    }
-    let t = choose(rt)?;
-    tracing::debug!(source = %t.source().describe(), "HCCL table chosen");
-    m.insert(key, t);
-    Ok(t)
+    TABLES.get_or_open(rt, hccl_sys::SPEC.path_var, |choice| {
+        let t = open(choice)?;
+        tracing::debug!(source = %t.source().describe(), "HCCL table chosen");
+        Ok(t)
+    })
 }
 
 impl Runtime {

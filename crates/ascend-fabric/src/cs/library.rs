@@ -1,0 +1,104 @@
+//! Which HIXL library serves a runtime, and calling through it: status checks with the C
+//! name and the library's message, and the host-side argument conversions every call shares.
+
+use std::ffi::CString;
+use std::time::Duration;
+
+use ascend_mem::sibling::{LibCache, LibChoice};
+use ascend_mem::Runtime;
+use hixl_sys as hixl;
+use hixl_sys::HixlLib;
+
+use super::error::{Error, Result};
+use crate::code::HixlCode;
+
+/// Tables chosen so far, one per ACL table.
+static TABLES: LibCache<HixlLib> = LibCache::new();
+
+fn open(choice: LibChoice) -> Result<&'static HixlLib> {
+    match choice {
+        #[cfg(feature = "emulator")]
+        LibChoice::InProcess => Ok(ascend_sim::hixl_table()),
+        LibChoice::EmulatorFiles(paths) if !paths.is_empty() => {
+            // SAFETY: the file is the emulator's shared library, already trusted (and opened)
+            // as this runtime's ACL library; it exports the HixlCS symbols with the signatures
+            // hixl-sys declares. Leaked: handles made through it may live as long as the
+            // process.
+            let lib =
+                unsafe { HixlLib::open_path(&paths[0]) }.map_err(|e| Error::Load(Box::new(e)))?;
+            Ok(Box::leak(Box::new(lib)))
+        }
+        // Without this crate's `emulator` feature an in-process runtime gets the search, as
+        // before the choice was shared.
+        _ => hixl::hixl().map_err(|e| Error::Load(Box::new(e.clone()))),
+    }
+}
+
+/// The HIXL table serving `rt` (see the module docs), chosen once per ACL table and kept for
+/// the process (the rule is ascend-mem's [`sibling`](ascend_mem::sibling) one, shared with
+/// its HCCL table).
+///
+/// # Errors
+/// [`Error::Load`] when the library cannot be opened (the message lists every path tried).
+pub fn table(rt: &Runtime) -> Result<&'static HixlLib> {
+    TABLES.get_or_open(rt, hixl::SPEC.path_var, |choice| {
+        let t = open(choice)?;
+        tracing::debug!(source = %t.source().describe(), "HIXL table chosen");
+        Ok(t)
+    })
+}
+
+pub(super) fn message(lib: &HixlLib) -> Box<str> {
+    #[cfg(feature = "emulator")]
+    if std::ptr::eq(lib, ascend_sim::hixl_table()) {
+        return ascend_sim::hixl_last_error_message()
+            .unwrap_or_default()
+            .into_boxed_str();
+    }
+    let _ = lib;
+    Box::from("")
+}
+
+pub(super) fn check(
+    lib: &HixlLib,
+    api: &'static str,
+    r: std::result::Result<hixl::HixlStatus, hixl::MissingSymbol>,
+) -> Result<()> {
+    match r? {
+        hixl::HIXL_SUCCESS => Ok(()),
+        code => Err(Error::Hixl {
+            api,
+            code: HixlCode(code),
+            msg: message(lib),
+        }),
+    }
+}
+
+/// `xcall!(lib, HixlCSFoo(a, b))`: calls through the table and checks the status with the C
+/// name. Must be used inside an `unsafe` block.
+macro_rules! xcall {
+    ($lib:expr, $f:ident ( $($arg:expr),* $(,)? )) => {{
+        let lib: &HixlLib = $lib;
+        $crate::cs::library::check(lib, stringify!($f), lib.$f($($arg),*))
+    }};
+}
+pub(super) use xcall;
+
+pub(super) fn millis(api: &'static str, t: Duration) -> Result<u32> {
+    u32::try_from(t.as_millis())
+        .ok()
+        .filter(|ms| *ms > 0)
+        .ok_or_else(|| Error::InvalidArgument {
+            api,
+            what: "timeout (ms, 1..=u32::MAX)",
+            value: format!("{t:?}").into(),
+        })
+}
+
+pub(super) fn cstring(api: &'static str, what: &'static str, s: &str) -> Result<CString> {
+    CString::new(s).map_err(|_| Error::InvalidArgument {
+        api,
+        what,
+        value: format!("{s:?} (contains NUL)").into(),
+    })
+}

@@ -1,0 +1,80 @@
+//! Memory HIXL can register: the [`CommMemory`] contract, the memory kinds as the C API
+//! writes them (`CommMemType`), and the memory a registration or batch keeps alive.
+
+use std::any::Any;
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use ascend_mem::{DeviceBuffer, HostBuffer, Mapping};
+use hixl_sys as hixl;
+
+pub use crate::registry::MemKind;
+
+/// `kind` as a `CommMemType`.
+pub(super) fn raw_kind(kind: MemKind) -> hixl::CommMemType {
+    match kind {
+        MemKind::Device => hixl::COMM_MEM_TYPE_DEVICE,
+        MemKind::Host => hixl::COMM_MEM_TYPE_HOST,
+    }
+}
+
+/// A `CommMemType` as a kind (anything but HOST is device memory).
+pub(super) fn kind_of_raw(t: hixl::CommMemType) -> MemKind {
+    if t == hixl::COMM_MEM_TYPE_HOST {
+        MemKind::Host
+    } else {
+        MemKind::Device
+    }
+}
+
+/// Memory that can be registered with HIXL.
+///
+/// # Safety
+/// [`CommMemory::range`] returns memory of that kind, made through the same runtime, valid for
+/// as long as the value lives and the same every time it is called.
+pub unsafe trait CommMemory: Send + Sync + 'static {
+    /// Kind, first address and length in bytes.
+    fn range(&self) -> (MemKind, *mut c_void, usize);
+}
+
+// SAFETY: the buffer's mapping is device memory, unmapped only when the buffer drops.
+unsafe impl CommMemory for DeviceBuffer {
+    fn range(&self) -> (MemKind, *mut c_void, usize) {
+        (MemKind::Device, self.as_raw(), self.len())
+    }
+}
+
+// SAFETY: device-accessible host memory, unmapped only when the buffer drops.
+unsafe impl CommMemory for HostBuffer {
+    fn range(&self) -> (MemKind, *mut c_void, usize) {
+        (MemKind::Host, self.as_raw(), self.len())
+    }
+}
+
+// SAFETY: the mapping stays mapped while the value lives; its kind follows the memory.
+unsafe impl CommMemory for Mapping {
+    fn range(&self) -> (MemKind, *mut c_void, usize) {
+        let kind = if self.is_host() {
+            MemKind::Host
+        } else {
+            MemKind::Device
+        };
+        (kind, self.as_raw(), self.len())
+    }
+}
+
+/// Memory kept alive by a registration or an in-flight batch.
+pub(super) type Keep = Arc<dyn Any + Send + Sync>;
+
+/// The C descriptor of `m`, with its kind.
+pub(super) fn comm_mem<M: CommMemory>(m: &M) -> (MemKind, hixl::CommMem) {
+    let (kind, addr, size) = m.range();
+    (
+        kind,
+        hixl::CommMem {
+            type_: raw_kind(kind),
+            addr,
+            size: size as u64,
+        },
+    )
+}

@@ -1,0 +1,60 @@
+//! The heartbeat thread: every interval, a heartbeat on each channel's keepalive socket; a
+//! channel whose heartbeat cannot be sent is lost.
+
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::channel::{self, Channel, ChannelMap};
+use crate::control;
+use crate::error::LostReason;
+
+/// Stops the heartbeat thread ([`Monitor::stop`]).
+#[derive(Default)]
+pub(crate) struct Monitor {
+    stop: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Monitor {
+    /// Tells the thread to end (it does within one wake-up).
+    pub(crate) fn stop(&self) {
+        *self.stop.lock() = true;
+        self.cv.notify_all();
+    }
+}
+
+/// Starts the heartbeat thread over the channels of `channels`, until `monitor` is stopped or
+/// the map is gone.
+pub(crate) fn spawn_heartbeats(
+    channels: Weak<ChannelMap>,
+    monitor: Arc<Monitor>,
+    every: Duration,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("fabric-heartbeat".into())
+        .spawn(move || loop {
+            {
+                let mut stop = monitor.stop.lock();
+                if !*stop {
+                    monitor.cv.wait_for(&mut stop, every);
+                }
+                if *stop {
+                    return;
+                }
+            }
+            let Some(map) = channels.upgrade() else {
+                return;
+            };
+            let chans: Vec<Arc<Channel>> = map.read().values().cloned().collect();
+            for ch in chans {
+                let r = control::send_heartbeat(&mut ch.keepalive.lock());
+                if let Err(e) = r {
+                    tracing::warn!(peer = %ch.peer, error = %e, "heartbeat failed");
+                    channel::lose(&map, &ch, LostReason::HeartbeatFailed);
+                }
+            }
+        })
+}

@@ -1,0 +1,121 @@
+//! What a channel imports from its peer: each offered segment imported and mapped into the
+//! engine's VA pool ([`Import`]), the copy table over them, and the index that finds the
+//! segment holding a remote address.
+
+use std::sync::Arc;
+
+use ascend_mem::{Device, MappingTable, ShareKind, SharedHandle};
+
+use crate::error::{Error, Result};
+use crate::pool::{SlotMapping, VaPool};
+use crate::ranges::RangeMap;
+use crate::wire::ShareHandleEntry;
+
+/// A peer segment imported and mapped into this engine's VA pool.
+pub(crate) struct Import {
+    /// Shared with the channel's copy table, which holds it until the table is gone.
+    pub(crate) map: Arc<SlotMapping>,
+}
+
+/// The segments of a range map as dense `(start, end)` pairs, with a summary of every
+/// [`SegIndex::BLOCK`]-th start: finding the segment that holds a range touches the (hot)
+/// summary and one block, a few cache lines, where a binary search over the segments
+/// themselves misses on most of its steps once a peer offers thousands of segments.
+#[derive(Default)]
+pub(crate) struct SegIndex {
+    spans: Vec<(u64, u64)>,
+    top: Vec<u64>,
+}
+
+impl SegIndex {
+    const BLOCK: usize = 8;
+
+    pub(crate) fn new<V>(map: &RangeMap<V>) -> SegIndex {
+        let spans: Vec<(u64, u64)> = map.segments().iter().map(|s| (s.start, s.end())).collect();
+        let top = spans.iter().step_by(Self::BLOCK).map(|s| s.0).collect();
+        SegIndex { spans, top }
+    }
+
+    /// Index and start of the segment holding all of `[addr, addr + len)`, if one does.
+    #[inline]
+    pub(crate) fn holding(&self, addr: u64, len: u64) -> Option<(usize, u64)> {
+        let b = self.top.partition_point(|&k| k <= addr).checked_sub(1)?;
+        let lo = b * Self::BLOCK;
+        let hi = (lo + Self::BLOCK).min(self.spans.len());
+        // A counting scan: independent loads, about one cache miss for a cold block.
+        let i = lo + self.spans[lo..hi].iter().filter(|s| s.0 <= addr).count() - 1;
+        let (start, end) = self.spans[i];
+        (addr.checked_add(len)? <= end).then_some((i, start))
+    }
+}
+
+/// What a live channel imported from its peer. Dropping it unmaps every import and returns
+/// its VA to the pool (once no stream holds the table any more).
+pub(crate) struct Remote {
+    /// `map`'s imports as a copy table (entry i = segment i). It holds the imports'
+    /// `SlotMapping`s as well, so whichever goes last, table or map, unmaps an import
+    /// before its VA goes back to the pool (even if a stream that failed to be destroyed
+    /// leaked the table).
+    pub(crate) table: MappingTable,
+    /// Remote va → imported mapping, held inline (one pointer less to chase per
+    /// descriptor than an `Arc` each). Immutable after connect.
+    pub(crate) map: RangeMap<Import>,
+    /// Search index over `map`'s segment starts.
+    pub(crate) index: SegIndex,
+}
+
+impl Remote {
+    /// The imports of `map`, with their copy table and search index.
+    pub(crate) fn new(dev: &Device, map: RangeMap<Import>) -> ascend_mem::Result<Remote> {
+        let table = MappingTable::with_keepalive(
+            dev,
+            map.segments()
+                .iter()
+                .map(|s| s.value.map.mapping().as_slice()),
+            map.segments()
+                .iter()
+                .map(|s| s.value.map.clone())
+                .collect::<Vec<_>>(),
+        )?;
+        Ok(Remote {
+            index: SegIndex::new(&map),
+            table,
+            map,
+        })
+    }
+
+    /// Imports and maps every entry `peer` offered, into `pool`; on a failure, what was
+    /// imported so far is undone (dropped) and the error names the entry.
+    pub(crate) fn import_entries(
+        dev: &Device,
+        pool: &Arc<VaPool>,
+        peer: &str,
+        entries: &[ShareHandleEntry],
+    ) -> Result<Remote> {
+        let mut remote_map = RangeMap::new();
+        for (index, e) in entries.iter().enumerate() {
+            let bad = |reason| Error::BadEntry {
+                peer: peer.to_owned(),
+                index,
+                va_addr: e.va_addr,
+                len: e.len,
+                reason,
+            };
+            let len = usize::try_from(e.len).map_err(|_| bad("length does not fit"))?;
+            if len == 0 {
+                return Err(bad("zero length"));
+            }
+            if e.va_addr.checked_add(e.len).is_none() {
+                return Err(bad("address range overflows"));
+            }
+            let mem = SharedHandle::from_parts(ShareKind::Fabric, len, e.share_handle)
+                .import(dev)
+                .inspect_err(|err| tracing::warn!(peer, index, error = %err, "import failed"))?;
+            let map = Arc::new(pool.map(dev, &mem)?);
+            remote_map
+                .insert(e.va_addr, e.len, Import { map })
+                .map_err(|_| bad("overlaps another entry"))?;
+        }
+        Ok(Remote::new(dev, remote_map)?)
+    }
+}
