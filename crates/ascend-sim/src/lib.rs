@@ -39,6 +39,11 @@
 //! * **Streams**: `threaded` mode runs one worker thread per stream (spins 50 µs, then parks);
 //!   `deterministic` mode runs queued work on the caller's thread at synchronize, query and wait
 //!   points. A NULL stream is the current context's default stream.
+//! * **Batched copies** (`aclrtMemcpyBatch[Async][V2]`): every check (arrays, attribute runs,
+//!   `rsv`, each copy's size, memory and location, one direction per batch: host-to-device or
+//!   device-to-host) before any byte moves; `failIndex` names the failing copy (`SIZE_MAX`
+//!   otherwise). The async forms queue one task for the whole batch. Rules and codes in the
+//!   `vmm::batch` module docs.
 //! * **Stream-ordered values**: `aclrtValueWrite` stores a `u64` when the stream reaches it;
 //!   `aclrtValueWait` stops the stream until the word satisfies GEQ (wrapping), EQ, AND or NOR.
 //!   The word must be an 8-byte aligned word of device-accessible memory. A blocked wait spins
@@ -453,6 +458,10 @@ symbol_table!(
     aclrtDestroyEvent,
     aclrtMemcpy,
     aclrtMemcpyAsync,
+    aclrtMemcpyBatch,
+    aclrtMemcpyBatchV2,
+    aclrtMemcpyBatchAsync,
+    aclrtMemcpyBatchAsyncV2,
     aclrtMemset,
     aclrtMemsetAsync,
     aclrtMalloc,

@@ -6,10 +6,12 @@
 //! event wait, a test hold, a value wait) poll the stream's abort epoch so `aclrtStreamAbort` can
 //! cancel them.
 
+pub(crate) mod batch;
 pub(crate) mod exports;
 pub(crate) mod hold;
 pub(crate) mod queue;
 pub(crate) mod value;
 
+pub use batch::{aclrtMemcpyBatchAsync, aclrtMemcpyBatchAsyncV2};
 pub use exports::*;
 pub use value::{aclrtValueWait, aclrtValueWrite};
