@@ -335,6 +335,17 @@ pub enum Error {
         /// How many other owners hold it.
         refs: usize,
     },
+    /// A stream-ordered value word ([`ValueWord`](crate::ValueWord)) is not 8 bytes at an
+    /// 8-byte aligned address.
+    #[error("{what}: a value word is 8 bytes at an 8-byte aligned address; got {len} bytes at {addr:#x}")]
+    BadValueWord {
+        /// The call that checked it, e.g. `"ValueWord::new"`.
+        what: &'static str,
+        /// The start address given.
+        addr: usize,
+        /// The length given.
+        len: usize,
+    },
     /// An error a `Drop` on this device recorded earlier (drops cannot return errors).
     #[error("an earlier teardown on device {device} failed")]
     Sticky {
@@ -367,7 +378,8 @@ impl Error {
             | Error::InvalidArgument { .. }
             | Error::AlreadyExported
             | Error::BadHandleBytes { .. }
-            | Error::Busy { .. } => ErrorKind::InvalidArgument,
+            | Error::Busy { .. }
+            | Error::BadValueWord { .. } => ErrorKind::InvalidArgument,
             Error::Sticky { source, .. } => source.kind(),
         }
     }

@@ -78,3 +78,4 @@ pub mod phys;
 pub mod share;
 pub mod stream;
 pub mod va;
+pub mod value;
