@@ -66,6 +66,7 @@ macro_rules! call {
     }};
 }
 
+pub mod batch;
 pub mod copy;
 pub mod device;
 pub mod event;
