@@ -24,8 +24,7 @@ use crate::remote::Remote;
 use crate::request::{AutoDisconnect, Pending, ReqInner, TransferRequest};
 use crate::slots::{SlotFrom, SlotGuard, SlotPool};
 use crate::stats::PeerStats;
-use crate::transfer::TransferOptions;
-use crate::transfer::{TransferDesc, TransferOp};
+use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
 use crate::wire::{NotifyMsg, ShareHandleEntry};
 
 struct Handler {
@@ -655,11 +654,7 @@ impl Engine {
 
     /// The channel to `remote`; with `AutoConnect` and none, connects first (HIXL's connect on
     /// demand, within 3 s and `deadline`).
-    pub(crate) fn channel_for(
-        &self,
-        remote: &str,
-        deadline: Option<Instant>,
-    ) -> Result<Arc<Channel>> {
+    fn channel_for(&self, remote: &str, deadline: Option<Instant>) -> Result<Arc<Channel>> {
         let inner = &self.inner;
         let lookup = || inner.channels.read().get(remote).cloned();
         let not_connected = || Error::NotConnected {
