@@ -71,6 +71,8 @@
 mod code;
 mod comm;
 mod config;
+mod onesided;
+mod peer;
 mod state;
 pub(crate) mod table;
 mod types;
@@ -81,6 +83,7 @@ pub use comm::Comm;
 pub use config::{CommConfig, Deterministic, OpExpansion, RootInfo, DEFAULT_SYM_WINDOW_MAX_GB};
 pub use half;
 pub use hccl_sys;
+pub use peer::{PeerView, SIGNAL_AREA_BYTES, SIGNAL_SLOTS};
 pub use types::{CollectiveBuffer, DataType, HcclType, ReduceOp};
 pub use window::SymWindow;
 

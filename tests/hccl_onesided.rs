@@ -1,0 +1,209 @@
+//! One-sided puts and gets on symmetric windows through the safe API, ranks as threads: data
+//! put into every peer's part lands there (2, 4 and 8 ranks), gets read a peer's part, every
+//! bad input is a typed error before any C call (rank, offset, size, element alignment, a
+//! window no longer registered), and windows, streams and buffers dropped in any order while
+//! puts are queued stay safe, with the emulator's counters back at zero.
+
+mod common;
+mod hccl_util;
+
+use ascend_mem::hccl::{SymWindow, SIGNAL_AREA_BYTES};
+use ascend_mem::{DeviceBuffer, Error, ErrorKind, TypedSlice};
+use common::setup;
+use hccl_util::*;
+
+const MIB: usize = 1 << 20;
+/// Elements each rank puts into each peer.
+const K: usize = 1024;
+
+/// The first `n` u32 of `b` (buffers are whole allocation granules, longer than asked).
+fn words(b: &DeviceBuffer, n: usize) -> TypedSlice<'_, u32> {
+    b.slice(..n * 4).unwrap().typed::<u32>().unwrap()
+}
+
+fn val(from: u32, to: u32, i: usize) -> u32 {
+    (from << 24) | (to << 16) | i as u32
+}
+
+/// Every rank puts K elements into every rank's data area at `K * rank`, then gets the
+/// next rank's block from it back and checks both.
+fn put_get_round(r: &mut Rank<'_>) {
+    let buf = DeviceBuffer::new(&r.dev, 2 * MIB).unwrap();
+    let win = SymWindow::register_mapping(&r.comm, buf.mapping()).unwrap();
+    assert_eq!(win.data_len(), 2 * MIB - SIGNAL_AREA_BYTES);
+    let src_buf = DeviceBuffer::new(&r.dev, r.n as usize * K * 4).unwrap();
+    let src = words(&src_buf, r.n as usize * K);
+    for to in 0..r.n {
+        let block: Vec<u32> = (0..K).map(|i| val(r.rank, to, i)).collect();
+        src.write_slice(&block, to as usize * K).unwrap();
+    }
+    for to in 0..r.n {
+        let peer = win.peer::<u32>(to).unwrap();
+        assert_eq!(peer.len(), win.data_len() / 4);
+        let part = src.slice(to as usize * K..(to as usize + 1) * K).unwrap();
+        r.stream.put(&peer, &part, r.rank as usize * K).unwrap();
+    }
+    r.stream.synchronize().unwrap();
+    r.barrier.wait();
+    let mine = buf.typed::<u32>().unwrap();
+    let got = mine
+        .slice(..r.n as usize * K)
+        .unwrap()
+        .read_to_vec()
+        .unwrap();
+    for from in 0..r.n {
+        let want: Vec<u32> = (0..K).map(|i| val(from, r.rank, i)).collect();
+        let b = from as usize * K;
+        assert_eq!(got[b..b + K], want[..], "rank {} from {from}", r.rank);
+    }
+    // Get what the next rank received from us.
+    let next = (r.rank + 1) % r.n;
+    let back_buf = DeviceBuffer::new(&r.dev, K * 4).unwrap();
+    let back = words(&back_buf, K);
+    let peer = win.peer::<u32>(next).unwrap();
+    r.stream.get(&peer, r.rank as usize * K, &back).unwrap();
+    r.stream.synchronize().unwrap();
+    let want: Vec<u32> = (0..K).map(|i| val(r.rank, next, i)).collect();
+    assert_eq!(back.read_to_vec().unwrap(), want);
+    drop(peer);
+    r.barrier.wait();
+    win.close().unwrap();
+}
+
+#[test]
+fn puts_and_gets_on_2_4_and_8_ranks() {
+    let env = setup();
+    for n in [2, 4, 8] {
+        ranks(&env.rt, n, &test_config(), put_get_round);
+    }
+    env.finish();
+}
+
+#[track_caller]
+fn assert_invalid(e: &Error, api: &str) {
+    assert!(
+        matches!(e, Error::InvalidArgument { api: a, .. } if *a == api),
+        "expected InvalidArgument from {api}, got {e:?}"
+    );
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+}
+
+/// Every bad input the host can check is a typed error and queues nothing.
+fn bad_inputs(r: &mut Rank<'_>) {
+    let buf = DeviceBuffer::new(&r.dev, 2 * MIB).unwrap();
+    let win = SymWindow::register_mapping(&r.comm, buf.mapping()).unwrap();
+    let e = win.peer::<u32>(r.n).unwrap_err();
+    assert_invalid(&e, "HcclSymWinGetPeerPointer");
+    let e = win.peer::<u32>(u32::MAX).unwrap_err();
+    assert_invalid(&e, "HcclSymWinGetPeerPointer");
+    let peer = win.peer::<u32>((r.rank + 1) % r.n).unwrap();
+    let src_buf = DeviceBuffer::new(&r.dev, 64 * 4).unwrap();
+    let src = words(&src_buf, 64);
+    let n = peer.len();
+    for off in [n - 63, n, usize::MAX] {
+        let e = r.stream.put(&peer, &src, off).unwrap_err();
+        assert!(matches!(e, Error::OutOfBounds { .. }), "{e:?}");
+        let e = r.stream.get(&peer, off, &src).unwrap_err();
+        assert!(matches!(e, Error::OutOfBounds { .. }), "{e:?}");
+    }
+    // Too big for the data area at any offset.
+    let big_buf = DeviceBuffer::new(&r.dev, 4 * MIB).unwrap();
+    let big = words(&big_buf, MIB);
+    let e = r.stream.put(&peer, &big, 0).unwrap_err();
+    assert!(matches!(e, Error::OutOfBounds { .. }), "{e:?}");
+    // The last element fits exactly.
+    r.stream
+        .put(&peer, &src.slice(..1).unwrap(), n - 1)
+        .unwrap();
+    // Another device's buffer.
+    let other = DeviceBuffer::new(&r.dev.runtime().device(9).unwrap(), 4096).unwrap();
+    let e = r.stream.put(&peer, &words(&other, 16), 0).unwrap_err();
+    assert!(matches!(e, Error::WrongDevice { .. }), "{e:?}");
+    r.stream.synchronize().unwrap();
+    drop(peer);
+    // A window whose start is not aligned for the element type, and one too small for the
+    // signal area.
+    r.barrier.wait();
+    win.close().unwrap();
+    let odd = SymWindow::register(&r.comm, &buf.slice(1..MIB).unwrap()).unwrap();
+    let e = odd.peer::<u32>(0).unwrap_err();
+    assert!(matches!(e, Error::MisalignedElements { .. }), "{e:?}");
+    assert!(odd.peer::<u8>(0).is_ok());
+    odd.close().unwrap();
+    let tiny = SymWindow::register(&r.comm, &buf.slice(..SIGNAL_AREA_BYTES - 1).unwrap()).unwrap();
+    assert_eq!(tiny.data_len(), 0);
+    let e = tiny.peer::<u8>(0).unwrap_err();
+    assert_invalid(&e, "HcclSymWinGetPeerPointer");
+    tiny.close().unwrap();
+}
+
+#[test]
+fn bad_inputs_are_typed_errors() {
+    let env = setup();
+    ranks(&env.rt, 2, &test_config(), bad_inputs);
+    env.finish();
+}
+
+/// A window deregistered under the safe API's feet (raw calls on every rank): views are
+/// refused; the window's own drop then fails and leaves the sticky error, which is taken.
+#[test]
+fn a_window_no_longer_registered_gives_no_views() {
+    let env = setup();
+    ranks(&env.rt, 2, &test_config(), |r| {
+        let buf = DeviceBuffer::new(&r.dev, 2 * MIB).unwrap();
+        let win = SymWindow::register_mapping(&r.comm, buf.mapping()).unwrap();
+        let h = r.dev.runtime().hccl().unwrap();
+        // SAFETY: the window is registered; after this only the safe API's drop touches it,
+        // and that expects a possibly missing window.
+        let code = unsafe { h.HcclCommSymWinDeregister(win.as_raw()) }.unwrap();
+        assert_eq!(code, 0);
+        assert!(!win.is_registered().unwrap());
+        let e = win.peer::<u32>(0).unwrap_err();
+        assert_invalid(&e, "HcclSymWinGetPeerPointer");
+        drop(win);
+        let e = r.dev.check_sticky().unwrap_err();
+        assert!(e.hccl_code().is_some(), "{e:?}");
+    });
+    env.finish();
+}
+
+/// Puts queued on a held stream, then the window, the view, the buffers and the stream
+/// dropped in each order: nothing breaks, and once the stream runs the data has arrived
+/// (where the receiver still looks).
+#[test]
+fn drop_orders_with_queued_puts_are_safe() {
+    let env = setup();
+    for order in 0..3 {
+        ranks(&env.rt, 2, &test_config(), |r| {
+            let buf = DeviceBuffer::new(&r.dev, 2 * MIB).unwrap();
+            let win = SymWindow::register_mapping(&r.comm, buf.mapping()).unwrap();
+            let src = DeviceBuffer::new(&r.dev, K * 4).unwrap();
+            let s = words(&src, K);
+            s.write_slice(&vec![r.rank + 7; K], 0).unwrap();
+            let peer = win.peer::<u32>((r.rank + 1) % r.n).unwrap();
+            let hold = ascend_sim::testing::hold_stream(r.stream.as_raw());
+            r.stream.put(&peer, &s, 0).unwrap();
+            match order {
+                // The window, the view and the source go first: the stream keeps them.
+                0 => drop((win, peer, src)),
+                // The view and the window first, the source stays.
+                1 => drop((peer, win)),
+                // The source first, the window after.
+                _ => {
+                    drop(src);
+                    drop(peer);
+                    drop(win);
+                }
+            }
+            drop(hold);
+            r.stream.synchronize().unwrap();
+            r.barrier.wait();
+            // The window deregistered at the synchronize (collectively); the memory stays
+            // ours, with the peer's data in it.
+            let got = buf.typed::<u32>().unwrap().slice(..K).unwrap();
+            let from = (r.rank + r.n - 1) % r.n;
+            assert_eq!(got.read_to_vec().unwrap(), vec![from + 7; K]);
+        });
+    }
+    env.finish();
+}
