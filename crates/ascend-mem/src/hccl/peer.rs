@@ -17,6 +17,8 @@ use super::state::WinInner;
 use super::table::hcall;
 use super::window::SymWindow;
 use crate::error::{Error, Result};
+use crate::stream::ValueWord;
+use crate::vmm::Mapping;
 
 /// Signal words per rank's part of a window (64-bit each), kept in the part's tail.
 pub const SIGNAL_SLOTS: usize = 256;
@@ -46,7 +48,6 @@ pub struct PeerView<T> {
     /// The peer's byte 0 of the registered range, in this process.
     pub(crate) base: usize,
     /// The peer's signal area, in this process.
-    #[allow(dead_code)] // used by the signal calls
     pub(crate) signals: usize,
     /// Elements of `T` in the data area.
     pub(crate) len: usize,
@@ -150,8 +151,36 @@ impl SymWindow {
         })
     }
 
+    /// This rank's signal word `slot` now (a host load of a word the stream may write).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a bad slot or a window too small for the signal area.
+    pub fn signal_value(&self, slot: usize) -> Result<u64> {
+        let (map, off) = self.signal_at(slot, "SymWindow::signal_value")?;
+        ValueWord::at(&map, off)?.load()
+    }
+
+    /// Sets every signal word of this rank to 0 (host stores). Memory fresh from the emulator
+    /// is zero, device memory need not be: reset before first use, on every rank, and make
+    /// sure every rank has (e.g. [`Comm::barrier`](super::Comm::barrier) and a synchronize)
+    /// before any peer signals.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a window too small for the signal area; a store failure.
+    pub fn reset_signals(&self) -> Result<()> {
+        let (map, off) = self.signal_at(0, "SymWindow::reset_signals")?;
+        map.slice(off..off + SIGNAL_AREA_BYTES)?.fill(0)
+    }
+
+    /// The window's mapping and the byte offset in it of this rank's signal word `slot`.
+    fn signal_at(&self, slot: usize, api: &'static str) -> Result<(Mapping, usize)> {
+        let addr = self.own_signal(slot, api)?;
+        let map = self.mapping();
+        let off = addr - map.as_raw() as usize;
+        Ok((map, off))
+    }
+
     /// This rank's signal word `slot` in this process (checked against [`SIGNAL_SLOTS`]).
-    #[allow(dead_code)] // used by the signal calls
     pub(crate) fn own_signal(&self, slot: usize, api: &'static str) -> Result<usize> {
         let w = &self.inner;
         let sig = signal_offset(w.addr, w.len).ok_or(Error::InvalidArgument {
@@ -165,7 +194,6 @@ impl SymWindow {
 }
 
 /// Checks a signal slot number.
-#[allow(dead_code)] // used by the signal calls
 pub(crate) fn check_slot(slot: usize, api: &'static str) -> Result<()> {
     if slot >= SIGNAL_SLOTS {
         return Err(Error::InvalidArgument {

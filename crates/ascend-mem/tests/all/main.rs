@@ -12,6 +12,8 @@ mod bad_inputs;
 mod drop_order;
 mod fault_injection;
 mod hccl_collectives;
+mod hccl_onesided;
+mod hccl_onesided_procs;
 mod hccl_procs;
 mod hccl_windows;
 mod npu_vmm;

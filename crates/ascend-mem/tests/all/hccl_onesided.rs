@@ -1,16 +1,17 @@
-//! One-sided puts and gets on symmetric windows through the safe API, ranks as threads: data
-//! put into every peer's part lands there (2, 4 and 8 ranks), gets read a peer's part, every
-//! bad input is a typed error before any C call (rank, offset, size, element alignment, a
-//! window no longer registered), and windows, streams and buffers dropped in any order while
-//! puts are queued stay safe, with the emulator's counters back at zero.
+//! One-sided puts, gets and signals on symmetric windows through the safe API, ranks as
+//! threads: data put into every peer's part lands there and the peer's signal wait releases
+//! after it (2, 4 and 8 ranks), gets read a peer's part, every bad input is a typed error
+//! before any C call (rank, offset, size, element alignment, signal slot, a window no longer
+//! registered), a wait for a signal that never comes ends at its deadline, and windows,
+//! streams and buffers dropped in any order while puts are queued stay safe, with the
+//! emulator's counters back at zero. The process forms are in `hccl_onesided_procs`.
 
-mod common;
-mod hccl_util;
+use std::time::Duration;
 
-use ascend_mem::hccl::{SymWindow, SIGNAL_AREA_BYTES};
-use ascend_mem::{DeviceBuffer, Error, ErrorKind, TypedSlice};
-use common::setup;
-use hccl_util::*;
+use crate::common::setup;
+use crate::hccl_util::*;
+use ascend_mem::hccl::{SymWindow, SIGNAL_AREA_BYTES, SIGNAL_SLOTS};
+use ascend_mem::{DeviceBuffer, Error, ErrorKind, TypedSlice, WaitCmp};
 
 const MIB: usize = 1 << 20;
 /// Elements each rank puts into each peer.
@@ -25,12 +26,16 @@ fn val(from: u32, to: u32, i: usize) -> u32 {
     (from << 24) | (to << 16) | i as u32
 }
 
-/// Every rank puts K elements into every rank's data area at `K * rank`, then gets the
-/// next rank's block from it back and checks both.
+/// Every rank puts K elements into every rank's data area at `K * rank` with a signal in
+/// slot `rank`, waits for every sender's signal, checks what arrived, then gets the next
+/// rank's block from it back.
 fn put_get_round(r: &mut Rank<'_>) {
     let buf = DeviceBuffer::new(&r.dev, 2 * MIB).unwrap();
     let win = SymWindow::register_mapping(&r.comm, buf.mapping()).unwrap();
     assert_eq!(win.data_len(), 2 * MIB - SIGNAL_AREA_BYTES);
+    win.reset_signals().unwrap();
+    r.comm.barrier(&mut r.stream).unwrap();
+    r.stream.synchronize().unwrap();
     let src_buf = DeviceBuffer::new(&r.dev, r.n as usize * K * 4).unwrap();
     let src = words(&src_buf, r.n as usize * K);
     for to in 0..r.n {
@@ -41,10 +46,21 @@ fn put_get_round(r: &mut Rank<'_>) {
         let peer = win.peer::<u32>(to).unwrap();
         assert_eq!(peer.len(), win.data_len() / 4);
         let part = src.slice(to as usize * K..(to as usize + 1) * K).unwrap();
-        r.stream.put(&peer, &part, r.rank as usize * K).unwrap();
+        let slot = r.rank as usize;
+        r.stream
+            .put_signal(&peer, &part, r.rank as usize * K, slot, 5)
+            .unwrap();
     }
-    r.stream.synchronize().unwrap();
-    r.barrier.wait();
+    for from in 0..r.n as usize {
+        r.stream.wait_signal(&win, from, WaitCmp::Geq, 5).unwrap();
+    }
+    r.comm
+        .synchronize_watched(&mut r.stream, Duration::from_secs(10))
+        .unwrap();
+    for from in 0..r.n as usize {
+        assert_eq!(win.signal_value(from).unwrap(), 5);
+    }
+    assert_eq!(win.signal_value(r.n as usize).unwrap(), 0);
     let mine = buf.typed::<u32>().unwrap();
     let got = mine
         .slice(..r.n as usize * K)
@@ -119,7 +135,35 @@ fn bad_inputs(r: &mut Rank<'_>) {
     let other = DeviceBuffer::new(&r.dev.runtime().device(9).unwrap(), 4096).unwrap();
     let e = r.stream.put(&peer, &words(&other, 16), 0).unwrap_err();
     assert!(matches!(e, Error::WrongDevice { .. }), "{e:?}");
+    // Signal slots past the area; the failed put_signal queues nothing (not even its put).
+    let e = r.stream.signal(&peer, SIGNAL_SLOTS, 1).unwrap_err();
+    assert_invalid(&e, "Stream::signal");
+    let e = r
+        .stream
+        .put_signal(&peer, &src, 0, SIGNAL_SLOTS, 1)
+        .unwrap_err();
+    assert_invalid(&e, "Stream::put_signal");
+    let e = r.stream.put_signal(&peer, &src, n, 0, 1).unwrap_err();
+    assert!(matches!(e, Error::OutOfBounds { .. }), "{e:?}");
+    let e = r
+        .stream
+        .wait_signal(&win, usize::MAX, WaitCmp::Eq, 1)
+        .unwrap_err();
+    assert_invalid(&e, "Stream::wait_signal");
+    let e = win.signal_value(SIGNAL_SLOTS).unwrap_err();
+    assert_invalid(&e, "SymWindow::signal_value");
+    let mut other_stream = ascend_mem::Stream::new(&other.mapping().device().clone()).unwrap();
+    let e = other_stream.signal(&peer, 0, 1).unwrap_err();
+    assert!(matches!(e, Error::WrongDevice { .. }), "{e:?}");
+    let e = other_stream
+        .wait_signal(&win, 0, WaitCmp::Eq, 1)
+        .unwrap_err();
+    assert!(matches!(e, Error::WrongDevice { .. }), "{e:?}");
+    drop(other_stream);
     r.stream.synchronize().unwrap();
+    // Nothing was signalled on either rank.
+    r.barrier.wait();
+    assert_eq!(win.signal_value(0).unwrap(), 0);
     drop(peer);
     // A window whose start is not aligned for the element type, and one too small for the
     // signal area.
@@ -135,6 +179,35 @@ fn bad_inputs(r: &mut Rank<'_>) {
     let e = tiny.peer::<u8>(0).unwrap_err();
     assert_invalid(&e, "HcclSymWinGetPeerPointer");
     tiny.close().unwrap();
+}
+
+/// A wait for a signal that never comes ends at its deadline with a timeout, and the aborted
+/// stream is usable again.
+#[test]
+fn a_signal_that_never_comes_ends_at_the_deadline() {
+    let env = setup();
+    ranks(&env.rt, 2, &test_config(), |r| {
+        let buf = DeviceBuffer::new(&r.dev, 2 * MIB).unwrap();
+        let win = SymWindow::register_mapping(&r.comm, buf.mapping()).unwrap();
+        r.stream.wait_signal(&win, 3, WaitCmp::Eq, 42).unwrap();
+        let e = r
+            .comm
+            .synchronize_watched(&mut r.stream, Duration::from_millis(100))
+            .unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Timeout, "{e:?}");
+        assert_eq!(win.signal_value(3).unwrap(), 0);
+        // The stream still works: a signal to ourselves releases a new wait.
+        let me = win.peer::<u8>(r.rank).unwrap();
+        r.stream.signal(&me, 3, 42).unwrap();
+        r.stream.wait_signal(&win, 3, WaitCmp::Eq, 42).unwrap();
+        r.comm
+            .synchronize_watched(&mut r.stream, Duration::from_secs(10))
+            .unwrap();
+        drop(me);
+        r.barrier.wait();
+        win.close().unwrap();
+    });
+    env.finish();
 }
 
 #[test]
