@@ -246,7 +246,7 @@ fn a_window_no_longer_registered_gives_no_views() {
 #[test]
 fn drop_orders_with_queued_puts_are_safe() {
     let env = setup();
-    for order in 0..3 {
+    for order in 0..4 {
         ranks(&env.rt, 2, &test_config(), |r| {
             let buf = DeviceBuffer::new(&r.dev, 2 * MIB).unwrap();
             let win = SymWindow::register_mapping(&r.comm, buf.mapping()).unwrap();
@@ -254,29 +254,54 @@ fn drop_orders_with_queued_puts_are_safe() {
             let s = words(&src, K);
             s.write_slice(&vec![r.rank + 7; K], 0).unwrap();
             let peer = win.peer::<u32>((r.rank + 1) % r.n).unwrap();
-            let hold = ascend_sim::testing::hold_stream(r.stream.as_raw());
-            r.stream.put(&peer, &s, 0).unwrap();
+            let mut stream = ascend_mem::Stream::new(&r.dev).unwrap();
+            let hold = ascend_sim::testing::hold_stream(stream.as_raw());
+            stream.put(&peer, &s, 0).unwrap();
+            // While the put is queued the window cannot be closed.
+            let win = match win.close() {
+                Err(e) => {
+                    let (e, w) = e.into_parts();
+                    assert!(matches!(e, Error::Busy { .. }), "{e:?}");
+                    w
+                }
+                Ok(()) => panic!("closed a window with a put queued"),
+            };
             match order {
                 // The window, the view and the source go first: the stream keeps them.
                 0 => drop((win, peer, src)),
                 // The view and the window first, the source stays.
                 1 => drop((peer, win)),
                 // The source first, the window after.
-                _ => {
+                2 => {
                     drop(src);
                     drop(peer);
                     drop(win);
                 }
+                // The stream first (its drop waits for the put), then the rest.
+                _ => {
+                    drop(hold);
+                    drop(stream);
+                    drop((peer, src));
+                    r.barrier.wait();
+                    win.close().unwrap();
+                    check_arrived(r, &buf);
+                    return;
+                }
             }
             drop(hold);
-            r.stream.synchronize().unwrap();
+            stream.synchronize().unwrap();
+            drop(stream);
             r.barrier.wait();
-            // The window deregistered at the synchronize (collectively); the memory stays
-            // ours, with the peer's data in it.
-            let got = buf.typed::<u32>().unwrap().slice(..K).unwrap();
-            let from = (r.rank + r.n - 1) % r.n;
-            assert_eq!(got.read_to_vec().unwrap(), vec![from + 7; K]);
+            check_arrived(r, &buf);
         });
     }
     env.finish();
+}
+
+/// The previous rank's put landed at the start of our window's memory (which stays ours
+/// after the window is gone).
+fn check_arrived(r: &Rank<'_>, buf: &DeviceBuffer) {
+    let got = buf.typed::<u32>().unwrap().slice(..K).unwrap();
+    let from = (r.rank + r.n - 1) % r.n;
+    assert_eq!(got.read_to_vec().unwrap(), vec![from + 7; K]);
 }
