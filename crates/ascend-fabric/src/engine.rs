@@ -18,12 +18,13 @@ use crate::heartbeat::{spawn_heartbeats, Monitor};
 use crate::options::{EngineAddr, EngineOptions, OptionError};
 use crate::plan;
 use crate::pool::VaPool;
+use crate::progress::Progress;
 use crate::registry::{RegUse, Registrable, Registration, Registry};
 use crate::remote::Remote;
 use crate::request::{AutoDisconnect, Pending, ReqInner, TransferRequest};
-use crate::slots::{SlotGuard, SlotPool};
+use crate::slots::{SlotFrom, SlotGuard, SlotPool};
 use crate::stats::PeerStats;
-use crate::transfer::{TransferDesc, TransferOp};
+use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
 use crate::wire::{NotifyMsg, ShareHandleEntry};
 
 struct Handler {
@@ -53,12 +54,14 @@ pub(crate) struct EngineInner {
     pool: Arc<VaPool>,
     registry: Arc<Registry>,
     channels: Arc<ChannelMap>,
-    slots: Arc<SlotPool>,
+    pub(crate) slots: Arc<SlotPool>,
     server: Mutex<Option<Arc<ControlServer>>>,
     connect_lock: Mutex<()>,
     monitor: Arc<Monitor>,
     monitor_thread: Mutex<Option<JoinHandle<()>>>,
     next_req: AtomicU64,
+    /// Observes awaited and queued requests (a thread started on first use).
+    pub(crate) progress: Arc<Progress>,
 }
 
 /// A Fabric Mem transfer engine (HIXL's FabricMem mode, host copy path).
@@ -78,7 +81,7 @@ pub(crate) struct EngineInner {
 #[derive(Clone)]
 #[must_use = "dropping the last Engine clone closes every channel and stops its server"]
 pub struct Engine {
-    inner: Arc<EngineInner>,
+    pub(crate) inner: Arc<EngineInner>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -242,6 +245,7 @@ impl Engine {
             monitor: Arc::default(),
             monitor_thread: Mutex::new(None),
             next_req: AtomicU64::new(1),
+            progress: Progress::new(),
             opts,
         });
         let t = spawn_heartbeats(
@@ -378,7 +382,12 @@ impl Engine {
 
     /// [`Engine::connect`]; with `until`, the whole call (waiting for another connect or
     /// disconnect of this engine included) ends by then.
-    fn connect_by(&self, remote: &str, timeout: Duration, until: Option<Instant>) -> Result<()> {
+    pub(crate) fn connect_by(
+        &self,
+        remote: &str,
+        timeout: Duration,
+        until: Option<Instant>,
+    ) -> Result<()> {
         let _span =
             tracing::info_span!("connect", engine = %self.inner.addr, peer = remote).entered();
         let addr = EngineAddr::parse(remote)?;
@@ -601,7 +610,13 @@ impl Engine {
         timeout: Duration,
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let req = self.submit(remote, op, descs, Some(deadline))?;
+        let req = self.submit(
+            remote,
+            op,
+            descs,
+            SlotFrom::Acquire(Some(deadline)),
+            &TransferOptions::default(),
+        )?;
         let r = req.wait(Some(deadline));
         // Under AutoConnect a failed copy, or copies that ran out of time, disconnect.
         req.disconnect_if_due(r.is_none());
@@ -630,11 +645,22 @@ impl Engine {
         op: TransferOp,
         descs: &[TransferDesc],
     ) -> Result<TransferRequest> {
-        let inner = self.submit(remote, op, descs, None)?;
-        Ok(TransferRequest {
-            inner,
-            peer: remote.to_owned(),
-        })
+        self.transfer_async_with(remote, op, descs, &TransferOptions::default())
+    }
+
+    /// [`Engine::transfer_async`] with per-request options (a stall deadline).
+    ///
+    /// # Errors
+    /// As [`Engine::transfer_async`].
+    pub fn transfer_async_with(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+        opts: &TransferOptions,
+    ) -> Result<TransferRequest> {
+        let inner = self.submit(remote, op, descs, SlotFrom::Acquire(None), opts)?;
+        Ok(self.request(inner, remote))
     }
 
     /// The channel to `remote`; with `AutoConnect` and none, connects first (HIXL's connect on
@@ -687,13 +713,19 @@ impl Engine {
         }))
     }
 
-    fn submit(
+    /// Queues the copies of one transfer on a slot (taken here, or by a future already).
+    pub(crate) fn submit(
         &self,
         remote: &str,
         op: TransferOp,
         descs: &[TransferDesc],
-        slot_deadline: Option<Instant>,
+        slot_from: SlotFrom,
+        opts: &TransferOptions,
     ) -> Result<Arc<ReqInner>> {
+        let slot_deadline = match &slot_from {
+            SlotFrom::Acquire(d) => *d,
+            SlotFrom::Given(_) => None,
+        };
         let inner = &self.inner;
         let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
         let bytes = plan::check_descs(descs)?;
@@ -702,7 +734,10 @@ impl Engine {
             return Err(ch.lost_error(r));
         }
         // Every exit from here until the request owns the slot gives it back.
-        let mut slot = SlotGuard::acquire(&inner.slots, slot_deadline)?;
+        let mut slot = match slot_from {
+            SlotFrom::Acquire(d) => SlotGuard::acquire(&inner.slots, d)?,
+            SlotFrom::Given(g) => g,
+        };
         let gate = ch.gate.read();
         let rem = match &*gate {
             Gate::Open(r) => r,
@@ -749,7 +784,7 @@ impl Engine {
                 err = Some(e);
             }
         }
-        let req = ReqInner::new(id, p, self.auto_disconnect(&ch));
+        let req = ReqInner::new(id, p, self.auto_disconnect(&ch), opts.stall_timeout);
         drop(gate);
         if let Some(e) = err {
             req.fail(e);
@@ -780,5 +815,6 @@ impl Drop for EngineInner {
             channel::lose(&self.channels, &ch, LostReason::EngineShutdown);
         }
         drop(self.server.lock().take());
+        self.progress.stop();
     }
 }

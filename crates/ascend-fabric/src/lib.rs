@@ -13,6 +13,7 @@
 //!   │        └─ keepalive socket (reader thread: EOF = peer lost), heartbeats
 //!   └── SlotPool ── Slot (task_stream_num streams from a StreamPool + events)
 //! TransferRequest ── Pending (slot, used registrations, the channel's in-flight table) until done
+//!   └─ waker / CompletionQueue, told by whoever sees it end (the engine's progress thread)
 //! ```
 //!
 //! | HIXL | here |
@@ -22,7 +23,10 @@
 //! | `RegisterMem` / `DeregisterMem` | [`Engine::register`], [`Engine::register_raw`] / [`Engine::deregister`] or drop |
 //! | `Connect` / `Disconnect` | [`Engine::connect`] / [`Engine::disconnect`] |
 //! | `TransferSync` / `TransferAsync` | [`Engine::transfer_sync`] / [`Engine::transfer_async`] |
-//! | `GetTransferStatus` | [`TransferRequest::status`], [`TransferRequest::wait`] |
+//! | `GetTransferStatus` | [`TransferRequest::status`], [`TransferRequest::wait`], `.await` |
+//! | `TransferArgs::user_data`, batched `GetTransferStatus` | [`CompletionQueue`] |
+//! | `ConnectAsync` | [`Engine::connect_async`] |
+//! | (none: back-pressure, cancellation) | [`Engine::post`], [`Engine::transfer`]; drop to cancel |
 //! | `SendNotify` / `GetNotifies` | [`Engine::send_notify`] / [`Engine::take_notifies`] |
 //! | `Finalize` | dropping the last [`Engine`] clone |
 //!
@@ -40,6 +44,12 @@
 //! * check every descriptor against local registrations and the peer's offered segments
 //!   before any copy (errors name the descriptor index and address);
 //! * keep every byte a copy touches mapped until the copy is observed complete or aborted;
+//! * offer transfers as futures for any executor (no runtime dependency): awaiting a request,
+//!   waiting in turn for a stream slot instead of failing ([`Engine::post`]), connecting
+//!   without blocking the caller; dropping a future cancels it with the same guarantee as
+//!   above (its copies are aborted and their streams waited for before anything they touch
+//!   can go); a stall deadline per request ([`TransferOptions`]); a completion queue with user
+//!   data ([`CompletionQueue`]);
 //! * detect a dead peer through its keepalive socket (EOF, as its kernel closes it) and
 //!   heartbeats, fail its in-flight transfers with [`Error::PeerLost`], abort their streams
 //!   and unmap and free its imports, all of it before the peer leaves [`Engine::peers`] and
@@ -56,8 +66,9 @@
 //! * encrypt or integrity-protect control traffic: the shared secret controls who may connect,
 //!   disconnect and notify, but the share-handle list and everything after the handshake
 //!   travel in clear;
-//! * run HIXL's AICPU path (`fabric_memory.enable_aicpu_unfold` must be false) or the
-//!   HixlCS/HCCL engines;
+//! * run HIXL's AICPU path (`fabric_memory.enable_aicpu_unfold` must be false) or implement
+//!   HIXL's HCCL engines itself (its C client/server API, HixlCS, is wrapped in [`cs`] over the
+//!   runtime's own library);
 //! * reconnect on its own unless `AutoConnect` is on: then a transfer to a peer it is not
 //!   connected to connects first (3 s timeout), and a transfer whose copies failed
 //!   disconnects its peer, as in HIXL (argument errors, caught before any copy, do not).
@@ -108,10 +119,13 @@ pub mod cs;
 pub mod directory;
 mod engine;
 mod error;
+mod future;
 mod heartbeat;
 pub mod options;
 mod plan;
 mod pool;
+mod progress;
+mod queue;
 pub mod ranges;
 mod registry;
 mod remote;
@@ -124,18 +138,24 @@ pub mod wire;
 pub use code::HixlCode;
 pub use engine::Engine;
 pub use error::{Error, LostReason, Result, Side};
+pub use future::{Connect, Post, Transfer};
 pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
 pub use pool::SLOT as POOL_SLOT;
+pub use queue::{Completion, CompletionQueue, Next};
 pub use registry::{MemKind, Registrable, Registration};
 pub use request::TransferRequest;
 pub use slots::STREAM_BUDGET;
 pub use stats::PeerStats;
-pub use transfer::{TransferDesc, TransferOp, TransferStatus};
+pub use transfer::{TransferDesc, TransferOp, TransferOptions, TransferStatus};
 
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
     send_sync::<Engine>();
     send_sync::<Registration>();
     send_sync::<TransferRequest>();
+    send_sync::<Transfer>();
+    send_sync::<Post>();
+    send_sync::<Connect>();
+    send_sync::<CompletionQueue<u64>>();
     send_sync::<Error>();
 };

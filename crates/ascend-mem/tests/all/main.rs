@@ -9,6 +9,7 @@ mod hccl_util;
 
 mod backend;
 mod bad_inputs;
+mod batch_copies;
 mod drop_order;
 mod fault_injection;
 mod hccl_collectives;
@@ -18,6 +19,7 @@ mod hccl_procs;
 mod hccl_windows;
 mod npu_vmm;
 mod sharing;
+mod stream_values;
 mod streams;
 mod tables;
 mod typed;

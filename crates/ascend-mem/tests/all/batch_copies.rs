@@ -3,14 +3,12 @@
 //! back to the caller's index, the fallback to one `aclrtMemcpyAsync` per copy on a runtime
 //! without the batch call, and what the stream keeps alive.
 
-mod common;
-
+use crate::common::{pattern, setup};
 use ascend_mem::{
     BatchCopy, DeviceBuffer, Error, ErrorKind, HostBuffer, MemSpec, Origin, PhysicalMem,
     ReservedVa, Runtime, Stream,
 };
 use ascend_sim::{fault, testing::hold_stream};
-use common::{pattern, setup};
 
 const MIB2: usize = 2 << 20;
 const CHUNK: usize = 64 << 10;
@@ -81,12 +79,12 @@ fn falls_back_to_one_copy_per_entry_without_the_batch_call() {
     // A fresh table, so the hidden symbol resolves (as absent) on first use.
     // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
     let table = unsafe {
-        acl_sys::AclLib::from_source(acl_sys::Source::InProcess {
+        acl::AclLib::from_source(acl::Source::InProcess {
             name: "ascend-sim (no batch call)",
             lookup: ascend_sim::lookup,
         })
     };
-    let table: &'static acl_sys::AclLib = Box::leak(Box::new(table));
+    let table: &'static acl::AclLib = Box::leak(Box::new(table));
     // SAFETY: as above.
     let rt = unsafe { Runtime::from_table_unchecked(table) }.unwrap();
     let dev = rt.device(0).unwrap();
@@ -143,7 +141,7 @@ fn host_checks_name_the_copy_and_queue_nothing() {
         .unwrap_err();
     assert!(
         matches!(&e, Error::BatchCopy { copy: 1, source, .. }
-            if matches!(**source, Error::InvalidArgument { value, .. } if value == i128::from(acl_sys::ACL_MEMCPY_DEVICE_TO_DEVICE))),
+            if matches!(**source, Error::InvalidArgument { value, .. } if value == i128::from(acl::ACL_MEMCPY_DEVICE_TO_DEVICE))),
         "{e:?}"
     );
     // Copy 1 goes the other way from copy 0.
@@ -197,7 +195,7 @@ fn fail_index_maps_back_to_the_callers_index() {
     );
     assert_eq!(
         e.code().map(|c| c.0),
-        Some(acl_sys::ACL_ERROR_RT_PARAM_INVALID),
+        Some(acl::ACL_ERROR_RT_PARAM_INVALID),
         "{e}"
     );
     assert!(e.to_string().contains("copy 3"), "{e}");

@@ -1,11 +1,9 @@
 //! Stream-ordered values through ascend-mem: `ValueWord`, `Stream::value_write`,
 //! `Stream::value_wait` with each `WaitCmp`, what the stream keeps alive, and the typed errors.
 
-mod common;
-
+use crate::common::{pattern, setup};
 use ascend_mem::{DeviceBuffer, Error, ErrorKind, HostBuffer, Runtime, Stream, ValueWord, WaitCmp};
 use ascend_sim::{fault, testing::hold_stream};
-use common::{pattern, setup};
 
 const MIB2: usize = 2 << 20;
 
@@ -109,7 +107,7 @@ fn abort_ends_a_blocked_wait() {
     let e = s.synchronize().unwrap_err();
     assert_eq!(
         e.code().map(|c| c.0),
-        Some(acl_sys::ACL_ERROR_RT_STREAM_ABORT),
+        Some(acl::ACL_ERROR_RT_STREAM_ABORT),
         "{e}"
     );
     s.synchronize().unwrap();
@@ -148,14 +146,14 @@ fn bad_words_are_typed_errors() {
         "{e:?}"
     );
     // A runtime refusal names the call and the code.
-    fault::fail_nth("aclrtValueWrite", 1, acl_sys::ACL_ERROR_RT_ADDR_UNALIGNED);
+    fault::fail_nth("aclrtValueWrite", 1, acl::ACL_ERROR_RT_ADDR_UNALIGNED);
     let w = ValueWord::at(buf.mapping(), 0).unwrap();
     let mut s = Stream::new(&env.dev).unwrap();
     let e = s.value_write(&w, 1).unwrap_err();
     assert_eq!(e.api(), Some("aclrtValueWrite"));
     assert_eq!(
         e.code().map(|c| c.0),
-        Some(acl_sys::ACL_ERROR_RT_ADDR_UNALIGNED)
+        Some(acl::ACL_ERROR_RT_ADDR_UNALIGNED)
     );
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     fault::clear();
@@ -171,12 +169,12 @@ fn a_runtime_without_the_calls_reports_missing_symbols() {
     // A fresh table, so the hidden symbols resolve (as absent) on first use.
     // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
     let table = unsafe {
-        acl_sys::AclLib::from_source(acl_sys::Source::InProcess {
+        acl::AclLib::from_source(acl::Source::InProcess {
             name: "ascend-sim (no value calls)",
             lookup: ascend_sim::lookup,
         })
     };
-    let table: &'static acl_sys::AclLib = Box::leak(Box::new(table));
+    let table: &'static acl::AclLib = Box::leak(Box::new(table));
     // SAFETY: as above.
     let rt = unsafe { Runtime::from_table_unchecked(table) }.unwrap();
     let dev = rt.device(0).unwrap();
