@@ -100,6 +100,56 @@ struct SendPtr(*mut c_void);
 // SAFETY: the pointer is only an address handed to HCCL by the thread that owns the buffer.
 unsafe impl Send for SendPtr {}
 
+/// Queues one run of `coll` (the all-to-all case is measured elsewhere; here it stands for an
+/// all-reduce of the same bytes).
+fn launch(
+    coll: Coll,
+    send: *mut c_void,
+    recv: *mut c_void,
+    count: u64,
+    comm: HcclComm,
+    s: *mut c_void,
+) -> Res<()> {
+    match coll {
+        Coll::AllGather => hc!(HcclAllGather(
+            send,
+            recv,
+            count,
+            HCCL_DATA_TYPE_FP32,
+            comm,
+            s
+        )),
+        Coll::AllReduce | Coll::AllToAll => hc!(HcclAllReduce(
+            send,
+            recv,
+            count,
+            HCCL_DATA_TYPE_FP32,
+            HCCL_REDUCE_SUM,
+            comm,
+            s
+        )),
+    }
+}
+
+/// Checks one element of `coll`'s result in `buf` (the receive half starts at `BYTES`).
+fn check(coll: Coll, rank: usize, buf: &DeviceBuffer) -> Res<()> {
+    let mut b = [0u8; 4];
+    let expect = match coll {
+        Coll::AllGather => ((RANKS - 1) * 1000 + 7) as f32,
+        Coll::AllReduce | Coll::AllToAll => (0..RANKS).map(|r| (r * 1000 + 7) as f32).sum(),
+    };
+    let at = match coll {
+        Coll::AllGather => BYTES + (RANKS - 1) * BYTES + 7 * 4,
+        Coll::AllReduce | Coll::AllToAll => BYTES + 7 * 4,
+    };
+    buf.read_into(&mut b, at)?;
+    let got = f32::from_le_bytes(b);
+    if got != expect {
+        return Err(format!("{} rank {rank}: got {got}, expected {expect}", coll.name()).into());
+    }
+    Ok(())
+}
+
 fn rank_body(
     rt: &Runtime,
     root: &HcclRootInfo,
@@ -144,25 +194,7 @@ fn rank_body(
         let count = (BYTES / 4) as u64;
         let s = stream.as_raw();
         let mut once = || -> Res<()> {
-            match coll {
-                Coll::AllGather => hc!(HcclAllGather(
-                    send,
-                    recv,
-                    count,
-                    HCCL_DATA_TYPE_FP32,
-                    comm,
-                    s
-                ))?,
-                Coll::AllReduce | Coll::AllToAll => hc!(HcclAllReduce(
-                    send,
-                    recv,
-                    count,
-                    HCCL_DATA_TYPE_FP32,
-                    HCCL_REDUCE_SUM,
-                    comm,
-                    s
-                ))?,
-            }
+            launch(coll, send, recv, count, comm, s)?;
             stream.synchronize()?;
             Ok(())
         };
@@ -179,23 +211,7 @@ fn rank_body(
         }
         let dt = t.elapsed();
         gate.wait();
-        // Check one element of the result.
-        let mut b = [0u8; 4];
-        let expect = match coll {
-            Coll::AllGather => ((RANKS - 1) * 1000 + 7) as f32,
-            Coll::AllReduce | Coll::AllToAll => (0..RANKS).map(|r| (r * 1000 + 7) as f32).sum(),
-        };
-        let at = match coll {
-            Coll::AllGather => BYTES + (RANKS - 1) * BYTES + 7 * 4,
-            Coll::AllReduce | Coll::AllToAll => BYTES + 7 * 4,
-        };
-        buf.read_into(&mut b, at)?;
-        let got = f32::from_le_bytes(b);
-        if got != expect {
-            return Err(
-                format!("{} rank {rank}: got {got}, expected {expect}", coll.name()).into(),
-            );
-        }
+        check(coll, rank, &buf)?;
         if sym {
             hc!(HcclCommSymWinDeregister(win))?;
         }
