@@ -1,6 +1,7 @@
 //! The HCCL handles: a communicator ([`OwnedComm`]) and a registered symmetric window
-//! ([`OwnedWindow`]), with the safe calls their ownership justifies. Collectives queue work
-//! on raw buffers and stay with the communicator (`hccl/comm.rs`).
+//! ([`OwnedWindow`]), with the safe calls their ownership justifies, including the lookup of a
+//! peer's part of a window ([`PeerPart`]). The work a stream queues with them (collectives,
+//! one-sided copies and signals) is in `collective.rs` and `onesided.rs`.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
@@ -30,11 +31,31 @@ pub(crate) fn root_info(h: &HcclLib, acl: &AclLib) -> Result<HcclRootInfo> {
     Ok(raw)
 }
 
+/// What owns an [`OwnedComm`] and the table it was made through, shared through an `Arc`:
+/// queued work keeps a clone, so the communicator outlives it (it is destroyed only through
+/// `&mut`, so never while a clone is held).
+pub(crate) trait CommOwner: Send + Sync + 'static {
+    /// The table the communicator was made through (every call on it goes through this one).
+    fn table(&self) -> &'static HcclLib;
+    /// The communicator.
+    fn comm(&self) -> &OwnedComm;
+}
+
+/// What owns an [`OwnedWindow`], shared through an `Arc`: queued work keeps a clone, so the
+/// window stays registered and mapped until the work is done (it is deregistered only through
+/// `&mut`, so never while a clone is held).
+pub(crate) trait WindowOwner: Send + Sync + 'static {
+    /// The window.
+    fn window(&self) -> &OwnedWindow;
+}
+
 /// An HCCL communicator this value owns.
 #[derive(Debug)]
 pub(crate) struct OwnedComm {
     raw: RawHandle,
     live: bool,
+    /// The rank count it was made with.
+    size: u32,
 }
 
 impl OwnedComm {
@@ -60,7 +81,13 @@ impl OwnedComm {
         Ok(OwnedComm {
             raw: RawHandle::new(raw),
             live: true,
+            size,
         })
+    }
+
+    /// The rank count it was made with.
+    pub(crate) fn ranks(&self) -> u32 {
+        self.size
     }
 
     /// The raw handle (borrowed: do not destroy it).
@@ -73,7 +100,7 @@ impl OwnedComm {
         self.live
     }
 
-    fn live(&self, api: &'static str) -> Result<HcclComm> {
+    pub(crate) fn live(&self, api: &'static str) -> Result<HcclComm> {
         if self.live {
             Ok(self.raw.get())
         } else {
@@ -88,8 +115,8 @@ impl OwnedComm {
         }
         // SAFETY: we own the live communicator and mark it destroyed on success. Windows
         // registered on it are deregistered first by their owners (which hold this
-        // communicator's owner), and queued collectives were promised their communicator
-        // until synchronized (see `hccl/comm.rs`).
+        // communicator's owner), and queued work keeps the communicator's owner until the
+        // stream is done with it (`collective.rs`), so none is pending while we hold `&mut`.
         unsafe { hcall!(h, acl, HcclCommDestroy(self.raw.get())) }?;
         self.live = false;
         Ok(())
@@ -198,6 +225,8 @@ impl OwnedComm {
         Ok(OwnedWindow {
             raw: RawHandle::new(w),
             live: true,
+            addr: range.addr() as usize,
+            len,
             _map: map.clone(),
         })
     }
@@ -211,6 +240,9 @@ impl OwnedComm {
 pub(crate) struct OwnedWindow {
     raw: RawHandle,
     live: bool,
+    /// The registered range, in this process.
+    addr: usize,
+    len: usize,
     /// Keeps the memory mapped while registered.
     _map: Arc<MapInner>,
 }
@@ -243,5 +275,81 @@ impl OwnedWindow {
     /// deregistration).
     pub(crate) fn forget_registration(&mut self) {
         self.live = false;
+    }
+}
+
+/// Peer `rank`'s part of a registered window, as `HcclSymWinGetPeerPointer` gave it: only made
+/// by [`OwnedWindow::peer_part`], and usable for queued work only with the window it came from
+/// (checked by the queue calls, which keep that window).
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct PeerPart {
+    win: RawHandle,
+    base: RawHandle,
+    /// The registered size (the same on every rank).
+    len: usize,
+}
+
+impl PeerPart {
+    /// The peer's first registered byte, in this process.
+    pub(crate) fn addr(&self) -> usize {
+        self.base.addr()
+    }
+
+    /// The registered size in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether this part was looked up in `win`.
+    pub(crate) fn is_of(&self, win: &OwnedWindow) -> bool {
+        self.win == win.raw
+    }
+}
+
+impl OwnedWindow {
+    /// Peer `rank`'s part of this window (`HcclCommSymWinGet` for the registered range's
+    /// offset in HCCL's window, then `HcclSymWinGetPeerPointer`), with `comm`, the
+    /// communicator it is registered on. Call with the device bound and the communicator
+    /// locked.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the window is no longer registered (as far as this value
+    /// or HCCL knows); failures of the two calls.
+    pub(crate) fn peer_part(
+        &self,
+        h: &HcclLib,
+        acl: &AclLib,
+        comm: &OwnedComm,
+        rank: u32,
+    ) -> Result<PeerPart> {
+        const API: &str = "HcclSymWinGetPeerPointer";
+        let unregistered = Error::InvalidArgument {
+            api: API,
+            what: "window (no longer registered)",
+            value: self.addr as i128,
+        };
+        if !self.live {
+            return Err(unregistered);
+        }
+        let (found, off) = comm.window_at(h, acl, self.addr, self.len)?;
+        if found != self.raw.get() {
+            return Err(unregistered);
+        }
+        let mut p: *mut c_void = std::ptr::null_mut();
+        // SAFETY: a window this value registered and has not deregistered (checked above, and
+        // HCCL found it at its range); `off` is the offset HCCL gave for that range; `p` is a
+        // writable local. The call only writes the out-slot.
+        unsafe {
+            hcall!(
+                h,
+                acl,
+                HcclSymWinGetPeerPointer(self.raw.get(), off, rank, &mut p)
+            )
+        }?;
+        Ok(PeerPart {
+            win: self.raw,
+            base: RawHandle::new(p),
+            len: self.len,
+        })
     }
 }

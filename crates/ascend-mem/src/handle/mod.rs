@@ -11,18 +11,28 @@
 //!   proves its C object live until the call that ends it; a borrow proves it for the
 //!   borrow's lifetime. So the calls that take them are safe: streams and events here (their
 //!   `ffi` calls take [`StreamRef`]/[`EventRef`]), the VMM handles in `vmm.rs`, the HCCL
-//!   handles in `hccl.rs`.
+//!   handles in `hccl.rs` (with the lookup of a peer's part of a window).
 //! * A stream's queue of device work and what that work uses (`stream.rs`): the async
 //!   copies, fills, value writes and waits it queues are safe because it keeps the memory they
-//!   touch, and releases it only once the stream is synchronized or destroyed.
+//!   touch, and releases it only once the stream is synchronized or destroyed. The HCCL work
+//!   it queues the same way: collectives (`collective.rs`; it also keeps the communicator)
+//!   and one-sided copies and signals through a peer's part of a window (`onesided.rs`; it
+//!   also keeps the window).
+//! * Loading libhccl and reading its error strings (`hccl_lib.rs`).
 //! * The crate's public `unsafe` entry points (`unchecked.rs`).
 
+mod collective;
 mod hccl;
+mod hccl_lib;
+mod onesided;
 mod stream;
 mod unchecked;
 mod vmm;
 
-pub(crate) use hccl::{root_info, OwnedComm, OwnedWindow};
+pub(crate) use collective::Collective;
+pub(crate) use hccl::{root_info, CommOwner, OwnedComm, OwnedWindow, PeerPart, WindowOwner};
+pub(crate) use hccl_lib::{hccl_error_string, hccl_table};
+pub(crate) use onesided::PeerDir;
 pub(crate) use stream::{check_word, BatchPair, StreamQueue, BATCH_API};
 pub(crate) use vmm::{granularity, set_pids, MappedRef, OwnedMap, OwnedPhys, OwnedVa};
 

@@ -30,7 +30,7 @@ enum Keep {
 }
 
 /// The live range `s` views, borrowed from the mapping owner a queue call then keeps.
-fn live<'m>(s: &'m MappingSlice<'_>, api: &'static str) -> Result<MappedRef<'m>> {
+pub(super) fn live<'m>(s: &'m MappingSlice<'_>, api: &'static str) -> Result<MappedRef<'m>> {
     let m = s.map_inner();
     m.map.range(s.offset(), s.len()).ok_or(Error::OutOfBounds {
         what: api,

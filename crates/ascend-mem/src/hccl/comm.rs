@@ -1,9 +1,9 @@
 //! [`Comm`]: a communicator, and the stream-ordered collectives.
 //!
-//! Besides `ffi` and `handle`, this file and `stream/copy.rs` allow `unsafe`: a collective
-//! queues device work on raw buffers, sound only while the buffers, windows and the
-//! communicator outlive that work, which the stream's keep list guarantees (see `enqueue`).
-#![allow(unsafe_code)]
+//! Makes only safe calls: the arguments are checked here (lengths, rank size, devices), and
+//! the stream's queue (`handle::StreamQueue::enqueue_collective`) derives the buffer
+//! addresses from the mappings it then keeps, with the communicator, until the stream is
+//! synchronized; the windows holding the buffers are kept too (see `enqueue`).
 
 use std::fmt;
 use std::sync::{Arc, Weak};
@@ -18,7 +18,7 @@ use super::types::{CollectiveBuffer, HcclType, ReduceOp};
 use super::HcclCode;
 use crate::device::{same_device, Device};
 use crate::error::{close_last, CloseError, Error, Result};
-use crate::handle::OwnedComm;
+use crate::handle::{Collective, OwnedComm};
 use crate::stream::Stream;
 use crate::vmm::MappingSlice;
 
@@ -206,19 +206,16 @@ impl Comm {
         Ok((code != 0).then_some(HcclCode(code)))
     }
 
-    /// Queues `call` on `stream` after checking that the stream and every buffer belong to
-    /// this communicator's device; then keeps the buffers' mappings, the windows holding them
-    /// and the communicator alive until the stream is synchronized.
-    fn enqueue(
+    /// Queues `coll` over elements of `T` on `stream` after checking that the stream and
+    /// every buffer belong to this communicator's device; the stream's queue keeps the
+    /// buffers' mappings and the communicator alive until it is synchronized, and the windows
+    /// holding them are kept here.
+    fn enqueue<T: HcclType>(
         &self,
         api: &'static str,
         stream: &mut Stream,
         bufs: &[&MappingSlice<'_>],
-        call: impl FnOnce(
-            &'static HcclLib,
-            HcclComm,
-            acl::aclrtStream,
-        ) -> std::result::Result<hccl_sys::HcclResult, hccl_sys::MissingSymbol>,
+        coll: Collective<'_>,
     ) -> Result<()> {
         let dev = &self.inner.dev;
         if !same_device(stream.device(), dev) {
@@ -241,16 +238,13 @@ impl Comm {
         dev.enter()?;
         {
             let _g = self.inner.lock.lock();
-            let r = call(self.inner.h, self.inner.comm.as_raw(), stream.as_raw());
-            table::check(self.inner.h, dev.lib(), api, r)?;
-        }
-        for b in bufs {
-            stream.keep_mapping(b.map_inner());
+            stream
+                .queue
+                .enqueue_collective::<T, _>(dev.lib(), &self.inner, coll)?;
         }
         for w in self.windows_holding(bufs) {
             stream.keep_other(w);
         }
-        stream.keep_other(self.inner.clone());
         Ok(())
     }
 
@@ -312,12 +306,8 @@ impl Comm {
             (recv, RECV_NOT_WHOLE),
             "receive length in elements (must be rank size × send length)",
         )?;
-        let (s, r) = (send.as_raw(), recv.as_raw());
-        self.enqueue(API, stream, &[send, recv], |h, comm, st| {
-            // SAFETY: both ranges lie in live mappings of this device that the stream keeps
-            // alive until synchronized; the lengths match `count` as checked above.
-            unsafe { h.HcclAllGather(s, r, count, T::DATA_TYPE.0, comm, st) }
-        })
+        let coll = Collective::AllGather { send, recv, count };
+        self.enqueue::<T>(API, stream, &[send, recv], coll)
     }
 
     /// Reduces `send` (`size ×` `recv` elements) across ranks with `op` and scatters the
@@ -341,11 +331,13 @@ impl Comm {
             (send, SEND_NOT_WHOLE),
             "send length in elements (must be rank size × receive length)",
         )?;
-        let (s, r) = (send.as_raw(), recv.as_raw());
-        self.enqueue(API, stream, &[send, recv], |h, comm, st| {
-            // SAFETY: as in `all_gather`.
-            unsafe { h.HcclReduceScatter(s, r, count, T::DATA_TYPE.0, op.raw(), comm, st) }
-        })
+        let coll = Collective::ReduceScatter {
+            send,
+            recv,
+            count,
+            op,
+        };
+        self.enqueue::<T>(API, stream, &[send, recv], coll)
     }
 
     /// Reduces `send` across ranks with `op` into `recv` on every rank (`HcclAllReduce`);
@@ -364,11 +356,13 @@ impl Comm {
         const API: &str = "HcclAllReduce";
         let (send, recv) = (&send.byte_view(), &recv.byte_view());
         let count = equal_count::<T>(API, send, recv)?;
-        let (s, r) = (send.as_raw(), recv.as_raw());
-        self.enqueue(API, stream, &[send, recv], |h, comm, st| {
-            // SAFETY: as in `all_gather`.
-            unsafe { h.HcclAllReduce(s, r, count, T::DATA_TYPE.0, op.raw(), comm, st) }
-        })
+        let coll = Collective::AllReduce {
+            send,
+            recv,
+            count,
+            op,
+        };
+        self.enqueue::<T>(API, stream, &[send, recv], coll)
     }
 
     /// Exchanges blocks between all ranks (`HcclAlltoAll`): `send` and `recv` each hold
@@ -400,12 +394,8 @@ impl Comm {
             ));
         }
         let count = total / n;
-        let (s, r) = (send.as_raw(), recv.as_raw());
-        let dt = T::DATA_TYPE.0;
-        self.enqueue(API, stream, &[send, recv], |h, comm, st| {
-            // SAFETY: as in `all_gather`.
-            unsafe { h.HcclAlltoAll(s, count, dt, r, count, dt, comm, st) }
-        })
+        let coll = Collective::AllToAll { send, recv, count };
+        self.enqueue::<T>(API, stream, &[send, recv], coll)
     }
 
     /// Copies `root`'s `buf` into `buf` on every other rank (`HcclBroadcast`).
@@ -430,11 +420,8 @@ impl Comm {
             ));
         }
         let count = elems::<T>(buf, API, "length in bytes (not whole elements)")?;
-        let b = buf.as_raw();
-        self.enqueue(API, stream, &[buf], |h, comm, st| {
-            // SAFETY: as in `all_gather`.
-            unsafe { h.HcclBroadcast(b, count, T::DATA_TYPE.0, root, comm, st) }
-        })
+        let coll = Collective::Broadcast { buf, count, root };
+        self.enqueue::<T>(API, stream, &[buf], coll)
     }
 
     /// Queues a barrier of all ranks on `stream` (`HcclBarrier`).
@@ -443,10 +430,8 @@ impl Comm {
     /// [`Error::WrongDevice`] for a stream of another device; an `HcclBarrier` failure.
     #[doc(alias = "HcclBarrier")]
     pub fn barrier(&self, stream: &mut Stream) -> Result<()> {
-        self.enqueue("HcclBarrier", stream, &[], |h, comm, st| {
-            // SAFETY: live communicator and stream.
-            unsafe { h.HcclBarrier(comm, st) }
-        })
+        // No element type is involved: `u8` only satisfies the signature.
+        self.enqueue::<u8>("HcclBarrier", stream, &[], Collective::Barrier)
     }
 
     /// Destroys the communicator now (`HcclCommDestroy`), returning the error and the

@@ -3,11 +3,11 @@
 //! value writes into a peer's signal words and waits on our own), [`Stream::put_signal`], and
 //! the bounded host wait [`Comm::synchronize_watched`].
 //!
-//! Allows `unsafe` for queuing copies and value writes on raw peer addresses: sound because
-//! every check (rank, bounds, slot, device) is made first and the stream keeps the window (and
-//! so its registration, its mapping and the communicator) and the local buffer alive until it
-//! is synchronized.
-#![allow(unsafe_code)]
+//! Makes only safe calls: every check (rank, bounds, slot, device) is made here first, and the
+//! stream's queue (`handle::StreamQueue::enqueue_peer_copy` and `enqueue_peer_value_write`)
+//! derives the peer address from the view's part of the window, checks it lies inside, and
+//! keeps the window (so its registration, its mapping and the communicator) and the local
+//! buffer alive until the stream is synchronized.
 
 use std::time::{Duration, Instant};
 
@@ -19,8 +19,7 @@ use super::window::SymWindow;
 use crate::device::same_device;
 use crate::error::{Error, Result};
 use crate::error_kind::ErrorKind;
-use crate::ffi;
-use crate::ffi::StreamRef;
+use crate::handle::PeerDir;
 use crate::stream::{Stream, WaitCmp};
 use crate::typed::TypedSlice;
 
@@ -91,8 +90,7 @@ impl Stream {
     ) -> Result<()> {
         fits(peer, dst_offset, src.len(), "Stream::put: peer data area")?;
         same_devices(self, peer, src, "Stream::put")?;
-        let dst = peer.base + dst_offset * std::mem::size_of::<T>();
-        self.copy_peer(peer, dst, src.as_raw() as usize, src)
+        self.copy_peer(peer, dst_offset, src, PeerDir::Put)
     }
 
     /// Queues a one-sided get: `dst.len()` elements of `peer`'s data area from element
@@ -109,43 +107,31 @@ impl Stream {
     ) -> Result<()> {
         fits(peer, src_offset, dst.len(), "Stream::get: peer data area")?;
         same_devices(self, peer, dst, "Stream::get")?;
-        let src = peer.base + src_offset * std::mem::size_of::<T>();
-        self.copy_peer(peer, dst.as_raw() as usize, src, dst)
+        self.copy_peer(peer, src_offset, dst, PeerDir::Get)
     }
 
-    /// Queues a device-to-device copy of `local.len()` elements between `dst` and `src`
-    /// (one of them in `peer`'s part, checked by the caller), keeping both sides alive.
+    /// Queues a device-to-device copy of `local.len()` elements between `local` and `peer`'s
+    /// data area from element `offset` (checked by the caller), keeping both sides alive.
     fn copy_peer<T: Pod>(
         &mut self,
         peer: &PeerView<T>,
-        dst: usize,
-        src: usize,
+        offset: usize,
         local: &TypedSlice<'_, T>,
+        dir: PeerDir,
     ) -> Result<()> {
-        let n = local.as_bytes().len();
-        if n == 0 {
+        if local.as_bytes().is_empty() {
             return Ok(());
         }
         let dev = self.device().clone();
         dev.enter()?;
-        // SAFETY: `dst..dst+n` and `src..src+n` lie in the local mapping (a live TypedSlice)
-        // and in the peer's part of a window that is registered (the view holds it) and mapped
-        // in this process; both are kept below until the stream is synchronized past the
-        // copy. The stream is live (`&mut self` of an open stream) for this call.
-        unsafe {
-            ffi::copy::memcpy_async(
-                dev.lib(),
-                dst as *mut std::ffi::c_void,
-                n,
-                src as *const std::ffi::c_void,
-                n,
-                acl::ACL_MEMCPY_DEVICE_TO_DEVICE,
-                StreamRef::borrow_raw(self.as_raw()),
-            )
-        }?;
-        self.keep_mapping(local.as_bytes().map_inner());
-        self.keep_other(peer.win.clone());
-        Ok(())
+        self.queue.enqueue_peer_copy(
+            dev.lib(),
+            &peer.win,
+            &peer.part,
+            offset * std::mem::size_of::<T>(),
+            &local.as_bytes(),
+            dir,
+        )
     }
 }
 
@@ -172,20 +158,13 @@ impl Stream {
     fn signal_unchecked<T>(&mut self, peer: &PeerView<T>, slot: usize, value: u64) -> Result<()> {
         let dev = self.device().clone();
         dev.enter()?;
-        let addr = peer.signals + slot * 8;
-        // SAFETY: `addr` is an aligned word of the peer's signal area (slot checked, the area
-        // starts 8-byte aligned), in a window the view holds registered and mapped; the stream
-        // keeps the window below until synchronized. The stream is live (`&mut self`).
-        unsafe {
-            ffi::value::write(
-                dev.lib(),
-                addr as *mut std::ffi::c_void,
-                value,
-                StreamRef::borrow_raw(self.as_raw()),
-            )
-        }?;
-        self.keep_other(peer.win.clone());
-        Ok(())
+        self.queue.enqueue_peer_value_write(
+            dev.lib(),
+            &peer.win,
+            &peer.part,
+            peer.sig + slot * 8,
+            value,
+        )
     }
 
     /// Queues a one-sided put and then a signal (as [`Stream::put`] followed by
@@ -227,7 +206,7 @@ impl Stream {
         value: u64,
     ) -> Result<()> {
         const API: &str = "Stream::wait_signal";
-        let addr = win.own_signal(slot, API)?;
+        let (map, off) = win.signal_at(slot, API)?;
         let dev = &win.inner.comm.dev;
         if !same_device(self.device(), dev) {
             return Err(Error::WrongDevice {
@@ -238,18 +217,9 @@ impl Stream {
         }
         let dev = self.device().clone();
         dev.enter()?;
-        // SAFETY: `addr` is an aligned word of this rank's signal area, inside the window's
-        // mapping, which the stream keeps (through the window) until synchronized. The stream
-        // is live (`&mut self`).
-        unsafe {
-            ffi::value::wait(
-                dev.lib(),
-                addr as *mut std::ffi::c_void,
-                value,
-                cmp.raw(),
-                StreamRef::borrow_raw(self.as_raw()),
-            )
-        }?;
+        let word = map.slice(off..off + 8)?;
+        self.queue
+            .enqueue_value_wait(dev.lib(), &word, value, cmp.raw())?;
         self.keep_other(win.inner.clone());
         Ok(())
     }

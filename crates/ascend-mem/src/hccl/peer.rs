@@ -1,9 +1,9 @@
 //! [`PeerView`]: a typed view of a peer's part of a symmetric window, reached through
 //! `HcclSymWinGetPeerPointer`, and the window's signal area.
 //!
-//! Allows `unsafe` for the two HCCL lookups (`HcclCommSymWinGet`, `HcclSymWinGetPeerPointer`):
-//! both only write out-slots of ours and never touch the memory they name.
-#![allow(unsafe_code)]
+//! Makes only safe calls: the two lookups are the window handle's (`handle::OwnedWindow::
+//! peer_part`), which gives the peer's part as a value the stream's queue checks and keeps the
+//! window for.
 
 use std::ffi::c_void;
 use std::fmt;
@@ -11,12 +11,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use hccl_sys::HcclCommSymWindow;
 
 use super::state::WinInner;
-use super::table::hcall;
 use super::window::SymWindow;
 use crate::error::{Error, Result};
+use crate::handle::PeerPart;
 use crate::stream::ValueWord;
 use crate::vmm::Mapping;
 
@@ -45,10 +44,10 @@ pub(crate) fn signal_offset(addr: usize, len: usize) -> Option<usize> {
 pub struct PeerView<T> {
     pub(crate) win: Arc<WinInner>,
     pub(crate) rank: u32,
-    /// The peer's byte 0 of the registered range, in this process.
-    pub(crate) base: usize,
-    /// The peer's signal area, in this process.
-    pub(crate) signals: usize,
+    /// The peer's part of the registered range, in this process.
+    pub(crate) part: PeerPart,
+    /// Where the signal area starts, in bytes from the part's start.
+    pub(crate) sig: usize,
     /// Elements of `T` in the data area.
     pub(crate) len: usize,
     _elem: PhantomData<fn() -> T>,
@@ -58,7 +57,7 @@ impl<T> fmt::Debug for PeerView<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PeerView")
             .field("rank", &self.rank)
-            .field("addr", &(self.base as *const c_void))
+            .field("addr", &(self.part.addr() as *const c_void))
             .field("elem", &std::any::type_name::<T>())
             .field("len", &self.len)
             .finish()
@@ -84,7 +83,7 @@ impl<T> PeerView<T> {
     /// The peer's first data byte in this process (only for passing to device work: the host
     /// must not read or write it directly).
     pub fn as_raw(&self) -> *mut c_void {
-        self.base as *mut c_void
+        self.part.addr() as *mut c_void
     }
 }
 
@@ -140,12 +139,12 @@ impl SymWindow {
                 elem: std::any::type_name::<T>(),
             });
         }
-        let base = peer_base(w, rank)?;
+        let part = peer_part(w, rank)?;
         Ok(PeerView {
             win: w.clone(),
             rank,
-            base,
-            signals: base + sig,
+            part,
+            sig,
             len: sig / size,
             _elem: PhantomData,
         })
@@ -173,7 +172,7 @@ impl SymWindow {
     }
 
     /// The window's mapping and the byte offset in it of this rank's signal word `slot`.
-    fn signal_at(&self, slot: usize, api: &'static str) -> Result<(Mapping, usize)> {
+    pub(crate) fn signal_at(&self, slot: usize, api: &'static str) -> Result<(Mapping, usize)> {
         let addr = self.own_signal(slot, api)?;
         let map = self.mapping();
         let off = addr - map.as_raw() as usize;
@@ -205,9 +204,8 @@ pub(crate) fn check_slot(slot: usize, api: &'static str) -> Result<()> {
     Ok(())
 }
 
-/// Peer `rank`'s address of the window's first registered byte, with the device bound and the
-/// communicator locked.
-fn peer_base(w: &WinInner, rank: u32) -> Result<usize> {
+/// Peer `rank`'s part of the window, with the device bound and the communicator locked.
+fn peer_part(w: &WinInner, rank: u32) -> Result<PeerPart> {
     let c = &w.comm;
     c.dev.enter()?;
     let _g = c.lock.lock();
@@ -218,34 +216,7 @@ fn peer_base(w: &WinInner, rank: u32) -> Result<usize> {
             value: w.addr as i128,
         });
     }
-    let (h, acl) = (c.h, c.dev.lib());
-    let mut found: HcclCommSymWindow = std::ptr::null_mut();
-    let mut off = 0usize;
-    // SAFETY: live communicator (the window holds it); the range is only looked up; the
-    // out-slots are writable locals.
-    unsafe {
-        hcall!(
-            h,
-            acl,
-            HcclCommSymWinGet(
-                c.comm.as_raw(),
-                w.addr as *mut c_void,
-                w.len,
-                &mut found,
-                &mut off
-            )
-        )
-    }?;
-    let mut p: *mut c_void = std::ptr::null_mut();
-    // SAFETY: a window this value registered and still holds; `p` is a writable local.
-    unsafe {
-        hcall!(
-            h,
-            acl,
-            HcclSymWinGetPeerPointer(w.win.as_raw(), off, rank, &mut p)
-        )
-    }?;
-    Ok(p as usize)
+    w.win.peer_part(c.h, c.dev.lib(), &c.comm, rank)
 }
 
 #[cfg(test)]

@@ -11,49 +11,17 @@
 //! or [`Comm`](super::Comm) init, or [`Runtime::hccl`]) and cached for the process: a process
 //! that never makes a communicator never loads libhccl. The rule is
 //! [`crate::sibling`]'s, shared with the other tables over the ACL runtime.
-#![allow(unsafe_code)]
-
-use std::ffi::CStr;
+//!
+//! Loading the library is in `handle/hccl_lib.rs` (opening a library by path is `unsafe`); this
+//! file makes only safe calls.
 
 use acl::AclLib;
 use hccl_sys::{HcclLib, HcclResult};
 
 use super::HcclCode;
 use crate::error::{Error, Result};
+pub(crate) use crate::handle::hccl_table as table;
 use crate::runtime::Runtime;
-use crate::sibling::{LibCache, LibChoice};
-
-/// Tables chosen so far, one per ACL table.
-static TABLES: LibCache<HcclLib> = LibCache::new();
-
-fn load_err(e: &hccl_sys::LoadError) -> Error {
-    Error::Load(Box::new(e.clone()))
-}
-
-fn open(choice: LibChoice) -> Result<&'static HcclLib> {
-    match choice {
-        #[cfg(feature = "emulator")]
-        LibChoice::InProcess => Ok(ascend_sim::hccl_table()),
-        LibChoice::EmulatorFiles(paths) => {
-            // SAFETY: the files are the emulator's shared library, already trusted (and
-            // opened) as this runtime's ACL library; it exports the HCCL symbols with the
-            // signatures hccl-sys declares. Leaked: handles made through it may live as long
-            // as the process.
-            let lib = unsafe { HcclLib::open_paths(&paths) }.map_err(|e| load_err(&e))?;
-            Ok(Box::leak(Box::new(lib)))
-        }
-        _ => hccl_sys::hccl().map_err(load_err),
-    }
-}
-
-/// The HCCL table serving `rt` (see the module docs), chosen once per ACL table.
-pub(crate) fn table(rt: &Runtime) -> Result<&'static HcclLib> {
-    TABLES.get_or_open(rt, hccl_sys::SPEC.path_var, |choice| {
-        let t = open(choice)?;
-        tracing::debug!(source = %t.source().describe(), "HCCL table chosen");
-        Ok(t)
-    })
-}
 
 impl Runtime {
     /// The raw HCCL function table this runtime's communicators call through (borrowed; for
@@ -82,15 +50,7 @@ pub(crate) fn message(h: &HcclLib, acl: &AclLib, code: HcclResult) -> Box<str> {
     if !m.is_empty() {
         return m;
     }
-    // SAFETY: takes a plain value and returns a static string or null.
-    match unsafe { h.HcclGetErrorString(code) } {
-        Ok(p) if !p.is_null() => {
-            // SAFETY: a non-null result is a static NUL-terminated string.
-            let s = unsafe { CStr::from_ptr(p) };
-            s.to_string_lossy().into_owned().into_boxed_str()
-        }
-        _ => Box::from(""),
-    }
+    crate::handle::hccl_error_string(h, code)
 }
 
 /// Turns the result of an HCCL table call into our `Result`, reading the message on failure.

@@ -12,7 +12,6 @@ use crate::error::{CloseError, Error, Result};
 use crate::ffi;
 use crate::ffi::StreamRef;
 use crate::handle::StreamQueue;
-use crate::vmm::MapInner;
 
 bitflags::bitflags! {
     /// Stream creation flags (`ACL_STREAM_*`).
@@ -172,11 +171,6 @@ impl Stream {
         };
         self.dev.enter()?;
         ffi::stream::set_failure_mode(self.dev.lib(), self.live()?, u64::from(m))
-    }
-
-    /// Keeps `map` alive until this stream is synchronized past the work just queued.
-    pub(crate) fn keep_mapping(&mut self, map: &Arc<MapInner>) {
-        self.queue.keep_mapping(map);
     }
 
     /// Keeps `obj` alive until this stream is synchronized past the work just queued.
