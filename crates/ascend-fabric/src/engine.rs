@@ -24,7 +24,7 @@ use crate::request::{AutoDisconnect, Pending, ReqInner, TransferRequest};
 use crate::slots::{SlotGuard, SlotPool};
 use crate::stats::PeerStats;
 use crate::transfer::{TransferDesc, TransferOp};
-use crate::wire::{NotifyMsg, ShareHandleEntry};
+use crate::wire::{NotifyMsg, SegmentName, ShareHandleEntry};
 
 struct Handler {
     registry: Arc<Registry>,
@@ -34,6 +34,9 @@ struct Handler {
 impl ControlHandler for Handler {
     fn share_handles(&self) -> Vec<ShareHandleEntry> {
         self.registry.share_list()
+    }
+    fn segment_names(&self) -> Vec<SegmentName> {
+        self.registry.names.offered()
     }
     fn session_opened(&self, channel_id: &str) {
         tracing::info!(engine = %self.local, peer = channel_id, "peer connected");
@@ -49,11 +52,11 @@ pub(crate) struct EngineInner {
     /// engines at the same address (every port-less engine is just its IP) never collide.
     channel_id: String,
     opts: EngineOptions,
-    dev: Device,
+    pub(crate) dev: Device,
     pool: Arc<VaPool>,
-    registry: Arc<Registry>,
-    channels: Arc<ChannelMap>,
-    slots: Arc<SlotPool>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) channels: Arc<ChannelMap>,
+    pub(crate) slots: Arc<SlotPool>,
     server: Mutex<Option<Arc<ControlServer>>>,
     connect_lock: Mutex<()>,
     monitor: Arc<Monitor>,
@@ -78,7 +81,7 @@ pub(crate) struct EngineInner {
 #[derive(Clone)]
 #[must_use = "dropping the last Engine clone closes every channel and stops its server"]
 pub struct Engine {
-    inner: Arc<EngineInner>,
+    pub(crate) inner: Arc<EngineInner>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -413,8 +416,8 @@ impl Engine {
             inner.opts.shared_secret.as_deref(),
         )?;
         let keepalive = c.keepalive;
-        let made =
-            Remote::import_entries(&inner.dev, &inner.pool, remote, &c.entries).and_then(|rem| {
+        let made = Remote::import_entries(&inner.dev, &inner.pool, remote, &c.entries, &c.names)
+            .and_then(|rem| {
                 let io = |source| Error::Listen { addr: sa, source };
                 let reader = keepalive.try_clone().map_err(io)?;
                 Ok((
@@ -591,19 +594,7 @@ impl Engine {
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
         let req = self.submit(remote, op, descs, Some(deadline))?;
-        let r = req.wait(Some(deadline));
-        // Under AutoConnect a failed copy, or copies that ran out of time, disconnect.
-        req.disconnect_if_due(r.is_none());
-        match r {
-            Some(r) => r,
-            None => {
-                req.abort();
-                Err(Error::Timeout {
-                    what: "transfer",
-                    after: timeout,
-                })
-            }
-        }
+        Self::wait_sync(&req, deadline, timeout)
     }
 
     /// Starts copying `descs` to or from `remote` and returns at once (`TransferAsync`); with
@@ -687,6 +678,32 @@ impl Engine {
         let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
         let bytes = plan::check_descs(descs)?;
         let ch = self.channel_for(remote, slot_deadline)?;
+        let write = op == TransferOp::Write;
+        let size = (bytes, descs.len() as u64);
+        self.submit_on(&ch, write, size, slot_deadline, |rem, slot, regs| {
+            let reg = inner.registry.state.read();
+            // Check and translate every descriptor before queuing anything.
+            let pieces = plan::translate(descs, &reg.ranges, rem, regs)?;
+            let ltab = reg.table(&inner.dev)?;
+            let batches = plan::deal(pieces, slot.streams(), write);
+            Ok(plan::issue(slot, &batches, &rem.table, ltab, write))
+        })
+    }
+
+    /// What every submission on `ch` shares: takes a stream slot and the channel's gate,
+    /// lets `queue` check, translate and queue the copies (an `Err` from it: nothing was
+    /// queued; `Ok(Some(e))`: queuing failed part way, and the request fails with `e`), and
+    /// enters the request in the channel's in-flight table before releasing the gate.
+    /// `size` is (bytes, descriptors), for the counters.
+    pub(crate) fn submit_on(
+        &self,
+        ch: &Arc<Channel>,
+        write: bool,
+        size: (u64, u64),
+        slot_deadline: Option<Instant>,
+        queue: impl FnOnce(&Remote, &mut SlotGuard, &mut RegUse) -> Result<Option<Error>>,
+    ) -> Result<Arc<ReqInner>> {
+        let inner = &self.inner;
         if let Gate::Lost(r) = *ch.gate.read() {
             return Err(ch.lost_error(r));
         }
@@ -697,30 +714,8 @@ impl Engine {
             Gate::Open(r) => r,
             Gate::Lost(r) => return Err(ch.lost_error(*r)),
         };
-        let reg = inner.registry.state.read();
-        // Check and translate every descriptor before queuing anything.
         let mut regs = RegUse(Vec::new());
-        let pieces = plan::translate(descs, &reg.ranges, rem, &mut regs)?;
-        let ltab = reg.table(&inner.dev)?;
-        let write = op == TransferOp::Write;
-        let batches = plan::deal(pieces, slot.streams(), write);
-        let (dtab, stab) = if write {
-            (&rem.table, ltab)
-        } else {
-            (ltab, &rem.table)
-        };
-        let mut err: Option<Error> = None;
-        for (i, b) in batches.iter().enumerate() {
-            if b.is_empty() {
-                continue;
-            }
-            // Marked used before queuing: a batch that fails part way is aborted with the rest.
-            if let Err(e) = slot.stream(i).copy_table_async(dtab, stab, b) {
-                err = Some(e.into());
-                break;
-            }
-        }
-        drop(reg);
+        let mut err = queue(rem, &mut slot, &mut regs)?;
         let id = inner.next_req.fetch_add(1, Ordering::Relaxed);
         let (slot, used, slots) = slot.into_parts();
         let mut p = Pending {
@@ -730,15 +725,15 @@ impl Engine {
             book: ch.book.clone(),
             slots,
             write,
-            bytes,
-            descs: descs.len() as u64,
+            bytes: size.0,
+            descs: size.1,
         };
         if err.is_none() {
             if let Err(e) = p.record() {
                 err = Some(e);
             }
         }
-        let req = ReqInner::new(id, p, self.auto_disconnect(&ch));
+        let req = ReqInner::new(id, p, self.auto_disconnect(ch));
         drop(gate);
         if let Some(e) = err {
             req.fail(e);
@@ -751,6 +746,24 @@ impl Engine {
             };
         }
         Ok(req)
+    }
+
+    /// Waits for a submitted request until `deadline` (`timeout` after the call began), as
+    /// the synchronous transfers do: on timeout the request is aborted; under `AutoConnect`
+    /// a failed copy or a timeout disconnects the peer.
+    pub(crate) fn wait_sync(req: &ReqInner, deadline: Instant, timeout: Duration) -> Result<()> {
+        let r = req.wait(Some(deadline));
+        req.disconnect_if_due(r.is_none());
+        match r {
+            Some(r) => r,
+            None => {
+                req.abort();
+                Err(Error::Timeout {
+                    what: "transfer",
+                    after: timeout,
+                })
+            }
+        }
     }
 }
 

@@ -22,6 +22,7 @@
 //! | `RegisterMem` / `DeregisterMem` | [`Engine::register`], [`Engine::register_raw`] / [`Engine::deregister`] or drop |
 //! | `Connect` / `Disconnect` | [`Engine::connect`] / [`Engine::disconnect`] |
 //! | `TransferSync` / `TransferAsync` | [`Engine::transfer_sync`] / [`Engine::transfer_async`] |
+//! | NIXL's prepared descriptor lists | [`Engine::prepare_local`], [`Engine::prepare_remote`], [`Engine::transfer_prepared_async`] |
 //! | `GetTransferStatus` | [`TransferRequest::status`], [`TransferRequest::wait`] |
 //! | `SendNotify` / `GetNotifies` | [`Engine::send_notify`] / [`Engine::take_notifies`] |
 //! | `Finalize` | dropping the last [`Engine`] clone |
@@ -73,6 +74,7 @@ mod heartbeat;
 pub mod options;
 mod plan;
 mod pool;
+mod prepared;
 pub mod ranges;
 mod registry;
 mod remote;
@@ -87,6 +89,7 @@ pub use engine::Engine;
 pub use error::{Error, LostReason, Result, Side};
 pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
 pub use pool::SLOT as POOL_SLOT;
+pub use prepared::{LocalBlocks, RemoteBlocks, SegmentRef};
 pub use registry::{MemKind, Registrable, Registration};
 pub use request::TransferRequest;
 pub use slots::STREAM_BUDGET;
@@ -98,5 +101,7 @@ const _: () = {
     send_sync::<Engine>();
     send_sync::<Registration>();
     send_sync::<TransferRequest>();
+    send_sync::<LocalBlocks>();
+    send_sync::<RemoteBlocks>();
     send_sync::<Error>();
 };
