@@ -1,10 +1,10 @@
 //! Devices: thread binding, the granularity cache, the sticky error, and `Granular` sizes.
-#![allow(unsafe_code)]
 
+use std::any::Any;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use acl::AclLib;
 use parking_lot::Mutex;
@@ -73,14 +73,6 @@ impl Device {
         Ok(dev)
     }
 
-    pub(crate) fn from_ctx(ctx: Arc<DeviceCtx>) -> Device {
-        Device { ctx }
-    }
-
-    pub(crate) fn ctx(&self) -> &Arc<DeviceCtx> {
-        &self.ctx
-    }
-
     /// The device id.
     pub fn id(&self) -> i32 {
         self.ctx.id
@@ -97,8 +89,7 @@ impl Device {
 
     fn force_bind(&self) -> Result<()> {
         let lib = self.lib();
-        // SAFETY: plain integer argument on an opened table.
-        unsafe { ffi::device::set(lib, self.ctx.id) }?;
+        ffi::device::set(lib, self.ctx.id)?;
         // `try_with`: a Drop may run while this thread's locals are being destroyed.
         let _ = BOUND.try_with(|b| b.set((lib as *const AclLib as usize, self.ctx.id)));
         Ok(())
@@ -121,8 +112,7 @@ impl Device {
         let lib = self.lib();
         let key = (lib as *const AclLib as usize, self.ctx.id);
         if BOUND.try_with(|b| b.get()).ok() == Some(key) {
-            // SAFETY: out-parameter call on an opened table.
-            match unsafe { ffi::device::current(lib) } {
+            match ffi::device::current(lib) {
                 Ok(id) if id == self.ctx.id => return Ok(()),
                 Ok(other) => {
                     tracing::debug!(
@@ -185,14 +175,11 @@ impl Device {
         }
         self.enter()?;
         let prop = spec.to_prop(self.ctx.id);
-        // SAFETY: `prop` is a valid property struct; out-parameter handled by ffi.
-        let g = unsafe {
-            ffi::phys::granularity(
-                self.lib(),
-                &prop,
-                acl::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
-            )
-        }?;
+        let g = crate::handle::granularity(
+            self.lib(),
+            &prop,
+            acl::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,
+        )?;
         if g == 0 || !g.is_power_of_two() {
             return Err(Error::InvalidArgument {
                 api: "aclrtMemGetAllocationGranularity",
@@ -264,9 +251,42 @@ impl Device {
     #[doc(alias = "aclrtDeviceGetBareTgid")]
     pub fn bare_pid(&self) -> Result<i32> {
         self.enter()?;
-        // SAFETY: out-parameter call on an opened table.
-        unsafe { ffi::device::bare_tgid(self.lib()) }
+        ffi::device::bare_tgid(self.lib())
     }
+}
+
+impl Runtime {
+    /// A handle on device `id`, binding it to the calling thread once to check it exists.
+    /// Every `Device` for the same id of one runtime shares its state (granularity cache,
+    /// sticky error).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a negative id; an `aclrtSetDevice` failure
+    /// (`ACL_ERROR_RT_INVALID_DEVICEID`, …) for an id the runtime does not have.
+    #[doc(alias = "aclrtSetDevice")]
+    pub fn device(&self, id: i32) -> Result<Device> {
+        if id < 0 {
+            return Err(Error::InvalidArgument {
+                api: "aclrtSetDevice",
+                what: "device id",
+                value: id.into(),
+            });
+        }
+        let mut devs = self.inner.devices.lock();
+        let known = devs.get(&id).and_then(Weak::upgrade);
+        if let Some(ctx) = known.and_then(|any| any.downcast::<DeviceCtx>().ok()) {
+            return Ok(Device { ctx });
+        }
+        let dev = Device::open(self.clone(), id)?;
+        let ctx: Arc<dyn Any + Send + Sync> = dev.ctx.clone();
+        devs.insert(id, Arc::downgrade(&ctx));
+        Ok(dev)
+    }
+}
+
+/// Same runtime and device id (two `Runtime` values over one table share the device).
+pub(crate) fn same_device(a: &Device, b: &Device) -> bool {
+    std::ptr::eq(a.lib(), b.lib()) && a.id() == b.id()
 }
 
 /// A size or offset that is a whole number of allocation granules.

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+pub use crate::error_kind::ErrorKind;
+
 /// An ACL status code (`aclError`, a C `int`).
 ///
 /// A newtype, not an enum: a newer runtime can return values this crate has never seen, and
@@ -132,27 +134,6 @@ impl fmt::Display for AclCode {
             None => write!(f, "ACL error {}", self.0),
         }
     }
-}
-
-/// A small, stable classification of [`Error`] to match on while variants grow.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum ErrorKind {
-    /// Device or host memory, streams or events ran out (`ACL_ERROR_BAD_ALLOC` 200000,
-    /// `ACL_ERROR_RT_MEMORY_ALLOCATION` 207001, `ACL_ERROR_RT_DEVICE_OOM`, …).
-    OutOfMemory,
-    /// An argument was rejected, by our checks or by ACL.
-    InvalidArgument,
-    /// The runtime, product or loaded library cannot do this (includes missing symbols).
-    NotSupported,
-    /// A wait ran out of time.
-    Timeout,
-    /// The caller may not do this (e.g. an import by a pid not on the allow-list).
-    PermissionDenied,
-    /// The runtime library could not be loaded.
-    Unavailable,
-    /// Anything else.
-    Other,
 }
 
 /// Everything that can fail in this crate.

@@ -10,10 +10,8 @@
 //!   (`aclrtPointerGetAttributes`) and [`PhysicalMem::retain`]
 //!   (`aclrtMemRetainAllocationHandle`): find and hold the allocation behind an address that
 //!   some other code mapped.
-#![allow(unsafe_code)]
 
 use std::collections::HashMap;
-use std::ffi::c_void;
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -22,6 +20,7 @@ use parking_lot::Mutex;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::handle::OwnedPhys;
 use crate::share::{ExportFlags, ShareKind, SharedHandle};
 use crate::spec::{Location, MemAttr, MemSpec};
 use crate::vmm::{Mapping, Origin, PhysInner, PhysicalMem};
@@ -152,18 +151,7 @@ impl Device {
     #[doc(alias = "aclrtMemGetAddressRange")]
     pub fn address_range(&self, addr: usize) -> Result<(usize, usize)> {
         self.enter()?;
-        let lib = self.lib();
-        let mut base: *mut c_void = std::ptr::null_mut();
-        let mut size = 0usize;
-        // SAFETY: the call only looks the address up; both out-pointers are writable locals.
-        unsafe {
-            ffi::check(
-                lib,
-                "aclrtMemGetAddressRange",
-                lib.aclrtMemGetAddressRange(addr as *mut c_void, &mut base, &mut size),
-            )
-        }?;
-        Ok((base as usize, size))
+        ffi::ptr::address_range(self.lib(), addr)
     }
 
     /// Where `addr` lives (`aclrtPointerGetAttributes`).
@@ -173,16 +161,7 @@ impl Device {
     #[doc(alias = "aclrtPointerGetAttributes")]
     pub fn pointer_info(&self, addr: usize) -> Result<PointerInfo> {
         self.enter()?;
-        let lib = self.lib();
-        let mut a = acl::aclrtPtrAttributes::default();
-        // SAFETY: the call only looks the address up; `a` is a writable local.
-        unsafe {
-            ffi::check(
-                lib,
-                "aclrtPointerGetAttributes",
-                lib.aclrtPointerGetAttributes(addr as *const c_void, &mut a),
-            )
-        }?;
+        let a = ffi::ptr::attributes(self.lib(), addr)?;
         Ok(PointerInfo {
             device: (a.location.type_ == acl::ACL_MEM_LOCATION_TYPE_DEVICE)
                 .then_some(a.location.id),
@@ -240,27 +219,11 @@ impl PhysicalMem {
             });
         }
         let lib = dev.lib();
-        let mut h: acl::aclrtDrvMemHandle = std::ptr::null_mut();
-        // SAFETY: looks the address up; `h` is a writable local and the new handle is owned by
-        // the PhysicalMem built below (freed once, on its drop).
-        unsafe {
-            ffi::check(
-                lib,
-                "aclrtMemRetainAllocationHandle",
-                lib.aclrtMemRetainAllocationHandle(base as *mut c_void, &mut h),
-            )
-        }?;
-        // From here on the handle is owned: a failure below frees it through the drop.
+        // The new handle is owned by the PhysicalMem built below (freed once, on its drop): a
+        // failure below frees it through the drop.
+        let h = OwnedPhys::retain(lib, base)?;
         let mem = PhysicalMem::from_handle(dev, h, size, 0, Origin::Allocated(MemSpec::DEVICE_HBM));
-        let mut prop = acl::aclrtPhysicalMemProp::default();
-        // SAFETY: `h` is the live handle retained above; `prop` is a writable local.
-        unsafe {
-            ffi::check(
-                lib,
-                "aclrtMemGetAllocationPropertiesFromHandle",
-                lib.aclrtMemGetAllocationPropertiesFromHandle(h, &mut prop),
-            )
-        }?;
+        let prop = mem.inner.mem.properties(lib)?;
         let location = match prop.location.type_ {
             acl::ACL_MEM_LOCATION_TYPE_DEVICE => Location::Device,
             acl::ACL_MEM_LOCATION_TYPE_HOST_NUMA => Location::HostNuma(prop.location.id),

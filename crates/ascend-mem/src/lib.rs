@@ -166,7 +166,10 @@ pub mod ffi;
 mod buffer;
 mod device;
 mod error;
+mod error_kind;
 mod foreign;
+#[allow(unsafe_code)]
+mod handle;
 pub mod hccl;
 mod runtime;
 mod share;

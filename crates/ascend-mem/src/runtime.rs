@@ -1,15 +1,14 @@
 //! Choosing and opening a backend: real CANN, the in-process emulator, or a library by path.
-#![allow(unsafe_code)]
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, Weak};
 
 use acl::AclLib;
 use parking_lot::Mutex;
 
-use crate::device::{Device, DeviceCtx};
 use crate::error::{Error, Result};
 use crate::ffi;
 
@@ -52,7 +51,10 @@ impl fmt::Display for Backend {
 pub(crate) struct RtInner {
     pub(crate) lib: &'static AclLib,
     backend: Backend,
-    devices: Mutex<HashMap<i32, Weak<DeviceCtx>>>,
+    /// The state of each device opened through this runtime, by id. Owned and typed by
+    /// `device.rs` (which sits above this file: a device holds its runtime), so stored here
+    /// type-erased; see `Runtime::device`.
+    pub(crate) devices: Mutex<HashMap<i32, Weak<dyn Any + Send + Sync>>>,
 }
 
 /// An opened ACL runtime: the function table every other type calls through.
@@ -74,7 +76,7 @@ impl fmt::Debug for Runtime {
 }
 
 /// Tables opened by path, kept for the process so repeated opens do not leak new copies.
-fn by_path() -> &'static Mutex<HashMap<PathBuf, &'static AclLib>> {
+pub(crate) fn by_path() -> &'static Mutex<HashMap<PathBuf, &'static AclLib>> {
     static M: OnceLock<Mutex<HashMap<PathBuf, &'static AclLib>>> = OnceLock::new();
     M.get_or_init(Default::default)
 }
@@ -97,15 +99,14 @@ fn classify(lib: &AclLib) -> Backend {
 }
 
 impl Runtime {
-    fn from_table(lib: &'static AclLib) -> Result<Runtime> {
+    pub(crate) fn from_table(lib: &'static AclLib) -> Result<Runtime> {
         // aclInit once per table and process (a repeat would only bump ACL's init count).
         static INITED: Mutex<Vec<usize>> = Mutex::new(Vec::new());
         {
             let mut inited = INITED.lock();
             let key = lib as *const AclLib as usize;
             if !inited.contains(&key) {
-                // SAFETY: `lib` is an opened ACL table; aclInit takes a NULL config path.
-                unsafe { ffi::init::init(lib) }?;
+                ffi::init::init(lib)?;
                 inited.push(key);
             }
         }
@@ -207,49 +208,6 @@ impl Runtime {
         Ok(rt)
     }
 
-    /// Opens an ACL runtime library from one explicit file (CANN or the emulator's
-    /// `libascend_sim.so`). The library stays loaded for the life of the process; opening the
-    /// same path again reuses it.
-    ///
-    /// # Errors
-    /// [`Error::Load`] with the single attempt; an `aclInit` failure.
-    ///
-    /// # Safety
-    /// Opening a shared library runs its initialisers, and its exports are called as the ACL
-    /// functions of `acl-sys`: the file must be a trusted ACL runtime (or the emulator).
-    pub unsafe fn from_library_path(path: impl AsRef<Path>) -> Result<Runtime> {
-        let path = path.as_ref().to_path_buf();
-        let lib = {
-            let mut m = by_path().lock();
-            match m.get(&path) {
-                Some(l) => *l,
-                None => {
-                    // SAFETY: forwarded to the caller: the library is trusted.
-                    let lib = unsafe { AclLib::open_path(&path) }
-                        .map_err(|e| Error::Load(Box::new(e)))?;
-                    // Never unloaded: handles from it may outlive every Runtime.
-                    let lib: &'static AclLib = Box::leak(Box::new(lib));
-                    m.insert(path, lib);
-                    lib
-                }
-            }
-        };
-        Self::from_table(lib)
-    }
-
-    /// Wraps an ACL table obtained elsewhere (for instance a fresh table over the emulator's
-    /// in-process lookup, or one opened with custom search rules).
-    ///
-    /// # Errors
-    /// An `aclInit` failure.
-    ///
-    /// # Safety
-    /// Every symbol `lib` resolves must be the ACL function of that name with the signature
-    /// declared in `acl-sys` (the table's methods call through them unchecked).
-    pub unsafe fn from_table_unchecked(lib: &'static AclLib) -> Result<Runtime> {
-        Self::from_table(lib)
-    }
-
     /// Which implementation serves this runtime.
     pub fn backend(&self) -> &Backend {
         &self.inner.backend
@@ -259,8 +217,8 @@ impl Runtime {
     ///
     /// # Changing the current device or context through the raw table
     /// ACL keeps the current device and context per thread. Every call of this crate first
-    /// makes its device current ([`Device::bind`]), and that check asks `aclrtGetDevice`
-    /// rather than trusting a cache, so a raw `aclrtSetDevice`, `aclrtSetCurrentContext` or
+    /// makes its device current ([`Device::bind`](crate::Device::bind)), and that check asks
+    /// `aclrtGetDevice` rather than trusting a cache, so a raw `aclrtSetDevice`, `aclrtSetCurrentContext` or
     /// `aclrtResetDevice` made through this table cannot send a later call (a V2 import, a
     /// stream or event creation) to the wrong device. What the check cannot undo is a raw
     /// `aclrtResetDevice` or `aclrtDestroyContext` that tears down a context while this
@@ -277,33 +235,7 @@ impl Runtime {
     /// An `aclrtGetDeviceCount` failure.
     #[doc(alias = "aclrtGetDeviceCount")]
     pub fn device_count(&self) -> Result<u32> {
-        // SAFETY: plain out-parameter call on an opened table.
-        unsafe { ffi::device::count(self.inner.lib) }
-    }
-
-    /// A handle on device `id`, binding it to the calling thread once to check it exists.
-    /// Every `Device` for the same id of one runtime shares its state (granularity cache,
-    /// sticky error).
-    ///
-    /// # Errors
-    /// [`Error::InvalidArgument`] for a negative id; an `aclrtSetDevice` failure
-    /// (`ACL_ERROR_RT_INVALID_DEVICEID`, …) for an id the runtime does not have.
-    #[doc(alias = "aclrtSetDevice")]
-    pub fn device(&self, id: i32) -> Result<Device> {
-        if id < 0 {
-            return Err(Error::InvalidArgument {
-                api: "aclrtSetDevice",
-                what: "device id",
-                value: id.into(),
-            });
-        }
-        let mut devs = self.inner.devices.lock();
-        if let Some(ctx) = devs.get(&id).and_then(Weak::upgrade) {
-            return Ok(Device::from_ctx(ctx));
-        }
-        let dev = Device::open(self.clone(), id)?;
-        devs.insert(id, Arc::downgrade(dev.ctx()));
-        Ok(dev)
+        ffi::device::count(self.inner.lib)
     }
 }
 

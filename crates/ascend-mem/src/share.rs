@@ -1,12 +1,11 @@
 //! Sharing physical memory with other processes: [`FabricHandle`] (the exporter's side) and
 //! [`SharedHandle`] (plain bytes another process imports).
-#![allow(unsafe_code)]
 
 use std::fmt;
 
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::ffi;
+use crate::handle::{granularity, set_pids, OwnedPhys};
 use crate::vmm::{Origin, PhysicalMem};
 
 /// The kind of share handle (`aclrtMemSharedHandleType`).
@@ -171,12 +170,12 @@ impl SharedHandle {
         let _span = tracing::debug_span!("import", dev = dev.id(), kind = ?self.kind).entered();
         dev.enter()?;
         let lib = dev.lib();
-        // SAFETY: `data` is 128 readable bytes; the runtime validates them. The handle is
-        // owned by the PhysicalMem built right below (freed on drop, also on the error paths).
-        let h = unsafe { ffi::share::import_v2(lib, &self.data, self.kind.raw()) }?;
+        // The handle is owned by the PhysicalMem built right below (freed on drop, also on the
+        // error paths).
+        let h = OwnedPhys::import(lib, &self.data, self.kind.raw())?;
         let mem = PhysicalMem::from_handle(dev, h, self.len(), 0, Origin::Imported);
         // On any error below, `mem` drops and frees the imported handle.
-        let granule = self.real_granule(dev, h)?;
+        let granule = self.real_granule(dev, &mem.inner.mem)?;
         if granule != 0 && self.len() % granule != 0 {
             return Err(Error::ImportSizeMismatch {
                 claimed: self.len(),
@@ -190,10 +189,9 @@ impl SharedHandle {
 
     /// The MINIMUM granularity of the imported allocation's kind, read back from its handle;
     /// 0 when the runtime cannot say (no such call, or reported unsupported).
-    fn real_granule(&self, dev: &Device, h: acl::aclrtDrvMemHandle) -> Result<usize> {
+    fn real_granule(&self, dev: &Device, h: &OwnedPhys) -> Result<usize> {
         let lib = dev.lib();
-        // SAFETY: `h` is the live handle just imported (owned by the caller's PhysicalMem).
-        let mut prop = match unsafe { ffi::phys::properties(lib, h) } {
+        let mut prop = match h.properties(lib) {
             Ok(p) => p,
             Err(e) if e.kind() == crate::ErrorKind::NotSupported => {
                 tracing::debug!(error = %e, "cannot read imported properties; size unchecked");
@@ -206,8 +204,7 @@ impl SharedHandle {
         if prop.location.type_ == acl::ACL_MEM_LOCATION_TYPE_DEVICE {
             prop.location.id = dev.id() as u32;
         }
-        // SAFETY: `prop` is a valid property struct; out-parameter handled by ffi.
-        unsafe { ffi::phys::granularity(lib, &prop, acl::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM) }
+        granularity(lib, &prop, acl::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM)
     }
 }
 
@@ -260,10 +257,9 @@ impl PhysicalMem {
         }
         let _span = tracing::debug_span!("export", kind = ?kind).entered();
         inner.dev.enter()?;
-        // SAFETY: the handle is live (we hold its Arc).
-        let data = unsafe {
-            ffi::share::export_v2(inner.dev.lib(), inner.handle, flags.bits(), kind.raw())
-        }?;
+        let data = inner
+            .mem
+            .export(inner.dev.lib(), flags.bits(), kind.raw())?;
         *exported = true;
         Ok(FabricHandle {
             mem: self.clone(),
@@ -327,10 +323,7 @@ impl FabricHandle {
         }
         let dev = self.mem.device();
         dev.enter()?;
-        // SAFETY: plain data arguments; the runtime validates the handle.
-        unsafe {
-            ffi::share::set_pids_v2(dev.lib(), &self.shared.data, self.shared.kind.raw(), pids)
-        }
+        set_pids(dev.lib(), &self.shared.data, self.shared.kind.raw(), pids)
     }
 }
 

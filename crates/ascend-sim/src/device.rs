@@ -9,9 +9,11 @@ use std::sync::Arc;
 use acl_sys::*;
 use parking_lot::{Mutex, RwLock};
 
+use crate::config::config;
+use crate::counters::{dec, inc, Ctr};
 use crate::handles::{self, Kind};
-use crate::rt::{self, config, dec, inc, Ctr, Out, Res};
-use crate::stream::Stream;
+use crate::rt::{self, Out, Res};
+use crate::stream::queue::Stream;
 
 /// A context: explicit (`aclrtCreateContext`) or a device's default one (`aclrtSetDevice`).
 #[derive(Debug)]
@@ -113,7 +115,7 @@ pub(crate) fn lookup_context(p: aclrtContext, what: &str) -> Res<Arc<Context>> {
         .ok_or_else(|| handles::stale(p, Kind::Context, what))
 }
 
-export! {
+export! { Acl;
     /// Initialises ACL once per process; later calls count references and return 100002.
     fn aclInit(_configPath: *const c_char) {
         let mut n = INIT_COUNT.lock();
@@ -123,7 +125,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Finalises whatever the init count.
     fn aclFinalize() {
         let mut n = INIT_COUNT.lock();
@@ -133,7 +135,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Decrements the init count; finalises at 1 -> 0.
     fn aclFinalizeReference(refCount: *mut u64) {
         let mut n = INIT_COUNT.lock();
@@ -147,7 +149,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Binds `deviceId` (its default context) to the calling thread.
     fn aclrtSetDevice(deviceId: i32) {
         let d = check_device(deviceId, "deviceId")?;
@@ -166,7 +168,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Drops one `aclrtSetDevice` reference; the default context goes away at zero.
     fn aclrtResetDevice(deviceId: i32) {
         let d = check_device(deviceId, "deviceId")?;
@@ -192,7 +194,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// The calling thread's current device.
     fn aclrtGetDevice(deviceId: *mut i32) {
         // SAFETY: out-pointer per the C contract.
@@ -203,7 +205,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Number of emulated devices (`ASCEND_SIM_DEVICES`).
     fn aclrtGetDeviceCount(count: *mut u32) {
         // SAFETY: out-pointer per the C contract.
@@ -212,7 +214,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Creates an explicit context on `deviceId` and makes it current.
     fn aclrtCreateContext(context: *mut aclrtContext, deviceId: i32) {
         // SAFETY: out-pointer per the C contract.
@@ -227,7 +229,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Destroys an explicit context (a default context cannot be destroyed: 107000).
     fn aclrtDestroyContext(context: aclrtContext) {
         ensure!(!context.is_null(), ACL_ERROR_INVALID_PARAM, "context is NULL");
@@ -248,7 +250,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Makes `context` current on the calling thread.
     fn aclrtSetCurrentContext(context: aclrtContext) {
         ensure!(!context.is_null(), ACL_ERROR_INVALID_PARAM, "context is NULL");
@@ -258,7 +260,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// The calling thread's current context (107002 without one).
     fn aclrtGetCurrentContext(context: *mut aclrtContext) {
         // SAFETY: out-pointer per the C contract.
@@ -269,7 +271,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Identity mapping.
     fn aclrtGetPhyDevIdByLogicDevId(logicDevId: i32, phyDevId: *mut i32) {
         // SAFETY: out-pointer per the C contract.
@@ -280,7 +282,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Identity mapping.
     fn aclrtGetLogicDevIdByUserDevId(userDevid: i32, logicDevId: *mut i32) {
         // SAFETY: out-pointer per the C contract.
@@ -291,7 +293,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// The process id (no container translation in the emulator).
     fn aclrtDeviceGetBareTgid(pid: *mut i32) {
         // SAFETY: out-pointer per the C contract.
@@ -300,7 +302,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Every pair of distinct devices can access each other.
     fn aclrtDeviceCanAccessPeer(canAccessPeer: *mut i32, deviceId: i32, peerDeviceId: i32) {
         // SAFETY: out-pointer per the C contract.
@@ -312,7 +314,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Enables access from the current device to `peerDeviceId`; `flags` must be 0.
     fn aclrtDeviceEnablePeerAccess(peerDeviceId: i32, flags: u32) {
         ensure!(flags == 0, ACL_ERROR_FEATURE_UNSUPPORTED, "flags {flags:#x} must be 0");
@@ -328,7 +330,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Disables access enabled by `aclrtDeviceEnablePeerAccess` (107000 when not enabled).
     fn aclrtDeviceDisablePeerAccess(peerDeviceId: i32) {
         let peer = check_device(peerDeviceId, "peerDeviceId")?;
@@ -342,20 +344,12 @@ export! {
     }
 }
 
-/// Returns and clears the calling thread's most recent error message (NULL when none). The
-/// pointer stays valid until the next `aclGetRecentErrMsg` call on this thread.
-///
-/// # Safety
-/// None beyond calling from C: the function takes no arguments.
-#[no_mangle]
-pub unsafe extern "C" fn aclGetRecentErrMsg() -> *const c_char {
-    const IDX: usize = rt::sym_index("aclGetRecentErrMsg");
-    rt::enter_raw(
-        IDX,
-        "aclGetRecentErrMsg",
-        std::ptr::null(),
-        rt::take_message,
-    )
+export! { Acl;
+    /// Returns and clears the calling thread's most recent error message (NULL when none). The
+    /// pointer stays valid until the next `aclGetRecentErrMsg` call on this thread.
+    fn aclGetRecentErrMsg() -> *const c_char, fallback std::ptr::null(); {
+        rt::take_message()
+    }
 }
 
 fn check_level(level: aclrtLastErrLevel) -> Res {
@@ -367,38 +361,22 @@ fn check_level(level: aclrtLastErrLevel) -> Res {
     Ok(())
 }
 
-/// Returns the last error code of the calling thread without clearing it.
-///
-/// # Safety
-/// None: takes a plain value.
-#[no_mangle]
-pub unsafe extern "C" fn aclrtPeekAtLastError(level: aclrtLastErrLevel) -> aclError {
-    const IDX: usize = rt::sym_index("aclrtPeekAtLastError");
-    rt::enter_raw(
-        IDX,
-        "aclrtPeekAtLastError",
-        ACL_ERROR_RT_INTERNAL_ERROR,
-        || match check_level(level) {
+export! { Acl;
+    /// Returns the last error code of the calling thread without clearing it.
+    fn aclrtPeekAtLastError(level: aclrtLastErrLevel) -> aclError, fallback ACL_ERROR_RT_INTERNAL_ERROR; {
+        match check_level(level) {
             Ok(()) => rt::last_error(false),
             Err(e) => e.code,
-        },
-    )
+        }
+    }
 }
 
-/// Returns the last error code of the calling thread and clears it.
-///
-/// # Safety
-/// None: takes a plain value.
-#[no_mangle]
-pub unsafe extern "C" fn aclrtGetLastError(level: aclrtLastErrLevel) -> aclError {
-    const IDX: usize = rt::sym_index("aclrtGetLastError");
-    rt::enter_raw(
-        IDX,
-        "aclrtGetLastError",
-        ACL_ERROR_RT_INTERNAL_ERROR,
-        || match check_level(level) {
+export! { Acl;
+    /// Returns the last error code of the calling thread and clears it.
+    fn aclrtGetLastError(level: aclrtLastErrLevel) -> aclError, fallback ACL_ERROR_RT_INTERNAL_ERROR; {
+        match check_level(level) {
             Ok(()) => rt::last_error(true),
             Err(e) => e.code,
-        },
-    )
+        }
+    }
 }

@@ -39,8 +39,11 @@
 //! * **Streams**: `threaded` mode runs one worker thread per stream (spins 50 µs, then parks);
 //!   `deterministic` mode runs queued work on the caller's thread at synchronize, query and wait
 //!   points. A NULL stream is the current context's default stream.
-//! * Every export catches panics (507000 with a message), counts calls, can be failed or hidden
-//!   ([`fault`]) and logged ([`call_log`]). Every failing call sets a thread-local message naming
+//! * Every export, ACL, HCCL and HIXL alike, runs through one entry guard: it catches panics
+//!   (507000 with a message for ACL, `HCCL_E_INTERNAL`, `HIXL_FAILED`), counts calls, can be
+//!   failed or hidden ([`fault`], `ASCEND_SIM_FAIL`) and is logged ([`call_log`]). Calls that
+//!   return no status (`aclGetRecentErrMsg`, `HcclGetErrorString`, …) return a fixed fallback
+//!   when failed (NULL, "unknow error", 0). Every failing ACL call sets a thread-local message naming
 //!   the call, the argument and its value (`aclGetRecentErrMsg`, which returns and clears it, or
 //!   NULL when there is none; the pointer stays valid until the next `aclGetRecentErrMsg` on the
 //!   thread) and the last-error code (`aclrtGetLastError` clears it, `aclrtPeekAtLastError` not).
@@ -53,7 +56,7 @@
 //! | `ASCEND_SIM_HBM_BYTES` | HBM capacity per device, charged by `aclrtMallocPhysical` (DEVICE) and `aclrtMalloc` | 1 GiB |
 //! | `ASCEND_SIM_HOST_BYTES` | cap for HOST/HOST_NUMA physical memory | 4 GiB |
 //! | `ASCEND_SIM_STREAM_MODE` | `threaded` or `deterministic` | `threaded` |
-//! | `ASCEND_SIM_FAIL` | `sym:n[:code][,sym:n[:code]]`: the n-th call of `sym` fails with `code` | code 507899 |
+//! | `ASCEND_SIM_FAIL` | `sym:n[:code][,sym:n[:code]]`: the n-th call of `sym` (any ACL, HCCL or HIXL symbol) fails with `code` (`-2147483648`: panics) | code 507899, `HCCL_E_INTERNAL`, `HIXL_FAILED` |
 //! | `ASCEND_SIM_CALL_LOG` | `1` turns the call log on | off |
 //!
 //! Capacities are accounted per process; the kernel never decides (memfd pages are only
@@ -100,7 +103,7 @@
 //! Every symbol of [`hccl_sys::SYMBOLS`] is exported with the signature of
 //! [`hccl_sys::fn_types`], in-process ([`hccl_table`], [`hccl_lookup`]) and from the shared
 //! library (`ASCEND_HCCL_LIB=…/libascend_sim.so`). Every export catches panics
-//! (`HCCL_E_INTERNAL`) and records a message for failures: [`hccl_last_error_message`] (this
+//! (`HCCL_E_INTERNAL`), counts calls, is logged, can be failed ([`fault`]) and records a message for failures: [`hccl_last_error_message`] (this
 //! thread's last failed HCCL call, `"HcclX: text (HCCL_E_Y)"`) and
 //! [`hccl_recent_error_message`] (the process's latest, including collectives that failed on a
 //! stream). `HcclGetErrorString` returns the real library's texts ("parameter error", ...,
@@ -214,7 +217,7 @@
 //! Every symbol of [`hixl_sys::SYMBOLS`] (the `HixlCS*` C API) is exported with the signature of
 //! [`hixl_sys::fn_types`], in-process ([`hixl_table`], [`hixl_lookup`]) and from the shared
 //! library (`ASCEND_HIXL_LIB=…/libascend_sim.so`). Every export catches panics (`HIXL_FAILED`),
-//! counts calls and can be failed ([`hixl_fault`]); a failing call records
+//! counts calls, is logged and can be failed ([`hixl_fault`], [`fault`]); a failing call records
 //! [`hixl_last_error_message`] (`"HixlCSX: text (HIXL_Y)"`, this thread). Handles are tagged ids,
 //! never dereferenced: NULL, unknown, stale or wrong-kind handles → `HIXL_PARAM_INVALID`.
 //!
@@ -260,12 +263,15 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 use std::ffi::{c_char, c_void, CStr};
-use std::fmt;
 use std::sync::OnceLock;
 
 #[macro_use]
+mod export;
+#[macro_use]
 mod rt;
 mod broker;
+mod config;
+mod counters;
 mod device;
 mod handles;
 mod hccl;
@@ -274,6 +280,7 @@ mod share;
 mod stream;
 mod vmm;
 
+pub use counters::{counters, Counters};
 pub use device::*;
 pub use hccl::{
     hccl_last_error_message, hccl_lookup, hccl_recent_error_message, hccl_stats, hccl_table,
@@ -287,86 +294,6 @@ pub use share::*;
 pub use stream::*;
 pub use vmm::*;
 
-/// Live-object counters (see [`counters`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Counters {
-    /// Live reservations.
-    pub reservations: u64,
-    /// Live handles from `aclrtMallocPhysical` and `aclrtMemRetainAllocationHandle`.
-    pub physical: u64,
-    /// Live handles from imports.
-    pub imports: u64,
-    /// Live mappings.
-    pub mappings: u64,
-    /// Live exported allocations.
-    pub exports: u64,
-    /// Live user streams.
-    pub streams: u64,
-    /// Live events.
-    pub events: u64,
-    /// Live explicit contexts.
-    pub contexts: u64,
-    /// Live `aclrtMalloc` blocks.
-    pub device_mallocs: u64,
-    /// Live `aclrtMallocHost` blocks.
-    pub host_mallocs: u64,
-    /// Live HCCL communicators (`HcclCommInitRootInfo*` minus `HcclCommDestroy`).
-    pub comms: u64,
-    /// Live symmetric windows (registered minus deregistered; destroy deregisters).
-    pub windows: u64,
-}
-
-impl Counters {
-    /// Whether every counter is zero (nothing leaked).
-    pub fn is_zero(&self) -> bool {
-        *self == Counters::default()
-    }
-
-    fn from_array(a: [u64; rt::NCTR]) -> Self {
-        Counters {
-            reservations: a[0],
-            physical: a[1],
-            imports: a[2],
-            mappings: a[3],
-            exports: a[4],
-            streams: a[5],
-            events: a[6],
-            contexts: a[7],
-            device_mallocs: a[8],
-            host_mallocs: a[9],
-            comms: a[10],
-            windows: a[11],
-        }
-    }
-}
-
-impl fmt::Display for Counters {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "reservations {}, physical {}, imports {}, mappings {}, exports {}, streams {}, \
-             events {}, contexts {}, device_mallocs {}, host_mallocs {}, comms {}, windows {}",
-            self.reservations,
-            self.physical,
-            self.imports,
-            self.mappings,
-            self.exports,
-            self.streams,
-            self.events,
-            self.contexts,
-            self.device_mallocs,
-            self.host_mallocs,
-            self.comms,
-            self.windows
-        )
-    }
-}
-
-/// The live-object counters of this process.
-pub fn counters() -> Counters {
-    Counters::from_array(rt::counter_values())
-}
-
 /// Bytes of `device`'s HBM currently charged (physical DEVICE allocations and `aclrtMalloc`).
 pub fn hbm_in_use(device: u32) -> u64 {
     rt::hbm_in_use(device)
@@ -375,22 +302,35 @@ pub fn hbm_in_use(device: u32) -> u64 {
 /// The calls logged since the log was turned on (`ASCEND_SIM_CALL_LOG=1` or [`set_call_log`]),
 /// in order, for the whole process.
 pub fn call_log() -> Vec<String> {
-    rt::call_log()
+    export::call_log()
 }
 
 /// Turns the call log on or off (off also clears it).
 pub fn set_call_log(on: bool) {
-    rt::set_call_log(on)
+    export::set_call_log(on)
 }
 
-/// Fault injection and symbol hiding (process-global).
+/// Fault injection and symbol hiding (process-global), for the symbols of every surface: ACL,
+/// HCCL and HIXL ([`crate::hixl_fault`] is the same machinery with HIXL's status type).
 pub mod fault {
-    /// Makes the `n`-th call (1-based, counted from now) of `symbol` return `code` without doing
-    /// anything; its error message is "`symbol`: injected failure (ASCEND_SIM_FAIL)".
-    /// Unknown symbols are ignored. `code` [`PANIC`] makes the call panic inside its wrapper
-    /// instead (it then returns `ACL_ERROR_RT_INTERNAL_ERROR` 507000).
+    use crate::export::{self, Injected};
+
+    /// Makes the `n`-th call (1-based, counted from now) of `symbol` (a name of
+    /// `acl_sys::SYMBOLS`, `hccl_sys::SYMBOLS` or `hixl_sys::SYMBOLS`) return `code` (converted
+    /// to the surface's status type) without doing anything; its error message is
+    /// "`symbol`: injected failure (ASCEND_SIM_FAIL)". Unknown symbols are ignored. `code`
+    /// [`PANIC`] makes the call panic inside its wrapper instead (it then returns the surface's
+    /// internal error: `ACL_ERROR_RT_INTERNAL_ERROR` 507000, `HCCL_E_INTERNAL`, `HIXL_FAILED`).
     pub fn fail_nth(symbol: &str, n: u64, code: i32) {
-        crate::rt::fail_nth(symbol, n, code);
+        export::fail_nth(symbol, n, injected(code));
+    }
+
+    pub(crate) fn injected(code: i32) -> Injected {
+        if code == PANIC {
+            Injected::Panic
+        } else {
+            Injected::Code(code.into())
+        }
     }
 
     /// The fault code that injects a panic (see [`fail_nth`]).
@@ -398,17 +338,18 @@ pub mod fault {
 
     /// Disarms every fault and unhides every symbol.
     pub fn clear() {
-        crate::rt::clear_faults()
+        export::clear_faults(export::ALL)
     }
 
-    /// Makes [`crate::lookup`] return null for `symbol` (until [`clear`]).
+    /// Makes the lookup functions ([`crate::lookup`], [`crate::hccl_lookup`],
+    /// [`crate::hixl_lookup`]) return null for `symbol` (until [`clear`]).
     pub fn hide_symbol(symbol: &str) {
-        crate::rt::hide(symbol)
+        export::hide(symbol);
     }
 
-    /// How many times `symbol` has been called in this process.
+    /// How many times `symbol` (of any surface) has been called in this process.
     pub fn calls(symbol: &str) -> u64 {
-        crate::rt::calls(symbol)
+        export::calls(symbol)
     }
 }
 
@@ -420,7 +361,7 @@ pub mod testing {
     #[derive(Debug)]
     #[must_use = "dropping the Hold releases the stream at once"]
     pub struct Hold {
-        inner: Arc<crate::stream::HoldInner>,
+        inner: Arc<crate::stream::hold::HoldInner>,
     }
 
     impl Hold {
@@ -440,7 +381,7 @@ pub mod testing {
     /// # Panics
     /// If `stream` is not a live stream.
     pub fn hold_stream(stream: acl_sys::aclrtStream) -> Hold {
-        match crate::stream::hold(stream) {
+        match crate::stream::exports::hold(stream) {
             Ok(inner) => Hold { inner },
             Err(e) => panic!("hold_stream: {}", e.msg),
         }
@@ -452,28 +393,13 @@ pub mod testing {
     /// lost with transfers in flight). Deterministic-mode streams are not held.
     pub fn hold_all_streams() -> Hold {
         Hold {
-            inner: crate::stream::hold_all(),
+            inner: crate::stream::hold::hold_all(),
         }
     }
 }
 
-macro_rules! symbol_table {
-    ($($name:ident),* $(,)?) => {
-        fn raw_lookup(name: &str) -> *const c_void {
-            match name {
-                $(stringify!($name) => {
-                    let f: acl_sys::fn_types::$name = $name;
-                    f as *const c_void
-                })*
-                _ => std::ptr::null(),
-            }
-        }
-        #[cfg(test)]
-        const TABLE_LEN: usize = [$(stringify!($name)),*].len();
-    };
-}
-
 symbol_table!(
+    acl_sys, acl_lookup, TABLE_LEN;
     aclInit,
     aclFinalize,
     aclFinalizeReference,
@@ -549,11 +475,7 @@ symbol_table!(
 /// The emulator's export for `name` (any name of [`acl_sys::SYMBOLS`]); null for other names and
 /// for symbols hidden with [`fault::hide_symbol`].
 pub fn lookup(name: &str) -> *const c_void {
-    rt::init();
-    match rt::sym_index_rt(name) {
-        Some(i) if !rt::is_hidden(i) => raw_lookup(name),
-        _ => std::ptr::null(),
-    }
+    acl_lookup(name)
 }
 
 /// The process-wide ACL loader table served by this emulator in-process.
@@ -571,35 +493,8 @@ pub fn acl_table() -> &'static acl_sys::AclLib {
     })
 }
 
-/// The counters as a C struct (fields in the order of [`Counters`]).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct AscendSimCounters {
-    /// See [`Counters::reservations`].
-    pub reservations: u64,
-    /// See [`Counters::physical`].
-    pub physical: u64,
-    /// See [`Counters::imports`].
-    pub imports: u64,
-    /// See [`Counters::mappings`].
-    pub mappings: u64,
-    /// See [`Counters::exports`].
-    pub exports: u64,
-    /// See [`Counters::streams`].
-    pub streams: u64,
-    /// See [`Counters::events`].
-    pub events: u64,
-    /// See [`Counters::contexts`].
-    pub contexts: u64,
-    /// See [`Counters::device_mallocs`].
-    pub device_mallocs: u64,
-    /// See [`Counters::host_mallocs`].
-    pub host_mallocs: u64,
-    /// See [`Counters::comms`].
-    pub comms: u64,
-    /// See [`Counters::windows`].
-    pub windows: u64,
-}
+/// The counters as the C struct `AscendSimCounters` ([`Counters`] is `#[repr(C)]`).
+pub type AscendSimCounters = Counters;
 
 /// C: copies the live-object counters into `*out`. Returns 0, or 100000 when `out` is NULL.
 ///
@@ -613,22 +508,8 @@ pub unsafe extern "C" fn ascendSimGetCounters(out: *mut AscendSimCounters) -> i3
     let Ok(c) = std::panic::catch_unwind(counters) else {
         return acl_sys::ACL_ERROR_RT_INTERNAL_ERROR;
     };
-    let v = AscendSimCounters {
-        reservations: c.reservations,
-        physical: c.physical,
-        imports: c.imports,
-        mappings: c.mappings,
-        exports: c.exports,
-        streams: c.streams,
-        events: c.events,
-        contexts: c.contexts,
-        device_mallocs: c.device_mallocs,
-        host_mallocs: c.host_mallocs,
-        comms: c.comms,
-        windows: c.windows,
-    };
     // SAFETY: non-null and writable per the contract.
-    unsafe { out.write_unaligned(v) };
+    unsafe { out.write_unaligned(c) };
     0
 }
 
@@ -643,7 +524,10 @@ pub unsafe extern "C" fn ascendSimFailNth(symbol: *const c_char, n: u64, code: i
     }
     // SAFETY: NUL-terminated per the contract.
     let s = unsafe { CStr::from_ptr(symbol) };
-    let armed = std::panic::catch_unwind(|| s.to_str().is_ok_and(|s| rt::fail_nth(s, n, code)));
+    let armed = std::panic::catch_unwind(|| {
+        s.to_str()
+            .is_ok_and(|s| export::fail_nth(s, n, fault::injected(code)))
+    });
     match armed {
         Ok(true) => 0,
         Ok(false) => acl_sys::ACL_ERROR_INVALID_PARAM,
@@ -654,7 +538,7 @@ pub unsafe extern "C" fn ascendSimFailNth(symbol: *const c_char, n: u64, code: i
 /// C: disarms every fault (and unhides symbols). Returns 0.
 #[no_mangle]
 pub extern "C" fn ascendSimClearFaults() -> i32 {
-    match std::panic::catch_unwind(rt::clear_faults) {
+    match std::panic::catch_unwind(|| export::clear_faults(export::ALL)) {
         Ok(()) => 0,
         Err(_) => acl_sys::ACL_ERROR_RT_INTERNAL_ERROR,
     }

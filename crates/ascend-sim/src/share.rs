@@ -17,90 +17,15 @@ use std::sync::Arc;
 
 use acl_sys::*;
 
+use crate::config::{config, Soc};
+use crate::counters::{inc, Ctr};
 use crate::device;
-use crate::rt::{self, config, inc, read_in, AclErr, Ctr, Out, Res, Soc};
-use crate::vmm::{check_prop, Class, PhysObj, GRAN, GRAN_1G, HDR, MEM};
+use crate::rt::{self, read_in, AclErr, Out, Res};
+use crate::vmm::memfd::{fstat, read_header, write_header, HDR, MAGIC, MAX_PIDS};
+use crate::vmm::phys::{check_prop, GRAN, GRAN_1G};
+use crate::vmm::state::{Class, PhysObj, MEM};
 
-pub(crate) const MAGIC: [u8; 8] = *b"ASIMPHY1";
 const FABRIC_MAGIC: [u8; 8] = *b"ASIMFAB\0";
-/// Size of the pid allow-list in the header.
-pub(crate) const MAX_PIDS: usize = 64;
-
-/// The metadata page at the start of every physical memfd.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub(crate) struct Header {
-    pub magic: [u8; 8],
-    pub version: u32,
-    pub owner_pid: i32,
-    pub loc_type: u32,
-    pub loc_id: u32,
-    pub mem_attr: u32,
-    pub device: i32,
-    pub size: u64,
-    pub ino: u64,
-    pub export_flags: u64,
-    pub share_types: u32,
-    pub pid_count: u32,
-    pub pids: [i32; MAX_PIDS],
-}
-
-impl Header {
-    pub(crate) fn zeroed() -> Self {
-        Header {
-            magic: [0; 8],
-            version: 0,
-            owner_pid: 0,
-            loc_type: 0,
-            loc_id: 0,
-            mem_attr: 0,
-            device: 0,
-            size: 0,
-            ino: 0,
-            export_flags: 0,
-            share_types: 0,
-            pid_count: 0,
-            pids: [0; MAX_PIDS],
-        }
-    }
-}
-
-pub(crate) fn fstat(fd: i32) -> Res<libc::stat> {
-    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid out-buffer; a bad fd only yields an error.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        bail!(
-            ACL_ERROR_RT_DRV_INTERNAL_ERROR,
-            "fstat failed: {}",
-            std::io::Error::last_os_error()
-        );
-    }
-    Ok(st)
-}
-
-pub(crate) fn write_header(fd: i32, h: &Header) -> Res {
-    let n = std::mem::size_of::<Header>();
-    // SAFETY: `h` is a plain repr(C) value readable for `n` bytes; the fd is our memfd.
-    let w = unsafe { libc::pwrite(fd, (h as *const Header).cast::<c_void>(), n, 0) };
-    ensure!(
-        w == n as isize,
-        ACL_ERROR_RT_DRV_INTERNAL_ERROR,
-        "writing the share header failed: {}",
-        std::io::Error::last_os_error()
-    );
-    Ok(())
-}
-
-fn read_header(fd: i32) -> Option<Header> {
-    let mut h = Header::zeroed();
-    let n = std::mem::size_of::<Header>();
-    // SAFETY: `h` is writable for `n` bytes and every bit pattern is a valid Header (integers
-    // and byte arrays only). The caller checked that `fd` is a regular file, so pread cannot
-    // block.
-    let r = unsafe { libc::pread(fd, (&mut h as *mut Header).cast::<c_void>(), n, 0) };
-    (r == n as isize).then_some(h)
-}
 
 // ---------------------------------------------------------------------------------------------
 // Handle encoding
@@ -303,7 +228,7 @@ fn check_fabric_supported() -> Res {
     Ok(())
 }
 
-export! {
+export! { Acl;
     /// V1 export to a DEFAULT `uint64_t` handle.
     fn aclrtMemExportToShareableHandle(handle: aclrtDrvMemHandle, handleType: aclrtMemHandleType, flags: u64, shareableHandle: *mut u64) {
         ensure!(!handle.is_null(), ACL_ERROR_INVALID_PARAM, "handle is NULL");
@@ -322,7 +247,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// V2 export: a `uint64_t` (DEFAULT) or a 128-byte `aclrtMemFabricHandle` (FABRIC, A3 only,
     /// needs a current context).
     fn aclrtMemExportToShareableHandleV2(handle: aclrtDrvMemHandle, flags: u64, shareType: aclrtMemSharedHandleType, shareableHandle: *mut c_void) {
@@ -401,7 +326,7 @@ fn set_pids(r: Ref, pid: *mut i32, num: usize) -> Res {
     write_header(fd, &h)
 }
 
-export! {
+export! { Acl;
     /// Allows `pid[0..pidNum]` to import a DEFAULT handle.
     fn aclrtMemSetPidToShareableHandle(shareableHandle: u64, pid: *mut i32, pidNum: usize) {
         ensure!(!pid.is_null(), ACL_ERROR_INVALID_PARAM, "pid is NULL");
@@ -411,7 +336,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// Allows `pid[0..pidNum]` to import a DEFAULT or FABRIC handle.
     fn aclrtMemSetPidToShareableHandleV2(shareableHandle: *mut c_void, shareType: aclrtMemSharedHandleType, pid: *mut i32, pidNum: usize) {
         ensure!(!shareableHandle.is_null(), ACL_ERROR_INVALID_PARAM, "shareableHandle is NULL");
@@ -648,7 +573,7 @@ fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtD
     Ok(MEM.write().add_handle(obj, true))
 }
 
-export! {
+export! { Acl;
     /// V1 import of a DEFAULT handle onto `deviceId`.
     fn aclrtMemImportFromShareableHandle(shareableHandle: u64, deviceId: i32, handle: *mut aclrtDrvMemHandle) {
         // SAFETY: out-pointer per the C contract.
@@ -660,7 +585,7 @@ export! {
     }
 }
 
-export! {
+export! { Acl;
     /// V2 import onto the calling thread's current device (rules R16-R18).
     fn aclrtMemImportFromShareableHandleV2(shareableHandle: *mut c_void, shareType: aclrtMemSharedHandleType, flags: u64, handle: *mut aclrtDrvMemHandle) {
         ensure!(!shareableHandle.is_null(), ACL_ERROR_INVALID_PARAM, "shareableHandle is NULL");

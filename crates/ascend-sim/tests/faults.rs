@@ -1,5 +1,6 @@
 //! Fault injection: every VMM (and copy) symbol failing once returns the injected code, sets the
-//! message and leaves no object behind; ASCEND_SIM_FAIL arms the same from the environment.
+//! message and leaves no object behind; ASCEND_SIM_FAIL arms the same from the environment. HCCL
+//! and HIXL exports go through the same entry guard: counted, in the call log, injectable.
 
 #[macro_use]
 mod common;
@@ -269,6 +270,101 @@ fn env_var_arms_faults() {
             "ASCEND_SIM_FAIL",
             "aclrtReserveMemAddress:2:207001,aclrtMapMem:1",
         )],
+    );
+    assert_child_ok(&out);
+}
+
+fn hccl() -> &'static hccl_sys::HcclLib {
+    ascend_sim::hccl_table()
+}
+
+fn hixl() -> &'static hixl_sys::HixlLib {
+    ascend_sim::hixl_table()
+}
+
+/// `HcclCommSymWinRegister(NULL, NULL, 0, NULL, 0)` through the in-process table.
+fn sym_win_register_nulls() -> hccl_sys::HcclResult {
+    // SAFETY: null arguments are rejected by the emulator (or the injected fault fires first).
+    unsafe { hccl().HcclCommSymWinRegister(null_mut(), null_mut(), 0, null_mut(), 0) }
+        .expect("HcclCommSymWinRegister missing")
+}
+
+#[test]
+fn hccl_faults_are_injected_like_acl_ones() {
+    let _g = LOCK.lock();
+    let sym = "HcclCommSymWinRegister";
+    let calls = fault::calls(sym);
+    fault::fail_nth(sym, 1, 4242);
+    assert_eq!(sym_win_register_nulls(), 4242);
+    let msg = ascend_sim::hccl_last_error_message().unwrap();
+    assert!(
+        msg.starts_with("HcclCommSymWinRegister: injected failure (ASCEND_SIM_FAIL)"),
+        "{msg}"
+    );
+    // One-shot: the next call runs the body, which rejects the NULL communicator.
+    assert_ne!(sym_win_register_nulls(), 4242);
+    assert_ne!(sym_win_register_nulls(), hccl_sys::HCCL_SUCCESS);
+    assert_eq!(fault::calls(sym), calls + 3);
+
+    fault::fail_nth(sym, 2, fault::PANIC);
+    assert_ne!(sym_win_register_nulls(), hccl_sys::HCCL_E_INTERNAL);
+    assert_eq!(sym_win_register_nulls(), hccl_sys::HCCL_E_INTERNAL);
+    assert!(ascend_sim::hccl_last_error_message()
+        .unwrap()
+        .contains("panic"));
+
+    // Calls that do not return an HcclResult are guarded too: the fallback text on a fault.
+    fault::fail_nth("HcclGetErrorString", 1, 1);
+    // SAFETY: any code is accepted; the result is a static string.
+    let text = |c| unsafe { std::ffi::CStr::from_ptr(hccl().HcclGetErrorString(c).unwrap()) };
+    assert_eq!(text(hccl_sys::HCCL_SUCCESS), c"unknow error");
+    assert_eq!(text(hccl_sys::HCCL_SUCCESS), c"no error");
+    fault::clear();
+    assert_clean();
+}
+
+#[test]
+fn hccl_and_hixl_calls_are_counted_and_logged() {
+    let _g = LOCK.lock();
+    let (reg, destroy) = ("HcclCommSymWinRegister", "HixlCSServerDestroy");
+    let (reg_calls, destroy_calls) = (fault::calls(reg), fault::calls(destroy));
+    ascend_sim::set_call_log(true);
+    sym_win_register_nulls();
+    // SAFETY: a NULL handle is rejected by the emulator.
+    let st = unsafe { hixl().HixlCSServerDestroy(null_mut()) }.unwrap();
+    let mut n = 0u32;
+    ok!(aclrtGetDeviceCount(&mut n));
+    let log = ascend_sim::call_log();
+    ascend_sim::set_call_log(false);
+    assert_ne!(st, hixl_sys::HIXL_SUCCESS);
+    assert_eq!(log, [reg, destroy, "aclrtGetDeviceCount"]);
+    assert_eq!(fault::calls(reg), reg_calls + 1);
+    assert_eq!(fault::calls(destroy), destroy_calls + 1);
+
+    // The HIXL fault API and the common one arm the same table.
+    fault::fail_nth(destroy, 1, hixl_sys::HIXL_TIMEOUT as i32);
+    // SAFETY: as above.
+    let st = unsafe { hixl().HixlCSServerDestroy(null_mut()) }.unwrap();
+    assert_eq!(st, hixl_sys::HIXL_TIMEOUT);
+    assert_eq!(ascend_sim::hixl_fault::calls(destroy), destroy_calls + 2);
+    assert_clean();
+}
+
+#[test]
+fn env_var_arms_hccl_faults() {
+    if std::env::var_os("ASCEND_SIM_FAIL").is_some() {
+        // Child: the 1st register fails with HCCL's default injected code.
+        let _g = LOCK.lock();
+        assert_eq!(sym_win_register_nulls(), hccl_sys::HCCL_E_INTERNAL);
+        assert!(ascend_sim::hccl_last_error_message()
+            .unwrap()
+            .contains("HcclCommSymWinRegister: injected failure"));
+        assert_eq!(sym_win_register_nulls(), hccl_sys::HCCL_E_PTR);
+        return;
+    }
+    let out = rerun(
+        "env_var_arms_hccl_faults",
+        &[("ASCEND_SIM_FAIL", "HcclCommSymWinRegister:1")],
     );
     assert_child_ok(&out);
 }

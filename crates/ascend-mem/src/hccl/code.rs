@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::error::ErrorKind;
+use crate::error_kind::ErrorKind;
 
 /// An HCCL status (`HcclResult`, a C `unsigned int`).
 ///

@@ -1,7 +1,10 @@
 //! [`Comm`]: a communicator, and the stream-ordered collectives.
+//!
+//! Besides `ffi` and `handle`, this file and `stream/copy.rs` allow `unsafe`: a collective
+//! queues device work on raw buffers, sound only while the buffers, windows and the
+//! communicator outlive that work, which the stream's keep list guarantees (see `enqueue`).
 #![allow(unsafe_code)]
 
-use std::ffi::{c_char, CStr};
 use std::fmt;
 use std::sync::{Arc, Weak};
 
@@ -9,64 +12,15 @@ use hccl_sys::{HcclComm, HcclLib};
 use parking_lot::Mutex;
 
 use super::config::{CommConfig, RootInfo};
-use super::table::{self, hcall};
+use super::state::{CommInner, WinInner};
+use super::table;
 use super::types::{CollectiveBuffer, HcclType, ReduceOp};
-use super::window::WinInner;
 use super::HcclCode;
-use crate::device::Device;
+use crate::device::{same_device, Device};
 use crate::error::{close_last, CloseError, Error, Result};
+use crate::handle::OwnedComm;
 use crate::stream::Stream;
 use crate::vmm::MappingSlice;
-
-pub(crate) struct CommInner {
-    pub(crate) dev: Device,
-    pub(crate) h: &'static HcclLib,
-    pub(crate) raw: HcclComm,
-    pub(crate) rank: u32,
-    pub(crate) size: u32,
-    /// `hcclSymWinMaxMemSizePerRank` in bytes, as configured.
-    pub(crate) sym_max: u64,
-    /// Serialises the HCCL calls made on this communicator through the safe API.
-    pub(crate) lock: Mutex<()>,
-    /// The windows registered through [`SymWindow::register`](super::SymWindow::register).
-    pub(crate) windows: Mutex<Vec<Weak<WinInner>>>,
-    /// False once destroyed by [`Comm::close`].
-    live: bool,
-}
-
-// SAFETY: the communicator handle is an id, not tied to the thread that made it; every call
-// this crate makes on it binds `dev` on the calling thread first (HCCL, like ACL, works on the
-// thread's current device), Drop included.
-unsafe impl Send for CommInner {}
-// SAFETY: HCCL does not document concurrent calls on one communicator, so every call made
-// through a shared `&CommInner` (collective enqueue, window register/deregister/lookup, rank
-// and name queries) holds `lock`; the other fields are immutable or behind their own lock.
-unsafe impl Sync for CommInner {}
-
-impl CommInner {
-    fn destroy_now(&mut self) -> Result<()> {
-        self.dev.bind()?;
-        // SAFETY: we own the communicator; every window holds this Arc and so has already
-        // deregistered, and every stream with queued collectives on it holds this Arc too,
-        // so none is pending; it is not used again.
-        unsafe { hcall!(self.h, self.dev.lib(), HcclCommDestroy(self.raw)) }?;
-        self.live = false;
-        Ok(())
-    }
-}
-
-impl Drop for CommInner {
-    fn drop(&mut self) {
-        if !self.live {
-            return;
-        }
-        let _span = tracing::debug_span!("hccl_comm_destroy", rank = self.rank).entered();
-        if let Err(e) = self.destroy_now() {
-            tracing::error!(error = %e, "destroying an HCCL communicator failed");
-            self.dev.record_sticky(e);
-        }
-    }
-}
 
 /// An HCCL communicator: this process's rank of a group of `size` ranks
 /// (`HcclCommInitRootInfoConfig`); destroyed (`HcclCommDestroy`) when the last owner goes.
@@ -94,14 +48,9 @@ impl fmt::Debug for Comm {
             .field("device", &self.inner.dev.id())
             .field("rank", &self.inner.rank)
             .field("size", &self.inner.size)
-            .field("raw", &self.inner.raw)
+            .field("raw", &self.inner.comm.as_raw())
             .finish()
     }
-}
-
-/// Same runtime and device id (two `Runtime` values over one table share the device).
-pub(crate) fn same_device(a: &Device, b: &Device) -> bool {
-    std::ptr::eq(a.lib(), b.lib()) && a.id() == b.id()
 }
 
 /// The number of `T` elements in `s`, checking it is a whole number.
@@ -166,28 +115,18 @@ impl Comm {
         let h = table::table(dev.runtime())?;
         let root = root.to_raw();
         dev.enter()?;
-        let mut raw: HcclComm = std::ptr::null_mut();
         let _span = tracing::debug_span!("hccl_comm_init", rank, size).entered();
-        // SAFETY: `root` and `cfg` are live C structs of the declared layouts, `raw` is a
-        // writable out-slot; the device is current on this thread.
-        unsafe {
-            hcall!(
-                h,
-                dev.lib(),
-                HcclCommInitRootInfoConfig(size, &root, rank, &cfg, &mut raw)
-            )
-        }?;
+        let raw = OwnedComm::init(h, dev.lib(), size, &root, rank, &cfg)?;
         let comm = Comm {
             inner: Arc::new(CommInner {
                 dev: dev.clone(),
                 h,
-                raw,
+                comm: raw,
                 rank,
                 size,
                 sym_max: config.sym_window_max_per_rank_bytes(),
                 lock: Mutex::new(()),
                 windows: Mutex::new(Vec::new()),
-                live: true,
             }),
         };
         Ok(comm)
@@ -210,7 +149,7 @@ impl Comm {
 
     /// The raw handle (borrowed: do not destroy it).
     pub fn as_raw(&self) -> HcclComm {
-        self.inner.raw
+        self.inner.comm.as_raw()
     }
 
     /// The symmetric-window maximum per rank, in bytes, from the config.
@@ -219,13 +158,13 @@ impl Comm {
     }
 
     /// Runs `f` with the device bound and the communicator locked.
-    pub(crate) fn with_raw<R>(
+    pub(crate) fn with_comm<R>(
         &self,
-        f: impl FnOnce(&'static HcclLib, HcclComm) -> Result<R>,
+        f: impl FnOnce(&'static HcclLib, &OwnedComm) -> Result<R>,
     ) -> Result<R> {
         self.inner.dev.enter()?;
         let _g = self.inner.lock.lock();
-        f(self.inner.h, self.inner.raw)
+        f(self.inner.h, &self.inner.comm)
     }
 
     /// The rank count as the library reports it (`HcclGetRankSize`).
@@ -234,12 +173,7 @@ impl Comm {
     /// An `HcclGetRankSize` failure.
     #[doc(alias = "HcclGetRankSize")]
     pub fn query_size(&self) -> Result<u32> {
-        self.with_raw(|h, raw| {
-            let mut n = 0u32;
-            // SAFETY: live communicator; `n` is writable.
-            unsafe { hcall!(h, self.inner.dev.lib(), HcclGetRankSize(raw, &mut n)) }?;
-            Ok(n)
-        })
+        self.with_comm(|h, c| c.rank_size(h, self.inner.dev.lib()))
     }
 
     /// This rank as the library reports it (`HcclGetRankId`).
@@ -248,12 +182,7 @@ impl Comm {
     /// An `HcclGetRankId` failure.
     #[doc(alias = "HcclGetRankId")]
     pub fn query_rank(&self) -> Result<u32> {
-        self.with_raw(|h, raw| {
-            let mut r = 0u32;
-            // SAFETY: live communicator; `r` is writable.
-            unsafe { hcall!(h, self.inner.dev.lib(), HcclGetRankId(raw, &mut r)) }?;
-            Ok(r)
-        })
+        self.with_comm(|h, c| c.rank_id(h, self.inner.dev.lib()))
     }
 
     /// The communicator's name (`HcclGetCommName`): the config's, or one the library made.
@@ -262,22 +191,7 @@ impl Comm {
     /// An `HcclGetCommName` failure.
     #[doc(alias = "HcclGetCommName")]
     pub fn name(&self) -> Result<String> {
-        self.with_raw(|h, raw| {
-            let mut buf = [0 as c_char; hccl_sys::COMM_NAME_MAX_LENGTH as usize + 1];
-            // SAFETY: live communicator; `buf` holds at least the 128 bytes HCCL writes.
-            unsafe {
-                hcall!(
-                    h,
-                    self.inner.dev.lib(),
-                    HcclGetCommName(raw, buf.as_mut_ptr())
-                )
-            }?;
-            let last = buf.len() - 1;
-            buf[last] = 0;
-            // SAFETY: NUL-terminated (the last byte is 0).
-            let s = unsafe { CStr::from_ptr(buf.as_ptr()) };
-            Ok(s.to_string_lossy().into_owned())
-        })
+        self.with_comm(|h, c| c.name(h, self.inner.dev.lib()))
     }
 
     /// The first asynchronous error of this communicator (`HcclGetCommAsyncError`), if any: a
@@ -288,18 +202,8 @@ impl Comm {
     /// An `HcclGetCommAsyncError` failure.
     #[doc(alias = "HcclGetCommAsyncError")]
     pub fn async_error(&self) -> Result<Option<HcclCode>> {
-        self.with_raw(|h, raw| {
-            let mut code = 0;
-            // SAFETY: live communicator; `code` is writable.
-            unsafe {
-                hcall!(
-                    h,
-                    self.inner.dev.lib(),
-                    HcclGetCommAsyncError(raw, &mut code)
-                )
-            }?;
-            Ok((code != 0).then_some(HcclCode(code)))
-        })
+        let code = self.with_comm(|h, c| c.async_error(h, self.inner.dev.lib()))?;
+        Ok((code != 0).then_some(HcclCode(code)))
     }
 
     /// Queues `call` on `stream` after checking that the stream and every buffer belong to
@@ -337,7 +241,7 @@ impl Comm {
         dev.enter()?;
         {
             let _g = self.inner.lock.lock();
-            let r = call(self.inner.h, self.inner.raw, stream.as_raw());
+            let r = call(self.inner.h, self.inner.comm.as_raw(), stream.as_raw());
             table::check(self.inner.h, dev.lib(), api, r)?;
         }
         for b in bufs {

@@ -1,5 +1,4 @@
 //! [`RootInfo`] (the bootstrap bytes) and [`CommConfig`] (the `HcclCommConfig` builder).
-#![allow(unsafe_code)]
 
 use std::fmt;
 use std::os::raw::c_char;
@@ -7,9 +6,10 @@ use std::time::Duration;
 
 use hccl_sys::{HcclCommConfig, HcclRootInfo};
 
-use super::table::{self, hcall};
+use super::table;
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::handle::root_info;
 
 /// The bootstrap blob of a communicator (`HcclRootInfo`, 4108 opaque bytes).
 ///
@@ -44,9 +44,7 @@ impl RootInfo {
     pub fn generate(dev: &Device) -> Result<RootInfo> {
         let h = table::table(dev.runtime())?;
         dev.enter()?;
-        let mut raw = HcclRootInfo::default();
-        // SAFETY: `raw` is a writable root info.
-        unsafe { hcall!(h, dev.lib(), HcclGetRootInfo(&mut raw)) }?;
+        let raw = root_info(h, dev.lib())?;
         let mut bytes = Box::new([0u8; Self::LEN]);
         for (d, s) in bytes.iter_mut().zip(raw.internal) {
             *d = s as u8;

@@ -71,6 +71,7 @@
 mod code;
 mod comm;
 mod config;
+mod state;
 pub(crate) mod table;
 mod types;
 mod window;

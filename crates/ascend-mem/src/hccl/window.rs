@@ -1,5 +1,4 @@
 //! [`SymWindow`]: a symmetric window over a [`Mapping`], registered collectively.
-#![allow(unsafe_code)]
 
 use std::ffi::c_void;
 use std::fmt;
@@ -7,90 +6,12 @@ use std::sync::Arc;
 
 use hccl_sys::HcclCommSymWindow;
 
-use super::comm::{same_device, Comm, CommInner};
-use super::table::hcall;
+use super::comm::Comm;
+use super::state::WinInner;
 use super::HcclCode;
+use crate::device::same_device;
 use crate::error::{CloseError, Error, Result};
-use crate::vmm::{MapInner, Mapping, MappingSlice};
-
-pub(crate) struct WinInner {
-    // Field order: Drop deregisters first; then the communicator reference goes, then the
-    // mapping (so the memory stays mapped for as long as it is registered).
-    comm: Arc<CommInner>,
-    raw: HcclCommSymWindow,
-    addr: usize,
-    len: usize,
-    /// False once deregistered (or removed locally by a failed deregistration).
-    live: bool,
-    map: Arc<MapInner>,
-}
-
-// SAFETY: the window handle is an id, not tied to a thread; every call on it binds the
-// communicator's device first and holds the communicator's lock (Drop included).
-unsafe impl Send for WinInner {}
-// SAFETY: the fields are immutable once shared; calls through `&WinInner` hold the
-// communicator's lock.
-unsafe impl Sync for WinInner {}
-
-impl WinInner {
-    /// Whether `b` lies in this window's mapping or overlaps its registered range.
-    pub(crate) fn holds(&self, b: &MappingSlice<'_>) -> bool {
-        let start = b.as_raw() as usize;
-        Arc::ptr_eq(&self.map, b.map_inner())
-            || (start < self.addr + self.len && self.addr < start + b.len().max(1))
-    }
-
-    /// Whether HCCL still knows this window (`HcclCommSymWinGet` at its start). Call with
-    /// the device bound and the communicator locked.
-    fn still_registered(&self) -> bool {
-        let mut w: HcclCommSymWindow = std::ptr::null_mut();
-        let mut off = 0usize;
-        // SAFETY: live communicator; the out-slots are writable; the pointer is only looked up.
-        let r = unsafe {
-            hcall!(
-                self.comm.h,
-                self.comm.dev.lib(),
-                HcclCommSymWinGet(self.comm.raw, self.addr as *mut c_void, 1, &mut w, &mut off)
-            )
-        };
-        r.is_ok() && w == self.raw
-    }
-
-    fn deregister_now(&mut self) -> Result<()> {
-        let dev = &self.comm.dev;
-        dev.bind()?;
-        let _g = self.comm.lock.lock();
-        // SAFETY: we registered `raw` on this live communicator (we hold it) and have not
-        // deregistered it; collectives queued over it hold this Arc, so none is pending.
-        let r = unsafe { hcall!(self.comm.h, dev.lib(), HcclCommSymWinDeregister(self.raw)) };
-        match r {
-            Ok(()) => {
-                self.live = false;
-                Ok(())
-            }
-            Err(e) => {
-                // A timeout or a dead peer removes the window locally anyway: do not retry.
-                if !self.still_registered() {
-                    self.live = false;
-                }
-                Err(e)
-            }
-        }
-    }
-}
-
-impl Drop for WinInner {
-    fn drop(&mut self) {
-        if !self.live {
-            return;
-        }
-        let _span = tracing::debug_span!("hccl_sym_win_deregister", addr = self.addr).entered();
-        if let Err(e) = self.deregister_now() {
-            tracing::error!(error = %e, "deregistering a symmetric window failed");
-            self.comm.dev.record_sticky(e);
-        }
-    }
-}
+use crate::vmm::{Mapping, MappingSlice};
 
 /// A symmetric window: a range of a VMM [`Mapping`] of device HBM registered with a
 /// communicator (`HcclCommSymWinRegister`), so collectives whose buffers lie in windows on
@@ -131,7 +52,7 @@ impl fmt::Debug for SymWindow {
             .field("rank", &self.inner.comm.rank)
             .field("addr", &(self.inner.addr as *const c_void))
             .field("len", &self.inner.len)
-            .field("raw", &self.inner.raw)
+            .field("raw", &self.inner.win.as_raw())
             .finish()
     }
 }
@@ -175,33 +96,16 @@ impl SymWindow {
         }
         let (addr, len) = (range.as_raw(), range.len());
         let _span = tracing::debug_span!("hccl_sym_win_register", ?addr, len).entered();
-        let raw = comm.with_raw(|h, c| {
-            let mut w: HcclCommSymWindow = std::ptr::null_mut();
-            // SAFETY: live communicator; `addr..addr+len` lies in a live mapping that the
-            // window keeps alive below; `w` is a writable out-slot; flag 1 is the only value
-            // HCCL accepts (registration flag rule: only 1 is accepted).
-            unsafe {
-                hcall!(
-                    h,
-                    comm.device().lib(),
-                    HcclCommSymWinRegister(
-                        c,
-                        addr,
-                        len as u64,
-                        &mut w,
-                        hccl_sys::HCCL_WIN_COLL_SYMMETRIC
-                    )
-                )
-            }?;
-            Ok(w)
+        let map = range.map_inner();
+        let win = comm.with_comm(|h, c| {
+            c.register_window(h, comm.device().lib(), map, range.offset(), len)
         })?;
         let inner = Arc::new(WinInner {
             comm: comm.inner.clone(),
-            raw,
+            win,
             addr: addr as usize,
             len,
-            live: true,
-            map: range.map_inner().clone(),
+            map: map.clone(),
         });
         comm.inner.windows.lock().push(Arc::downgrade(&inner));
         Ok(SymWindow { inner })
@@ -218,7 +122,7 @@ impl SymWindow {
 
     /// The raw handle (borrowed: do not deregister it).
     pub fn as_raw(&self) -> HcclCommSymWindow {
-        self.inner.raw
+        self.inner.win.as_raw()
     }
 
     /// The first registered address.
@@ -256,7 +160,7 @@ impl SymWindow {
     /// # Errors
     /// A device bind failure.
     pub fn is_registered(&self) -> Result<bool> {
-        if !self.inner.live {
+        if !self.inner.win.is_live() {
             return Ok(false);
         }
         self.inner.comm.dev.enter()?;
@@ -316,7 +220,6 @@ impl Comm {
     /// As [`Comm::window_of`].
     #[doc(alias = "HcclCommSymWinGet")]
     pub fn window_of_raw(&self, addr: usize, len: usize) -> Result<Option<(SymWindow, usize)>> {
-        let ptr = addr as *mut c_void;
         const API: &str = "HcclCommSymWinGet";
         if len == 0 {
             return Err(Error::InvalidArgument {
@@ -325,24 +228,15 @@ impl Comm {
                 value: 0,
             });
         }
-        let found = self.with_raw(|h, c| {
-            let mut w: HcclCommSymWindow = std::ptr::null_mut();
-            let mut off = 0usize;
-            // SAFETY: live communicator; `ptr` is only looked up; the out-slots are writable.
-            let r = unsafe {
-                hcall!(
-                    h,
-                    self.device().lib(),
-                    HcclCommSymWinGet(c, ptr, len, &mut w, &mut off)
-                )
-            };
-            match r {
-                Ok(()) if !w.is_null() => Ok(Some((w, off))),
-                Ok(()) => Ok(None),
-                Err(Error::Hccl { code, .. }) if code == HcclCode::E_NOT_FOUND => Ok(None),
-                Err(e) => Err(e),
-            }
-        })?;
+        let found =
+            self.with_comm(
+                |h, c| match c.window_at(h, self.device().lib(), addr, len) {
+                    Ok((w, off)) if !w.is_null() => Ok(Some((w, off))),
+                    Ok(_) => Ok(None),
+                    Err(Error::Hccl { code, .. }) if code == HcclCode::E_NOT_FOUND => Ok(None),
+                    Err(e) => Err(e),
+                },
+            )?;
         let Some((w, off)) = found else {
             return Ok(None);
         };
@@ -352,7 +246,7 @@ impl Comm {
             .lock()
             .iter()
             .filter_map(std::sync::Weak::upgrade)
-            .find(|i| i.raw == w);
+            .find(|i| i.win.as_raw() == w);
         match inner {
             Some(inner) => Ok(Some((SymWindow { inner }, off))),
             None => Err(Error::InvalidArgument {

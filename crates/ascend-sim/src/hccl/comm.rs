@@ -21,11 +21,12 @@ use hccl_sys::*;
 use parking_lot::{Mutex, RwLock};
 
 use super::config::CommCfg;
+use super::error::{herr, HErr, HRes};
+use super::heap::{HeapState, Window};
 use super::rendezvous::{self, Member, Root};
-use super::window::{HeapState, Window};
-use super::{herr, HErr, HRes};
+use crate::counters::{dec, inc, Ctr};
 use crate::handles::{self, Kind};
-use crate::rt::{self, dec, inc, Ctr};
+use crate::rt;
 
 /// Bytes of the control block at the start of a segment.
 pub(crate) const CTRL_BYTES: usize = 8192;
@@ -241,7 +242,7 @@ pub(crate) fn take_fd(pid: i32, fd: i32, ino: u64, what: &str) -> HRes<OwnedFd> 
         };
         herr(code, format!("{what}: {}", e.msg))
     })?;
-    let st = crate::share::fstat(f.as_raw_fd()).map_err(|e| herr(HCCL_E_SYSCALL, e.msg))?;
+    let st = crate::vmm::memfd::fstat(f.as_raw_fd()).map_err(|e| herr(HCCL_E_SYSCALL, e.msg))?;
     if st.st_ino != ino {
         return Err(herr(
             HCCL_E_REMOTE,
@@ -439,6 +440,58 @@ impl Comm {
     }
 }
 
+/// Maps the segment of peer `m` (another rank, of this process or another).
+fn map_peer(m: &Member, mypid: i32) -> HRes<Peer> {
+    let what = format!("mapping the segment of rank {}", m.rank);
+    let f = take_fd(m.pid, m.seg_fd, m.seg_ino, &what)?;
+    let len = CTRL_BYTES + m.buf_bytes as usize;
+    let map = ShMap::new(f.as_raw_fd(), len, false)?;
+    // SAFETY: the mapping holds at least CTRL_BYTES; atomics of any value are valid.
+    let c = unsafe { &*(map.addr as *const Ctrl) };
+    if c.magic.load(Ordering::Acquire) != CTRL_MAGIC {
+        return Err(herr(
+            HCCL_E_INTERNAL,
+            format!("{what}: the segment has no control block"),
+        ));
+    }
+    let pidfd = if m.pid != mypid {
+        pidfd_open(m.pid)
+    } else {
+        None
+    };
+    Ok(Peer {
+        rank: m.rank,
+        pid: m.pid,
+        device: m.device,
+        buf_bytes: m.buf_bytes as usize,
+        addr: map.addr,
+        _map: Some(map),
+        pidfd,
+    })
+}
+
+/// Every rank's peer entry, in rank order: this rank's own segment (`addr`), the others mapped.
+fn map_peers(table: &[Member], rank: u32, device: u32, buf: usize, addr: usize) -> HRes<Vec<Peer>> {
+    let mypid = rt::getpid();
+    let mut peers = Vec::with_capacity(table.len());
+    for m in table {
+        if m.rank == rank {
+            peers.push(Peer {
+                rank,
+                pid: mypid,
+                device,
+                buf_bytes: buf,
+                addr,
+                _map: None,
+                pidfd: None,
+            });
+        } else {
+            peers.push(map_peer(m, mypid)?);
+        }
+    }
+    Ok(peers)
+}
+
 /// `HcclCommInitRootInfo[Config]` for one rank.
 pub(crate) fn init(n: u32, root: &Root, rank: u32, cfg: CommCfg) -> HRes<Arc<Comm>> {
     let device = crate::device::current()
@@ -457,7 +510,7 @@ pub(crate) fn init(n: u32, root: &Root, rank: u32, cfg: CommCfg) -> HRes<Arc<Com
     // SAFETY: the fresh mapping starts with room for a Ctrl (zero-filled: all atomics 0).
     let ctrl = unsafe { &*(seg.addr as *const Ctrl) };
     ctrl.magic.store(CTRL_MAGIC, Ordering::Release);
-    let ino = crate::share::fstat(seg_fd.as_raw_fd())
+    let ino = crate::vmm::memfd::fstat(seg_fd.as_raw_fd())
         .map_err(|e| herr(HCCL_E_SYSCALL, e.msg))?
         .st_ino;
     let me = Member {
@@ -476,48 +529,7 @@ pub(crate) fn init(n: u32, root: &Root, rank: u32, cfg: CommCfg) -> HRes<Arc<Com
         super::config::default_connect_timeout()
     };
     let table = rendezvous::join(root, n, &me, timeout)?;
-    let mypid = rt::getpid();
-    let mut peers = Vec::with_capacity(n as usize);
-    for m in &table {
-        if m.rank == rank {
-            peers.push(Peer {
-                rank,
-                pid: mypid,
-                device,
-                buf_bytes: buf,
-                addr: seg.addr,
-                _map: None,
-                pidfd: None,
-            });
-            continue;
-        }
-        let what = format!("mapping the segment of rank {}", m.rank);
-        let f = take_fd(m.pid, m.seg_fd, m.seg_ino, &what)?;
-        let len = CTRL_BYTES + m.buf_bytes as usize;
-        let map = ShMap::new(f.as_raw_fd(), len, false)?;
-        // SAFETY: the mapping holds at least CTRL_BYTES; atomics of any value are valid.
-        let c = unsafe { &*(map.addr as *const Ctrl) };
-        if c.magic.load(Ordering::Acquire) != CTRL_MAGIC {
-            return Err(herr(
-                HCCL_E_INTERNAL,
-                format!("{what}: the segment has no control block"),
-            ));
-        }
-        let pidfd = if m.pid != mypid {
-            pidfd_open(m.pid)
-        } else {
-            None
-        };
-        peers.push(Peer {
-            rank: m.rank,
-            pid: m.pid,
-            device: m.device,
-            buf_bytes: m.buf_bytes as usize,
-            addr: map.addr,
-            _map: Some(map),
-            pidfd,
-        });
-    }
+    let peers = map_peers(&table, rank, device, buf, seg.addr)?;
     let name = if cfg.name.is_empty() {
         format!("sim-hccl-{:032x}", root.id)
     } else {
@@ -556,9 +568,10 @@ pub(crate) fn init(n: u32, root: &Root, rank: u32, cfg: CommCfg) -> HRes<Arc<Com
     Ok(comm)
 }
 
-/// `HcclCommDestroy`: waits (up to the timeout) for queued collectives of this communicator,
-/// tells peers, deregisters its windows locally (no collective step) and frees everything.
-pub(crate) fn destroy(p: HcclComm) -> HRes {
+/// `HcclCommDestroy`: waits (up to the timeout) for queued collectives of this communicator and
+/// tells peers; returns the communicator, whose windows the caller then forgets
+/// (`window::forget_all`) before dropping it, which frees everything.
+pub(crate) fn destroy(p: HcclComm) -> HRes<Arc<Comm>> {
     let comm = lookup(p, "comm")?;
     if COMMS.write().remove(&comm.handle).is_none() {
         return Err(herr(
@@ -583,17 +596,5 @@ pub(crate) fn destroy(p: HcclComm) -> HRes {
             Ordering::Acquire,
         );
     }
-    let wins: Vec<Arc<Window>> = std::mem::take(&mut *comm.wins.write())
-        .into_values()
-        .collect();
-    for w in wins {
-        super::window::forget(&comm, &w);
-    }
-    Ok(())
-}
-
-#[allow(dead_code)]
-fn _assert_send_sync() {
-    fn f<T: Send + Sync>() {}
-    f::<Comm>();
+    Ok(comm)
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use hccl_sys::*;
 
-use super::{herr, HRes};
+use super::error::{herr, HRes};
 
 /// The settings of one communicator.
 #[derive(Debug, Clone)]
@@ -129,6 +129,14 @@ impl CommCfg {
             ));
         }
         let mut cfg = CommCfg::defaults();
+        cfg.apply_early(&c, version)?;
+        cfg.apply_late(&c, version)?;
+        Ok(cfg)
+    }
+
+    /// The fields of config versions 1 to 6: buffer size, determinism, name, op expansion,
+    /// world rank and job id.
+    fn apply_early(&mut self, c: &HcclCommConfig, version: u32) -> HRes {
         if version >= 1 {
             if c.hcclBufferSize != HCCL_COMM_BUFFSIZE_CONFIG_NOT_SET {
                 if c.hcclBufferSize < 1 {
@@ -140,7 +148,7 @@ impl CommCfg {
                         ),
                     ));
                 }
-                cfg.buffer_bytes = (u64::from(c.hcclBufferSize) << 20) as usize;
+                self.buffer_bytes = (u64::from(c.hcclBufferSize) << 20) as usize;
             }
             if c.hcclDeterministic != HCCL_COMM_DETERMINISTIC_CONFIG_NOT_SET {
                 if c.hcclDeterministic > 2 {
@@ -152,7 +160,7 @@ impl CommCfg {
                         ),
                     ));
                 }
-                cfg.deterministic = c.hcclDeterministic;
+                self.deterministic = c.hcclDeterministic;
             }
         }
         if version >= 2 {
@@ -163,7 +171,7 @@ impl CommCfg {
                     "hcclCommName is not NUL-terminated within its 128 bytes",
                 ));
             };
-            cfg.name = String::from_utf8_lossy(&raw[..end]).into_owned();
+            self.name = String::from_utf8_lossy(&raw[..end]).into_owned();
         }
         if version >= 4 {
             if c.hcclOpExpansionMode > 6 {
@@ -175,12 +183,18 @@ impl CommCfg {
                     ),
                 ));
             }
-            cfg.op_expansion = c.hcclOpExpansionMode;
+            self.op_expansion = c.hcclOpExpansionMode;
         }
         if version >= 6 {
-            cfg.world_rank = c.hcclWorldRankID;
-            cfg.job_id = c.hcclJobID;
+            self.world_rank = c.hcclWorldRankID;
+            self.job_id = c.hcclJobID;
         }
+        Ok(())
+    }
+
+    /// The fields of config versions 7 to 10: graph zero-copy, exec timeout, QoS and the
+    /// symmetric-window maximum.
+    fn apply_late(&mut self, c: &HcclCommConfig, version: u32) -> HRes {
         if version >= 7 && c.aclGraphZeroCopyEnable > 1 {
             return Err(herr(
                 HCCL_E_PARA,
@@ -201,8 +215,8 @@ impl CommCfg {
                 ));
             }
             if c.hcclExecTimeOut > 0 && timeout_override().is_none() {
-                cfg.timeout = Duration::from_secs(c.hcclExecTimeOut as u64);
-                cfg.timeout_from_config = true;
+                self.timeout = Duration::from_secs(c.hcclExecTimeOut as u64);
+                self.timeout_from_config = true;
             }
         }
         if version >= 10 {
@@ -224,8 +238,8 @@ impl CommCfg {
                     ),
                 ));
             }
-            cfg.symwin_gb = c.hcclSymWinMaxMemSizePerRank;
+            self.symwin_gb = c.hcclSymWinMaxMemSizePerRank;
         }
-        Ok(cfg)
+        Ok(())
     }
 }

@@ -2,232 +2,35 @@
 //! rendezvous and shared memfds, stream-ordered collectives on two paths (staged and
 //! symmetric), and symmetric windows. See the crate documentation, section "HCCL emulation".
 
-use std::cell::RefCell;
 use std::ffi::{c_char, c_void, CStr};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use acl_sys::aclrtStream;
 use hccl_sys::*;
-use parking_lot::Mutex;
 
 mod coll;
 mod comm;
 mod config;
+mod error;
+mod heap;
 mod rendezvous;
+mod stats;
 mod types;
 mod window;
 
 use coll::{Coll, Kind};
+use error::{error_text, herr, HRes};
 use types::{DType, ROp};
 
-/// A failed HCCL call: the code and a message.
-#[derive(Debug, Clone)]
-pub(crate) struct HErr {
-    pub code: HcclResult,
-    pub msg: String,
-}
-
-pub(crate) type HRes<T = ()> = Result<T, HErr>;
-
-pub(crate) fn herr(code: HcclResult, msg: impl Into<String>) -> HErr {
-    HErr {
-        code,
-        msg: msg.into(),
-    }
-}
-
-/// The `HCCL_E_*` name of a code.
-pub(crate) fn code_name(code: HcclResult) -> &'static str {
-    match code {
-        HCCL_SUCCESS => "HCCL_SUCCESS",
-        HCCL_E_PARA => "HCCL_E_PARA",
-        HCCL_E_PTR => "HCCL_E_PTR",
-        HCCL_E_MEMORY => "HCCL_E_MEMORY",
-        HCCL_E_INTERNAL => "HCCL_E_INTERNAL",
-        HCCL_E_NOT_SUPPORT => "HCCL_E_NOT_SUPPORT",
-        HCCL_E_NOT_FOUND => "HCCL_E_NOT_FOUND",
-        HCCL_E_UNAVAIL => "HCCL_E_UNAVAIL",
-        HCCL_E_SYSCALL => "HCCL_E_SYSCALL",
-        HCCL_E_TIMEOUT => "HCCL_E_TIMEOUT",
-        HCCL_E_OPEN_FILE_FAILURE => "HCCL_E_OPEN_FILE_FAILURE",
-        HCCL_E_TCP_CONNECT => "HCCL_E_TCP_CONNECT",
-        HCCL_E_ROCE_CONNECT => "HCCL_E_ROCE_CONNECT",
-        HCCL_E_TCP_TRANSFER => "HCCL_E_TCP_TRANSFER",
-        HCCL_E_ROCE_TRANSFER => "HCCL_E_ROCE_TRANSFER",
-        HCCL_E_RUNTIME => "HCCL_E_RUNTIME",
-        HCCL_E_DRV => "HCCL_E_DRV",
-        HCCL_E_PROFILING => "HCCL_E_PROFILING",
-        HCCL_E_CCE => "HCCL_E_CCE",
-        HCCL_E_NETWORK => "HCCL_E_NETWORK",
-        HCCL_E_AGAIN => "HCCL_E_AGAIN",
-        HCCL_E_REMOTE => "HCCL_E_REMOTE",
-        HCCL_E_SUSPENDING => "HCCL_E_SUSPENDING",
-        HCCL_E_OPRETRY_FAIL => "HCCL_E_OPRETRY_FAIL",
-        HCCL_E_OOM => "HCCL_E_OOM",
-        _ => "unknown HcclResult",
-    }
-}
-
-/// The text `HcclGetErrorString` returns (the real library's table).
-fn error_text(code: HcclResult) -> &'static CStr {
-    match code {
-        HCCL_SUCCESS => c"no error",
-        HCCL_E_PARA => c"parameter error",
-        HCCL_E_PTR => c"empty pointer",
-        HCCL_E_MEMORY => c"memory error",
-        HCCL_E_INTERNAL => c"internal error",
-        HCCL_E_NOT_SUPPORT => c"not support feature",
-        HCCL_E_NOT_FOUND => c"not found specific resource",
-        HCCL_E_UNAVAIL => c"resource unavailable",
-        HCCL_E_SYSCALL => c"call system interface error",
-        HCCL_E_TIMEOUT => c"timeout",
-        HCCL_E_OPEN_FILE_FAILURE => c"open file fail",
-        HCCL_E_TCP_CONNECT => c"tcp connect fail",
-        HCCL_E_ROCE_CONNECT => c"roce connect fail",
-        HCCL_E_TCP_TRANSFER => c"tcp transfer fail",
-        HCCL_E_ROCE_TRANSFER => c"roce transfer fail",
-        HCCL_E_RUNTIME => c"call runtime api fail",
-        HCCL_E_DRV => c"call driver api fail",
-        HCCL_E_PROFILING => c"call profiling api fail",
-        HCCL_E_CCE => c"call cce api fail",
-        HCCL_E_NETWORK => c"call network api fail",
-        HCCL_E_AGAIN => c"try again",
-        HCCL_E_REMOTE => c"error cqe",
-        HCCL_E_SUSPENDING => c"error communicator suspending",
-        HCCL_E_OPRETRY_FAIL => c"retry constraint",
-        HCCL_E_OOM => c"out of memory",
-        _ => c"unknow error",
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Statistics
-
-pub(crate) mod stats {
-    use std::sync::atomic::AtomicU64;
-    pub(crate) static STAGED_BYTES: AtomicU64 = AtomicU64::new(0);
-    pub(crate) static SYM_BYTES: AtomicU64 = AtomicU64::new(0);
-    pub(crate) static STAGED_OPS: AtomicU64 = AtomicU64::new(0);
-    pub(crate) static SYM_OPS: AtomicU64 = AtomicU64::new(0);
-}
-
-/// Per-process data-movement statistics of the HCCL emulation (see [`hccl_stats`]).
-///
-/// Bytes count every copy from one buffer into another: the staged path's copy-in, transfer
-/// and copy-out, the symmetric path's reads of windows; a reduction counts every input it
-/// reads. An AllGather of `b` bytes per rank on `n` ranks costs `(2n + 1)·b` bytes staged and
-/// `n·b` symmetric (`(n − 1)·b` in place) per rank.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct HcclStats {
-    /// Bytes copied by collectives that took the staged path.
-    pub staged_bytes_copied: u64,
-    /// Bytes copied by collectives that took the symmetric path.
-    pub symmetric_bytes_copied: u64,
-    /// Collectives that took the staged path (Barrier not counted).
-    pub staged_ops: u64,
-    /// Collectives that took the symmetric path.
-    pub symmetric_ops: u64,
-}
-
-/// The HCCL statistics of this process (all ranks it hosts).
-pub fn hccl_stats() -> HcclStats {
-    HcclStats {
-        staged_bytes_copied: stats::STAGED_BYTES.load(Ordering::Relaxed),
-        symmetric_bytes_copied: stats::SYM_BYTES.load(Ordering::Relaxed),
-        staged_ops: stats::STAGED_OPS.load(Ordering::Relaxed),
-        symmetric_ops: stats::SYM_OPS.load(Ordering::Relaxed),
-    }
-}
-
-/// Zeroes the HCCL statistics.
-pub fn reset_hccl_stats() {
-    stats::STAGED_BYTES.store(0, Ordering::Relaxed);
-    stats::SYM_BYTES.store(0, Ordering::Relaxed);
-    stats::STAGED_OPS.store(0, Ordering::Relaxed);
-    stats::SYM_OPS.store(0, Ordering::Relaxed);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Error messages
-
-thread_local! {
-    static LAST: RefCell<Option<String>> = const { RefCell::new(None) };
-}
-static RECENT: Mutex<Option<String>> = Mutex::new(None);
-
-pub(crate) fn set_recent(msg: &str) {
-    *RECENT.lock() = Some(msg.to_string());
-}
-
-/// The message of the last failed HCCL call on this thread (`"HcclX: text (HCCL_E_Y)"`), kept
-/// until the next failure on the thread.
-pub fn hccl_last_error_message() -> Option<String> {
-    LAST.with(|l| l.borrow().clone())
-}
-
-/// The most recent HCCL failure message of the process, from any thread, including
-/// collectives that failed on a stream.
-pub fn hccl_recent_error_message() -> Option<String> {
-    RECENT.lock().clone()
-}
-
-fn fail(name: &str, e: &HErr) -> HcclResult {
-    let m = format!("{name}: {} ({})", e.msg, code_name(e.code));
-    set_recent(&m);
-    LAST.with(|l| *l.borrow_mut() = Some(m));
-    e.code
-}
-
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "unknown panic".to_string()
-    }
-}
-
-/// Runs the body of an HCCL export: initialisation, panic catching, error recording.
-fn enter(name: &'static str, f: impl FnOnce() -> HRes) -> HcclResult {
-    crate::rt::init();
-    match catch_unwind(AssertUnwindSafe(f)) {
-        Ok(Ok(())) => HCCL_SUCCESS,
-        Ok(Err(e)) => fail(name, &e),
-        Err(p) => fail(
-            name,
-            &herr(
-                HCCL_E_INTERNAL,
-                format!("internal error (panic: {})", panic_text(&*p)),
-            ),
-        ),
-    }
-}
-
-/// Defines one exported HCCL function returning `HcclResult`.
-macro_rules! hexport {
-    ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) { $($body:tt)* }) => {
-        $(#[$m])*
-        ///
-        /// # Safety
-        /// The C contract of the HCCL call: pointer arguments are null or valid for the
-        /// documented use; handles are values this library returned (stale or foreign ones
-        /// are rejected).
-        #[no_mangle]
-        #[allow(non_snake_case, unused_variables, clippy::not_unsafe_ptr_arg_deref)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> HcclResult {
-            enter(stringify!($name), move || -> HRes { $($body)* })
-        }
-    };
-}
+pub use error::{hccl_last_error_message, hccl_recent_error_message};
+pub use stats::{hccl_stats, reset_hccl_stats, HcclStats};
 
 /// Defines an export that answers `HCCL_E_NOT_SUPPORT`.
 macro_rules! unsupported {
     ($($name:ident($($arg:ident : $ty:ty),* $(,)?);)*) => {
         $(
-            hexport! {
+            export! { Hccl;
                 /// Not emulated: `HCCL_E_NOT_SUPPORT`.
                 fn $name($($arg: $ty),*) {
                     Err(herr(HCCL_E_NOT_SUPPORT, "not supported by the ascend-sim HCCL emulation"))
@@ -260,7 +63,7 @@ fn need<T>(p: *const T, what: &str) -> HRes {
 // ---------------------------------------------------------------------------------------------
 // Communicator management
 
-hexport! {
+export! { Hccl;
     /// Makes a root info naming this process's loopback rendezvous and a fresh unique id.
     fn HcclGetRootInfo(rootInfo: *mut HcclRootInfo) {
         need(rootInfo, "rootInfo")?;
@@ -304,7 +107,7 @@ unsafe fn init_root(
     unsafe { put(comm, crate::handles::to_ptr(c.handle), "comm") }
 }
 
-hexport! {
+export! { Hccl;
     /// Joins the communicator of `rootInfo` as `rank` of `nRanks` (environment defaults).
     fn HcclCommInitRootInfo(nRanks: u32, rootInfo: *const HcclRootInfo, rank: u32, comm: *mut HcclComm) {
         // SAFETY: forwarded C contract.
@@ -312,7 +115,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// As HcclCommInitRootInfo with a config, read as the library reads it.
     fn HcclCommInitRootInfoConfig(nRanks: u32, rootInfo: *const HcclRootInfo, rank: u32, config: *const HcclCommConfig, comm: *mut HcclComm) {
         need(config, "config")?;
@@ -321,15 +124,17 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// Destroys a communicator (see the crate docs: waits for its queued collectives,
     /// deregisters its windows locally).
     fn HcclCommDestroy(comm: HcclComm) {
-        comm::destroy(comm)
+        let c = comm::destroy(comm)?;
+        window::forget_all(&c);
+        Ok(())
     }
 }
 
-hexport! {
+export! { Hccl;
     /// The number of ranks.
     fn HcclGetRankSize(comm: HcclComm, rankSize: *mut u32) {
         let c = comm::lookup(comm, "comm")?;
@@ -338,7 +143,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// This rank's id.
     fn HcclGetRankId(comm: HcclComm, rank: *mut u32) {
         let c = comm::lookup(comm, "comm")?;
@@ -347,7 +152,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// The communicator's name (at most 127 bytes and a NUL into a 128-byte buffer).
     fn HcclGetCommName(comm: HcclComm, commName: *mut c_char) {
         let c = comm::lookup(comm, "comm")?;
@@ -363,7 +168,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// A communicator of this process by name (the first one when threads of this process
     /// hold several ranks of one communicator).
     fn HcclCommGetHandleWithName(commName: *const c_char, comm: *mut HcclComm) {
@@ -376,7 +181,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// The first asynchronous (stream-side) error of the communicator, HCCL_SUCCESS if none.
     fn HcclGetCommAsyncError(comm: HcclComm, asyncError: *mut HcclResult) {
         let c = comm::lookup(comm, "comm")?;
@@ -385,7 +190,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// A stream-ordered barrier.
     fn HcclBarrier(comm: HcclComm, stream: aclrtStream) {
         let c = comm::lookup(comm, "comm")?;
@@ -394,30 +199,24 @@ hexport! {
     }
 }
 
-/// The text of `code` (the real library's table; "unknow error" out of range).
-///
-/// # Safety
-/// None: any value is accepted; the pointer is to a static string.
-#[no_mangle]
-#[allow(non_snake_case)]
-pub unsafe extern "C" fn HcclGetErrorString(code: HcclResult) -> *const c_char {
-    error_text(code).as_ptr()
+export! { Hccl;
+    /// The text of `code` (the real library's table; "unknow error" out of range).
+    fn HcclGetErrorString(code: HcclResult) -> *const c_char, fallback c"unknow error".as_ptr(); {
+        error_text(code).as_ptr()
+    }
 }
 
-/// The config capability: every `HcclCommConfigCapability` below `HCCL_COMM_CONFIG_RESERVED`
-/// (12) is understood.
-///
-/// # Safety
-/// None.
-#[no_mangle]
-#[allow(non_snake_case)]
-pub unsafe extern "C" fn HcclGetCommConfigCapability() -> u32 {
-    HCCL_COMM_CONFIG_RESERVED
+export! { Hccl;
+    /// The config capability: every `HcclCommConfigCapability` below
+    /// `HCCL_COMM_CONFIG_RESERVED` (12) is understood.
+    fn HcclGetCommConfigCapability() -> u32, fallback 0; {
+        HCCL_COMM_CONFIG_RESERVED
+    }
 }
 
 static DETERMINISTIC: AtomicI32 = AtomicI32::new(0);
 
-hexport! {
+export! { Hccl;
     /// HCCL_DETERMINISTIC (0, 1 or 2), process-wide; other configs E_NOT_SUPPORT.
     fn HcclSetConfig(config: HcclConfig, configValue: HcclConfigValue) {
         if config != HCCL_DETERMINISTIC {
@@ -433,7 +232,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// Reads HCCL_DETERMINISTIC.
     fn HcclGetConfig(config: HcclConfig, configValue: *mut HcclConfigValue) {
         if config != HCCL_DETERMINISTIC {
@@ -445,7 +244,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// HCCL_CONFIG_TYPE_OP_EXPANSION_MODE (an `HcclOpExpansionMode` int32); others
     /// E_NOT_SUPPORT.
     fn HcclConfigGetInfo(comm: HcclComm, cfgType: HcclConfigType, infoLen: u32, info: *mut c_void) {
@@ -496,7 +295,7 @@ unsupported! {
 // ---------------------------------------------------------------------------------------------
 // Symmetric windows
 
-hexport! {
+export! { Hccl;
     /// Registers `[addr, addr + size)` as a symmetric window (collective; rules in the crate
     /// docs).
     fn HcclCommSymWinRegister(comm: HcclComm, addr: *mut c_void, size: u64, winHandle: *mut HcclCommSymWindow, flag: u32) {
@@ -509,14 +308,14 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// Deregisters a window (collective); user memory is not freed.
     fn HcclCommSymWinDeregister(winHandle: HcclCommSymWindow) {
         window::deregister(winHandle)
     }
 }
 
-hexport! {
+export! { Hccl;
     /// The window holding `[ptr, ptr + size)` and the offset of `ptr` in it; a miss writes a
     /// NULL window and returns HCCL_E_NOT_FOUND.
     fn HcclCommSymWinGet(comm: HcclComm, ptr: *mut c_void, size: usize, winHandle: *mut HcclCommSymWindow, offset: *mut usize) {
@@ -582,7 +381,7 @@ fn coll_args(
     })
 }
 
-hexport! {
+export! { Hccl;
     /// Stream-ordered AllReduce.
     fn HcclAllReduce(sendBuf: *mut c_void, recvBuf: *mut c_void, count: u64, dataType: HcclDataType, op: HcclReduceOp, comm: HcclComm, stream: aclrtStream) {
         let c = comm::lookup(comm, "comm")?;
@@ -591,7 +390,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// Stream-ordered Broadcast from `root`.
     fn HcclBroadcast(buf: *mut c_void, count: u64, dataType: HcclDataType, root: u32, comm: HcclComm, stream: aclrtStream) {
         let c = comm::lookup(comm, "comm")?;
@@ -600,7 +399,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// Stream-ordered ReduceScatter (`recvCount` elements per rank).
     fn HcclReduceScatter(sendBuf: *mut c_void, recvBuf: *mut c_void, recvCount: u64, dataType: HcclDataType, op: HcclReduceOp, comm: HcclComm, stream: aclrtStream) {
         let c = comm::lookup(comm, "comm")?;
@@ -609,7 +408,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// Stream-ordered AllToAll: block `p` (`sendCount` elements) of the send buffer goes to
     /// rank `p`, which receives it as its block `rank`. The emulator requires
     /// `sendCount == recvCount` and `sendType == recvType` (`HCCL_E_PARA` otherwise).
@@ -629,7 +428,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hccl;
     /// Stream-ordered AllGather (`sendCount` elements per rank).
     fn HcclAllGather(sendBuf: *mut c_void, recvBuf: *mut c_void, sendCount: u64, dataType: HcclDataType, comm: HcclComm, stream: aclrtStream) {
         let c = comm::lookup(comm, "comm")?;
@@ -641,23 +440,8 @@ hexport! {
 // ---------------------------------------------------------------------------------------------
 // Lookup table
 
-macro_rules! hccl_symbol_table {
-    ($($name:ident),* $(,)?) => {
-        fn raw_lookup(name: &str) -> *const c_void {
-            match name {
-                $(stringify!($name) => {
-                    let f: hccl_sys::fn_types::$name = $name;
-                    f as *const c_void
-                })*
-                _ => std::ptr::null(),
-            }
-        }
-        #[cfg(test)]
-        const TABLE_LEN: usize = [$(stringify!($name)),*].len();
-    };
-}
-
-hccl_symbol_table!(
+symbol_table!(
+    hccl_sys, raw_lookup, TABLE_LEN;
     HcclGetRootInfo,
     HcclCommInitRootInfo,
     HcclCommInitRootInfoConfig,
@@ -710,7 +494,6 @@ hccl_symbol_table!(
 
 /// The emulator's export for `name` (any name of [`hccl_sys::SYMBOLS`]); null otherwise.
 pub fn hccl_lookup(name: &str) -> *const c_void {
-    crate::rt::init();
     raw_lookup(name)
 }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use hccl_sys::*;
 use parking_lot::Mutex;
 
-use super::{herr, HRes};
+use super::error::{herr, HRes};
 
 const MAGIC: [u8; 8] = *b"ASIMHCCL";
 
@@ -234,13 +234,11 @@ fn serve(c: TcpStream) {
     }
 }
 
-/// Joins the group of `root` as `me`; returns the table (indexed by rank) or times out.
-pub(crate) fn join(root: &Root, n: u32, me: &Member, timeout: Duration) -> HRes<Vec<Member>> {
-    let deadline = Instant::now() + timeout;
-    let addr = SocketAddr::V4(root.addr);
-    let s = loop {
+/// Connects to the rendezvous at `addr`, retrying until `deadline`.
+fn connect(addr: SocketAddr, deadline: Instant) -> HRes<TcpStream> {
+    loop {
         match TcpStream::connect_timeout(&addr, Duration::from_millis(500)) {
-            Ok(s) => break s,
+            Ok(s) => return Ok(s),
             Err(e) => {
                 if Instant::now() >= deadline {
                     return Err(herr(
@@ -251,7 +249,41 @@ pub(crate) fn join(root: &Root, n: u32, me: &Member, timeout: Duration) -> HRes<
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-    };
+    }
+}
+
+/// One line of the rendezvous answer: `OK` (or `ERR code text`), then the table's lines.
+fn answer_line(t: &str, n: u32, want: &mut Option<usize>, lines: &mut Vec<Member>) -> HRes {
+    if want.is_none() {
+        if let Some(rest) = t.strip_prefix("ERR ") {
+            let (code, msg) = rest.split_once(' ').unwrap_or((rest, ""));
+            return Err(herr(code.parse().unwrap_or(HCCL_E_PARA), msg.to_string()));
+        }
+        if t != "OK" {
+            return Err(herr(
+                HCCL_E_TCP_TRANSFER,
+                format!("unexpected rendezvous answer `{t}`"),
+            ));
+        }
+        *want = Some(n as usize);
+    } else {
+        let w: Vec<&str> = t.split_whitespace().collect();
+        let m = Member::parse(&w).ok_or_else(|| {
+            herr(
+                HCCL_E_TCP_TRANSFER,
+                format!("bad rendezvous table line `{t}`"),
+            )
+        })?;
+        lines.push(m);
+    }
+    Ok(())
+}
+
+/// Joins the group of `root` as `me`; returns the table (indexed by rank) or times out.
+pub(crate) fn join(root: &Root, n: u32, me: &Member, timeout: Duration) -> HRes<Vec<Member>> {
+    let deadline = Instant::now() + timeout;
+    let addr = SocketAddr::V4(root.addr);
+    let s = connect(addr, deadline)?;
     let _ = s.set_nodelay(true);
     let req = format!("JOIN {:x} {n} {}\n", root.id, me.line());
     (&s).write_all(req.as_bytes()).map_err(|e| {
@@ -285,29 +317,7 @@ pub(crate) fn join(root: &Root, n: u32, me: &Member, timeout: Duration) -> HRes<
                 ))
             }
             Ok(_) => {
-                let t = line.trim();
-                if want.is_none() {
-                    if let Some(rest) = t.strip_prefix("ERR ") {
-                        let (code, msg) = rest.split_once(' ').unwrap_or((rest, ""));
-                        return Err(herr(code.parse().unwrap_or(HCCL_E_PARA), msg.to_string()));
-                    }
-                    if t != "OK" {
-                        return Err(herr(
-                            HCCL_E_TCP_TRANSFER,
-                            format!("unexpected rendezvous answer `{t}`"),
-                        ));
-                    }
-                    want = Some(n as usize);
-                } else {
-                    let w: Vec<&str> = t.split_whitespace().collect();
-                    let m = Member::parse(&w).ok_or_else(|| {
-                        herr(
-                            HCCL_E_TCP_TRANSFER,
-                            format!("bad rendezvous table line `{t}`"),
-                        )
-                    })?;
-                    lines.push(m);
-                }
+                answer_line(line.trim(), n, &mut want, &mut lines)?;
                 if want == Some(lines.len()) {
                     break;
                 }

@@ -2,7 +2,7 @@
 
 use hccl_sys::*;
 
-use super::{herr, HRes};
+use super::error::{herr, HRes};
 
 /// An element type the emulator moves and reduces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

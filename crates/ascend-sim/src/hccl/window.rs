@@ -1,11 +1,6 @@
-//! Symmetric windows and the symmetric heap.
-//!
-//! The heap of a communicator is one `PROT_NONE|MAP_NORESERVE` reservation of
-//! `rank_size × hcclSymWinMaxMemSizePerRank` GB, made at the first registration. Rank `r`'s
-//! slot starts at `base + r·stride`. A window gets the same offset `woff` in every slot (first
-//! fit; registrations are collective and equal-sized, so every rank computes the same layout);
-//! each rank maps every rank's physical memfds (its own too) at `base + r·stride + woff`, so a
-//! peer's byte `off` of the window is a plain load from `base + peer·stride + woff + off`.
+//! Symmetric windows: collective registration and deregistration, the process's window
+//! registry and lookups. Each rank maps every rank's physical memfds (its own too) at
+//! `base + r·stride + woff` of the communicator's symmetric heap (`heap.rs`).
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -17,12 +12,14 @@ use hccl_sys::*;
 use parking_lot::RwLock;
 
 use super::comm::{take_fd, Comm, CH_HOST};
-use super::{herr, HRes};
+use super::error::{herr, HErr, HRes};
+use super::heap::{HeapState, Window, GB};
+use crate::config::{config, Soc};
+use crate::counters::{dec, inc, Ctr};
 use crate::handles::{self, Kind};
-use crate::rt::{config, dec, inc, Ctr, Soc};
-use crate::vmm::{Class, PhysObj, HDR};
+use crate::vmm::memfd::HDR;
+use crate::vmm::state::{Class, PhysObj};
 
-const GB: usize = 1 << 30;
 /// Most VMM mappings one window may span.
 const MAX_PIECES: usize = 16;
 
@@ -51,132 +48,14 @@ fn kind_name(k: u64) -> &'static str {
     }
 }
 
-/// The symmetric heap and its allocation state (per communicator).
-#[derive(Debug, Default)]
-pub(crate) struct HeapState {
-    base: usize,
-    len: usize,
-    stride: usize,
-    /// Allocated window ranges inside a slot: offset → length.
-    used: BTreeMap<usize, usize>,
-    next_seq: u64,
+/// A registered window and its communicator.
+struct Registered {
+    comm: Weak<Comm>,
+    win: Arc<Window>,
 }
 
-impl Drop for HeapState {
-    fn drop(&mut self) {
-        if self.len > 0 {
-            // SAFETY: the reservation this value made; window slots inside it go with it.
-            unsafe { libc::munmap(self.base as *mut c_void, self.len) };
-        }
-    }
-}
-
-impl HeapState {
-    fn ensure(&mut self, n: u32, gb: u64) -> HRes {
-        if self.len > 0 {
-            return Ok(());
-        }
-        let stride = gb as usize * GB;
-        let len = stride * n as usize;
-        // SAFETY: a fresh anonymous PROT_NONE reservation at a kernel-chosen address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(herr(
-                HCCL_E_MEMORY,
-                format!(
-                    "reserving the symmetric heap ({n} ranks x {gb} GB) failed: {}",
-                    std::io::Error::last_os_error()
-                ),
-            ));
-        }
-        self.base = p as usize;
-        self.len = len;
-        self.stride = stride;
-        Ok(())
-    }
-
-    /// First fit of `len` bytes in a slot.
-    fn alloc(&mut self, len: usize) -> HRes<usize> {
-        let mut cur = 0usize;
-        for (o, l) in &self.used {
-            if o - cur >= len {
-                break;
-            }
-            cur = o + l;
-        }
-        if cur + len > self.stride {
-            return Err(herr(
-                HCCL_E_MEMORY,
-                format!(
-                    "the symmetric heap slot ({} bytes) has no room for a window of {len} bytes",
-                    self.stride
-                ),
-            ));
-        }
-        self.used.insert(cur, len);
-        Ok(cur)
-    }
-}
-
-/// A registered window.
-#[derive(Debug)]
-pub(crate) struct Window {
-    pub handle: u64,
-    pub comm: Weak<Comm>,
-    /// Per-communicator number, equal on every rank.
-    pub seq: u64,
-    /// Window start in the user's VA (start of the first physical allocation).
-    pub start: usize,
-    /// Rounded size (whole physical allocations).
-    pub size: usize,
-    heap_base: usize,
-    stride: usize,
-    woff: usize,
-    n: u32,
-    _objs: Vec<Arc<PhysObj>>,
-}
-
-impl Window {
-    /// Where rank `p`'s byte `off` of this window is in our address space.
-    pub(crate) fn peer_addr(&self, p: u32, off: usize) -> usize {
-        self.heap_base + p as usize * self.stride + self.woff + off
-    }
-
-    /// The offset of `[ptr, ptr + len)` when it lies inside the window.
-    pub(crate) fn offset_of(&self, ptr: usize, len: usize) -> Option<usize> {
-        let end = ptr.checked_add(len)?;
-        (ptr >= self.start && end <= self.start + self.size).then(|| ptr - self.start)
-    }
-
-    fn unmap_slots(&self) {
-        for r in 0..self.n {
-            let a = self.peer_addr(r, 0);
-            // SAFETY: `a..a+size` lies inside the communicator's heap reservation (still
-            // mapped: the heap outlives its windows); overlaying PROT_NONE drops the slot.
-            unsafe {
-                libc::mmap(
-                    a as *mut c_void,
-                    self.size,
-                    libc::PROT_NONE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
-                    -1,
-                    0,
-                )
-            };
-        }
-    }
-}
-
-static WINDOWS: RwLock<BTreeMap<u64, Arc<Window>>> = RwLock::new(BTreeMap::new());
+/// Every registered window of the process, by handle id.
+static WINDOWS: RwLock<BTreeMap<u64, Registered>> = RwLock::new(BTreeMap::new());
 
 /// The window of `comm` holding `[ptr, ptr + len)`, with the offset.
 pub(crate) fn find(comm: &Comm, ptr: usize, len: usize) -> Option<(Arc<Window>, usize)> {
@@ -216,11 +95,15 @@ fn map_fixed(addr: usize, len: usize, fd: i32, write: bool) -> HRes {
     Ok(())
 }
 
+/// A window's start in the user's VA, its size rounded to whole physical allocations, and
+/// those allocations.
+type Pieces = (usize, usize, Vec<Arc<PhysObj>>);
+
 /// Local checks of a registration: the window's start, rounded size and pieces.
-fn local_pieces(comm: &Comm, addr: usize, size: u64) -> HRes<(usize, usize, Vec<Arc<PhysObj>>)> {
+fn local_pieces(comm: &Comm, addr: usize, size: u64) -> HRes<Pieces> {
     let para = |m: String| herr(HCCL_E_PARA, m);
-    let pieces =
-        crate::vmm::vmm_pieces(addr, size as usize).map_err(|m| para(format!("addr: {m}")))?;
+    let pieces = crate::vmm::state::vmm_pieces(addr, size as usize)
+        .map_err(|m| para(format!("addr: {m}")))?;
     if pieces.len() > MAX_PIECES {
         return Err(herr(
             HCCL_E_NOT_SUPPORT,
@@ -250,8 +133,8 @@ fn local_pieces(comm: &Comm, addr: usize, size: u64) -> HRes<(usize, usize, Vec<
     Ok((start, size_r, pieces.into_iter().map(|(_, o)| o).collect()))
 }
 
-/// `HcclCommSymWinRegister` after the pointer checks.
-pub(crate) fn register(comm: &Arc<Comm>, addr: usize, size: u64, flag: u32) -> HRes<Arc<Window>> {
+/// The argument checks of a registration that need no peer.
+fn check_register_args(comm: &Comm, size: u64, flag: u32) -> HRes {
     if flag != HCCL_WIN_COLL_SYMMETRIC {
         return Err(herr(
             HCCL_E_PARA,
@@ -293,16 +176,18 @@ pub(crate) fn register(comm: &Arc<Comm>, addr: usize, size: u64, flag: u32) -> H
             ),
         ));
     }
-    let n = comm.n as usize;
-    let (mut g, slot) = comm.begin(CH_HOST)?;
-    let local = local_pieces(comm, addr, size);
+    Ok(())
+}
+
+/// What this rank publishes for the exchange step: the request, its status and its pieces.
+fn register_words(size: u64, local: &HRes<Pieces>) -> Vec<(usize, u64)> {
     let mut words = vec![
         (w::KIND, K_REGISTER),
         (w::REQ, size),
         (w::PID, crate::rt::getpid() as u64),
         (w::STATUS2, 0),
     ];
-    match &local {
+    match local {
         Ok((_, wsize, objs)) => {
             words.push((w::STATUS, 0));
             words.push((w::WSIZE, *wsize as u64));
@@ -319,13 +204,12 @@ pub(crate) fn register(comm: &Arc<Comm>, addr: usize, size: u64, flag: u32) -> H
             words.push((w::NPIECES, 0));
         }
     }
-    comm.publish(CH_HOST, slot, &words);
-    comm.step(
-        CH_HOST,
-        &mut g,
-        &|| false,
-        "HcclCommSymWinRegister (exchange)",
-    )?;
+    words
+}
+
+/// After the exchange: every rank registers, succeeded locally and asks for the same size.
+fn check_exchange(comm: &Comm, slot: usize, size: u64, local: HRes<Pieces>) -> HRes<Pieces> {
+    let n = comm.n as usize;
     let me = comm.rank as usize;
     for p in 0..n {
         let k = comm.desc(p, CH_HOST, slot, w::KIND);
@@ -339,7 +223,8 @@ pub(crate) fn register(comm: &Arc<Comm>, addr: usize, size: u64, flag: u32) -> H
             ));
         }
     }
-    let (start, wsize, objs) = local?;
+    let local = local?;
+    let wsize = local.1;
     for p in 0..n {
         let st = comm.desc(p, CH_HOST, slot, w::STATUS);
         if st != 0 {
@@ -362,46 +247,91 @@ pub(crate) fn register(comm: &Arc<Comm>, addr: usize, size: u64, flag: u32) -> H
             ));
         }
     }
-    // Map every rank's memory into its slot.
-    let mut heap = comm.heap.lock();
-    let mapped = (|| -> HRes<usize> {
-        heap.ensure(comm.n, comm.cfg.symwin_gb)?;
-        let woff = heap.alloc(wsize)?;
-        let base = heap.base;
-        let stride = heap.stride;
-        let res = (|| -> HRes {
-            for p in 0..n {
-                let slot_addr = base + p * stride + woff;
-                let np = comm.desc(p, CH_HOST, slot, w::NPIECES) as usize;
-                let pid = comm.desc(p, CH_HOST, slot, w::PID) as i32;
-                let mut off = 0usize;
-                #[allow(clippy::needless_range_loop)] // `i` indexes the descriptor too
-                for i in 0..np {
-                    let fd = comm.desc(p, CH_HOST, slot, w::PIECES + 3 * i) as i32;
-                    let ino = comm.desc(p, CH_HOST, slot, w::PIECES + 3 * i + 1);
-                    let len = comm.desc(p, CH_HOST, slot, w::PIECES + 3 * i + 2) as usize;
-                    if p == me {
-                        map_fixed(slot_addr + off, len, objs[i].fd.as_raw_fd(), true)?;
-                    } else {
-                        let f = take_fd(
-                            pid,
-                            fd,
-                            ino,
-                            &format!("taking the window memory of rank {p}"),
-                        )?;
-                        map_fixed(slot_addr + off, len, f.as_raw_fd(), false)?;
-                    }
-                    off += len;
-                }
-            }
-            Ok(())
-        })();
-        if let Err(e) = res {
+    Ok(local)
+}
+
+/// Maps rank `p`'s pieces (as published in `slot`) at `slot_addr`.
+fn map_rank(comm: &Comm, slot: usize, p: usize, slot_addr: usize, objs: &[Arc<PhysObj>]) -> HRes {
+    let np = comm.desc(p, CH_HOST, slot, w::NPIECES) as usize;
+    let pid = comm.desc(p, CH_HOST, slot, w::PID) as i32;
+    let mut off = 0usize;
+    #[allow(clippy::needless_range_loop)] // `i` indexes the descriptor too
+    for i in 0..np {
+        let fd = comm.desc(p, CH_HOST, slot, w::PIECES + 3 * i) as i32;
+        let ino = comm.desc(p, CH_HOST, slot, w::PIECES + 3 * i + 1);
+        let len = comm.desc(p, CH_HOST, slot, w::PIECES + 3 * i + 2) as usize;
+        if p == comm.rank as usize {
+            map_fixed(slot_addr + off, len, objs[i].fd.as_raw_fd(), true)?;
+        } else {
+            let f = take_fd(
+                pid,
+                fd,
+                ino,
+                &format!("taking the window memory of rank {p}"),
+            )?;
+            map_fixed(slot_addr + off, len, f.as_raw_fd(), false)?;
+        }
+        off += len;
+    }
+    Ok(())
+}
+
+/// Places a window of `wsize` bytes in the heap and maps every rank's memory into its slot;
+/// returns the window's offset in the slots (nothing stays allocated on failure).
+fn map_all(
+    comm: &Comm,
+    heap: &mut HeapState,
+    slot: usize,
+    wsize: usize,
+    objs: &[Arc<PhysObj>],
+) -> HRes<usize> {
+    heap.ensure(comm.n, comm.cfg.symwin_gb)?;
+    let woff = heap.alloc(wsize)?;
+    let (base, stride) = (heap.base, heap.stride);
+    for p in 0..comm.n as usize {
+        if let Err(e) = map_rank(comm, slot, p, base + p * stride + woff, objs) {
             heap.used.remove(&woff);
             return Err(e);
         }
-        Ok(woff)
-    })();
+    }
+    Ok(woff)
+}
+
+/// The first failure of the map step: the step itself, this rank's mapping, a peer's mapping.
+fn map_failure(comm: &Comm, slot: usize, stepped: HRes, mapped: &HRes<usize>) -> Option<HErr> {
+    if let Err(e) = stepped {
+        return Some(e);
+    }
+    if let Err(e) = mapped {
+        return Some(e.clone());
+    }
+    (0..comm.n as usize).find_map(|p| {
+        let st = comm.desc(p, CH_HOST, slot, w::STATUS2);
+        (st != 0).then(|| {
+            herr(
+                HCCL_E_REMOTE,
+                format!("rank {p} could not map the windows (its code {st})"),
+            )
+        })
+    })
+}
+
+/// `HcclCommSymWinRegister` after the pointer checks: two collective steps on the host
+/// channel (exchange the pieces, then report the mapping), then the window is registered.
+pub(crate) fn register(comm: &Arc<Comm>, addr: usize, size: u64, flag: u32) -> HRes<Arc<Window>> {
+    check_register_args(comm, size, flag)?;
+    let (mut g, slot) = comm.begin(CH_HOST)?;
+    let local = local_pieces(comm, addr, size);
+    comm.publish(CH_HOST, slot, &register_words(size, &local));
+    comm.step(
+        CH_HOST,
+        &mut g,
+        &|| false,
+        "HcclCommSymWinRegister (exchange)",
+    )?;
+    let (start, wsize, objs) = check_exchange(comm, slot, size, local)?;
+    let mut heap = comm.heap.lock();
+    let mapped = map_all(comm, &mut heap, slot, wsize, &objs);
     comm.publish(
         CH_HOST,
         slot,
@@ -411,29 +341,11 @@ pub(crate) fn register(comm: &Arc<Comm>, addr: usize, size: u64, flag: u32) -> H
         )],
     );
     let stepped = comm.step(CH_HOST, &mut g, &|| false, "HcclCommSymWinRegister (map)");
-    let mut failed = stepped.err();
-    if failed.is_none() {
-        if let Err(e) = &mapped {
-            failed = Some(e.clone());
-        }
-    }
-    if failed.is_none() {
-        for p in 0..n {
-            let st = comm.desc(p, CH_HOST, slot, w::STATUS2);
-            if st != 0 {
-                failed = Some(herr(
-                    HCCL_E_REMOTE,
-                    format!("rank {p} could not map the windows (its code {st})"),
-                ));
-                break;
-            }
-        }
-    }
+    let failed = map_failure(comm, slot, stepped, &mapped);
     let seq = heap.next_seq;
     heap.next_seq += 1;
     let win = Arc::new(Window {
         handle: handles::new_id(Kind::Window),
-        comm: Arc::downgrade(comm),
         seq,
         start,
         size: wsize,
@@ -452,7 +364,11 @@ pub(crate) fn register(comm: &Arc<Comm>, addr: usize, size: u64, flag: u32) -> H
     }
     drop(heap);
     comm.wins.write().insert(seq, win.clone());
-    WINDOWS.write().insert(win.handle, win.clone());
+    let reg = Registered {
+        comm: Arc::downgrade(comm),
+        win: win.clone(),
+    };
+    WINDOWS.write().insert(win.handle, reg);
     inc(Ctr::Windows);
     Ok(win)
 }
@@ -486,8 +402,12 @@ pub(crate) fn deregister(h: HcclCommSymWindow) -> HRes {
         )
     };
     let id = handles::decode(h, Kind::Window, "winHandle").map_err(|_| unknown())?;
-    let win = WINDOWS.read().get(&id).cloned().ok_or_else(unknown)?;
-    let Some(comm) = win.comm.upgrade() else {
+    let (comm, win) = WINDOWS
+        .read()
+        .get(&id)
+        .map(|r| (r.comm.clone(), r.win.clone()))
+        .ok_or_else(unknown)?;
+    let Some(comm) = comm.upgrade() else {
         WINDOWS.write().remove(&id);
         return Err(unknown());
     };
@@ -521,6 +441,16 @@ pub(crate) fn deregister(h: HcclCommSymWindow) -> HRes {
     drop(g);
     forget(&comm, &win);
     Ok(())
+}
+
+/// Forgets every window of `comm` (its destroy: locally, no collective step).
+pub(crate) fn forget_all(comm: &Comm) {
+    let wins: Vec<Arc<Window>> = std::mem::take(&mut *comm.wins.write())
+        .into_values()
+        .collect();
+    for w in wins {
+        forget(comm, &w);
+    }
 }
 
 /// The window handle value.

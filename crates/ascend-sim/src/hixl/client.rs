@@ -12,12 +12,14 @@ use std::time::{Duration, Instant};
 use hixl_sys::*;
 use parking_lot::{Condvar, Mutex};
 
+use super::counters::{xdec, xinc, XCtr};
+use super::error::{xerr, XRes};
 use super::handle::{self, Kind};
 use super::mem::{check_comm_mem, comm_mem, Checked, Entry, Remote};
 use super::server::{check_protocol, read_ip};
+use super::testing;
 use super::wire::{self, Buf, Cur};
-use super::{testing, xdec, xerr, xinc, XCtr, XRes};
-use crate::vmm::{Class, MEM};
+use crate::vmm::state::{Class, MEM};
 
 /// At most this many async batches may be outstanding (submitted and not yet reported
 /// finished by a query) per client, as the API documents (4K).
@@ -592,7 +594,7 @@ impl Client {
             "{} async batches are outstanding (limit {MAX_OUTSTANDING}); query some first",
             jobs.len()
         );
-        let job = self.submit(put, descs, Instant::now() + super::async_timeout());
+        let job = self.submit(put, descs, Instant::now() + super::testing::async_timeout());
         let id = handle::new_id();
         jobs.insert(id, job);
         xinc(XCtr::Ops);
@@ -621,7 +623,7 @@ impl Client {
                 JState::Waiting | JState::Running => HIXL_COMPLETE_STATUS_WAITING,
                 JState::Done(Ok(())) => HIXL_COMPLETE_STATUS_COMPLETED,
                 JState::Done(Err(m)) => {
-                    super::fail(
+                    super::error::fail(
                         "HixlCSClientQueryCompleteStatus",
                         &xerr(HIXL_FAILED, format!("the batch failed: {m}")),
                     );

@@ -1,30 +1,10 @@
 //! The exported `HixlCS*` symbols.
 
-use std::ffi::{c_char, c_void};
+use std::ffi::c_char;
 
 use hixl_sys::*;
 
-use super::{client, server, XRes};
-
-/// Defines one exported HIXL function. The body is a block returning [`XRes`]; the wrapper
-/// adds call counting, fault injection, panic catching (`HIXL_FAILED`) and the thread's error
-/// message. The symbol must be listed in `hixl_sys::SYMBOLS` (checked at compile time).
-macro_rules! hexport {
-    ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),* $(,)?) { $($body:tt)* }) => {
-        $(#[$m])*
-        ///
-        /// # Safety
-        /// The C contract of the HixlCS call: every pointer argument is null or valid for the
-        /// documented use (out-pointers writable, in-pointers readable, strings NUL-terminated),
-        /// handles are values this library returned (stale or foreign ones are rejected).
-        #[no_mangle]
-        #[allow(non_snake_case, clippy::not_unsafe_ptr_arg_deref)]
-        pub unsafe extern "C" fn $name($($arg: $ty),*) -> HixlStatus {
-            const IDX: usize = super::sym_index(stringify!($name));
-            super::enter(IDX, stringify!($name), move || -> XRes { $($body)* })
-        }
-    };
-}
+use super::{client, server};
 
 /// Writes an out-pointer after checking it for null.
 ///
@@ -35,7 +15,7 @@ unsafe fn put_out<T>(p: *mut T, v: T) {
     unsafe { p.write_unaligned(v) }
 }
 
-hexport! {
+export! { Hixl;
     /// Creates a server for `server_desc` (endpoints HCCS or UB_MEM; `server_port` 0 = never
     /// listen). `config` may be NULL; its `global_resource_config` is ignored.
     fn HixlCSServerCreate(server_desc: *const HixlServerDesc, config: *const HixlServerConfig, server_handle: *mut HixlServerHandle) {
@@ -48,7 +28,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Registers emulated device or host memory under a unique tag.
     fn HixlCSServerRegMem(server_handle: HixlServerHandle, mem_tag: *const c_char, mem: *const CommMem, mem_handle: *mut MemHandle) {
         let s = server::lookup(server_handle)?;
@@ -61,28 +41,28 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Starts listening on `server_ip:server_port` (a no-op for port 0).
     fn HixlCSServerListen(server_handle: HixlServerHandle, backlog: u32) {
         server::lookup(server_handle)?.listen(backlog)
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Unregisters a block (clients that already imported it keep their mapping).
     fn HixlCSServerUnregMem(server_handle: HixlServerHandle, mem_handle: MemHandle) {
         server::lookup(server_handle)?.unreg_mem(mem_handle)
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Stops listening, closes connections, unregisters what is left.
     fn HixlCSServerDestroy(server_handle: HixlServerHandle) {
         server::destroy(server_handle)
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Creates a client of `server_ip:server_port` (endpoints HCCS or UB_MEM, equal
     /// protocols). `config` may be NULL; its `global_resource_config` is ignored.
     fn HixlCSClientCreate(client_desc: *const HixlClientDesc, config: *const HixlClientConfig, client_handle: *mut HixlClientHandle) {
@@ -95,14 +75,14 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Connects (retrying until `timeout_ms`) and prefetches the server's memory list.
     fn HixlCSClientConnect(client_handle: HixlClientHandle, timeout_ms: u32) {
         client::lookup(client_handle)?.connect(timeout_ms)
     }
 }
 
-hexport! {
+export! { Hixl;
     /// The server's memory list with tags (arrays owned by the library until the next call).
     fn HixlCSClientGetRemoteMem(client_handle: HixlClientHandle, remote_mem_list: *mut *mut CommMem, mem_tag_list: *mut *mut *mut c_char, list_num: *mut u32, timeout_ms: u32) {
         let c = client::lookup(client_handle)?;
@@ -111,7 +91,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Registers local memory that batches may use as `local_buf` (the tag may be NULL).
     fn HixlCSClientRegMem(client_handle: HixlClientHandle, mem_tag: *const c_char, mem: *const CommMem, mem_handle: *mut MemHandle) {
         let c = client::lookup(client_handle)?;
@@ -125,14 +105,14 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Unregisters local memory.
     fn HixlCSClientUnregMem(client_handle: HixlClientHandle, mem_handle: MemHandle) {
         client::lookup(client_handle)?.unreg_mem(mem_handle)
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Queues a put batch (local → remote); the handle reports its completion.
     fn HixlCSClientBatchPutAsync(client_handle: HixlClientHandle, list_num: u32, desc_list: *const HixlOneSideOpDesc, complete_handle: *mut CompleteHandle) {
         let c = client::lookup(client_handle)?;
@@ -145,7 +125,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Queues a get batch (remote → local); the handle reports its completion.
     fn HixlCSClientBatchGetAsync(client_handle: HixlClientHandle, list_num: u32, desc_list: *const HixlOneSideOpDesc, complete_handle: *mut CompleteHandle) {
         let c = client::lookup(client_handle)?;
@@ -158,7 +138,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Runs a put batch and waits up to `timeout_ms`.
     fn HixlCSClientBatchPutSync(client_handle: HixlClientHandle, list_num: u32, desc_list: *const HixlOneSideOpDesc, timeout_ms: u32) {
         let c = client::lookup(client_handle)?;
@@ -167,7 +147,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Runs a get batch and waits up to `timeout_ms`.
     fn HixlCSClientBatchGetSync(client_handle: HixlClientHandle, list_num: u32, desc_list: *const HixlOneSideOpDesc, timeout_ms: u32) {
         let c = client::lookup(client_handle)?;
@@ -176,7 +156,7 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Reports WAITING, COMPLETED, TIMEOUT or FAILED; a finished request is then forgotten.
     fn HixlCSClientQueryCompleteStatus(client_handle: HixlClientHandle, complete_handle: CompleteHandle, complete_status: *mut HixlCompleteStatus) {
         let c = client::lookup(client_handle)?;
@@ -188,30 +168,15 @@ hexport! {
     }
 }
 
-hexport! {
+export! { Hixl;
     /// Destroys a client (refused with `HIXL_FAILED` while async batches are in flight).
     fn HixlCSClientDestroy(client_handle: HixlClientHandle) {
         client::destroy(client_handle)
     }
 }
 
-macro_rules! lookup_table {
-    ($($name:ident),* $(,)?) => {
-        pub(crate) fn raw_lookup(name: &str) -> *const c_void {
-            match name {
-                $(stringify!($name) => {
-                    let f: hixl_sys::fn_types::$name = $name;
-                    f as *const c_void
-                })*
-                _ => std::ptr::null(),
-            }
-        }
-        #[cfg(test)]
-        pub(crate) const TABLE_LEN: usize = [$(stringify!($name)),*].len();
-    };
-}
-
-lookup_table!(
+symbol_table!(
+    hixl_sys, raw_lookup, TABLE_LEN;
     HixlCSServerCreate,
     HixlCSServerRegMem,
     HixlCSServerListen,

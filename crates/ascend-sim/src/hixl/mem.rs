@@ -19,9 +19,11 @@ use std::sync::Arc;
 
 use hixl_sys::*;
 
+use super::counters::{xdec, xinc, XCtr};
+use super::error::{xerr, XRes};
 use super::wire::{Buf, Cur};
-use super::{xdec, xerr, xinc, XCtr, XRes};
-use crate::vmm::{vmm_pieces, Class, PhysObj, HDR, MEM};
+use crate::vmm::memfd::HDR;
+use crate::vmm::state::{vmm_pieces, Class, PhysObj, MEM};
 
 /// The C name of a memory type.
 pub(crate) fn type_name(t: CommMemType) -> &'static str {
@@ -219,7 +221,7 @@ impl Entry {
     }
 }
 
-fn os_err(what: &str) -> super::XErr {
+fn os_err(what: &str) -> super::error::XErr {
     xerr(
         HIXL_FAILED,
         format!("{what}: {}", std::io::Error::last_os_error()),
@@ -248,8 +250,8 @@ impl Remote {
                             format!("importing block {:#x} of process {pid}: {}", e.addr, x.msg),
                         )
                     })?;
-                    let st =
-                        crate::share::fstat(f.as_raw_fd()).map_err(|x| xerr(HIXL_FAILED, x.msg))?;
+                    let st = crate::vmm::memfd::fstat(f.as_raw_fd())
+                        .map_err(|x| xerr(HIXL_FAILED, x.msg))?;
                     xensure!(
                         st.st_ino == ino && st.st_size as u64 == HDR as u64 + size,
                         HIXL_FAILED,

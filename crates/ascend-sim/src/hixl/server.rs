@@ -13,10 +13,11 @@ use std::time::Duration;
 use hixl_sys::*;
 use parking_lot::Mutex;
 
+use super::counters::{xdec, xinc, XCtr};
+use super::error::XRes;
 use super::handle::{self, Kind};
 use super::mem::{check_comm_mem, Backing, Checked};
 use super::wire::{self, Buf, Cur};
-use super::{xdec, xinc, XCtr, XRes};
 
 /// Checks one endpoint's protocol: HCCS and UB_MEM are emulated; RESERVED (an endpoint left
 /// as `EndpointDescInit` made it) and values outside the enum are invalid; the rest are
@@ -45,7 +46,7 @@ pub(crate) unsafe fn read_ip(p: *const c_char, what: &str) -> XRes<IpAddr> {
     // SAFETY: NUL-terminated per the caller's contract.
     let s = unsafe { CStr::from_ptr(p) }.to_string_lossy();
     s.trim().parse::<IpAddr>().map_err(|_| {
-        super::xerr(
+        super::error::xerr(
             HIXL_PARAM_INVALID,
             format!("{what} \"{s}\" is not an IP address"),
         )
@@ -91,7 +92,7 @@ pub(crate) fn lookup(h: HixlServerHandle) -> XRes<Arc<Server>> {
     let id = handle::decode(h, Kind::Server);
     id.and_then(|id| SERVERS.lock().get(&id).cloned())
         .ok_or_else(|| {
-            super::xerr(
+            super::error::xerr(
                 HIXL_PARAM_INVALID,
                 format!("server_handle {h:p} is not a live server"),
             )
@@ -230,16 +231,19 @@ impl Server {
             "the server is already listening on {}",
             self.addr
         );
-        let listener = TcpListener::bind(self.addr)
-            .map_err(|e| super::xerr(HIXL_FAILED, format!("listening on {}: {e}", self.addr)))?;
+        let listener = TcpListener::bind(self.addr).map_err(|e| {
+            super::error::xerr(HIXL_FAILED, format!("listening on {}: {e}", self.addr))
+        })?;
         let accept = listener
             .try_clone()
-            .map_err(|e| super::xerr(HIXL_FAILED, format!("listener: {e}")))?;
+            .map_err(|e| super::error::xerr(HIXL_FAILED, format!("listener: {e}")))?;
         let shared = self.shared.clone();
         let thread = std::thread::Builder::new()
             .name("sim-hixl-accept".into())
             .spawn(move || accept_loop(accept, shared))
-            .map_err(|e| super::xerr(HIXL_FAILED, format!("spawning the accept thread: {e}")))?;
+            .map_err(|e| {
+                super::error::xerr(HIXL_FAILED, format!("spawning the accept thread: {e}"))
+            })?;
         *l = Some(Listening { listener, thread });
         Ok(())
     }

@@ -7,7 +7,7 @@ use std::net::TcpStream;
 
 use hixl_sys::{HixlStatus, HIXL_FAILED};
 
-use super::{xerr, XErr, XRes};
+use super::error::{xerr, XErr, XRes};
 
 pub(crate) const MAGIC: [u8; 8] = *b"ASIMHIXL";
 pub(crate) const VERSION: u32 = 1;

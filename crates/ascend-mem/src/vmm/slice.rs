@@ -1,0 +1,317 @@
+//! [`MappingSlice`]: a borrowed byte range of a mapping, and the synchronous copies on it.
+
+use std::ffi::c_void;
+use std::fmt;
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use super::mapping::{MapInner, Mapping};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::handle::MappedRef;
+
+/// Resolves a range against a length.
+fn resolve(
+    range: impl RangeBounds<usize>,
+    len: usize,
+    what: &'static str,
+) -> Result<(usize, usize)> {
+    resolve_units(range, len, 1, what)
+}
+
+/// Resolves a range of units (bytes, or elements of `unit` bytes) against a length of `len`
+/// units into `(start, count)`; the error reports the range in bytes.
+pub(crate) fn resolve_units(
+    range: impl RangeBounds<usize>,
+    len: usize,
+    unit: usize,
+    what: &'static str,
+) -> Result<(usize, usize)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end || end > len {
+        return Err(Error::OutOfBounds {
+            what,
+            offset: start.saturating_mul(unit),
+            len: end.saturating_sub(start).saturating_mul(unit),
+            size: len.saturating_mul(unit),
+        });
+    }
+    Ok((start, end - start))
+}
+
+impl Mapping {
+    /// A view of `range` (bytes) of the mapping, borrowing it:
+    ///
+    /// ```compile_fail,E0505
+    /// # fn f(m: ascend_mem::Mapping) {
+    /// let view = m.slice(..).unwrap();
+    /// drop(m);
+    /// view.len();
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `range` exceeds the mapping.
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<MappingSlice<'_>> {
+        let (offset, len) = resolve(range, self.len(), "Mapping::slice")?;
+        Ok(MappingSlice {
+            map: self,
+            offset,
+            len,
+        })
+    }
+
+    /// The whole mapping as a view.
+    pub fn as_slice(&self) -> MappingSlice<'_> {
+        MappingSlice {
+            map: self,
+            offset: 0,
+            len: self.len(),
+        }
+    }
+
+    /// Copies `dst.len()` bytes starting at `offset` into `dst` (`aclrtMemcpy`, device to host).
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; an `aclrtMemcpy` failure; a sticky error.
+    #[doc(alias = "aclrtMemcpy")]
+    pub fn read_into(&self, dst: &mut [u8], offset: usize) -> Result<()> {
+        self.as_slice().read_into(dst, offset)
+    }
+
+    /// Copies `src` to `offset` (`aclrtMemcpy`, host to device).
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; an `aclrtMemcpy` failure; a sticky error.
+    #[doc(alias = "aclrtMemcpy")]
+    pub fn write_from(&self, src: &[u8], offset: usize) -> Result<()> {
+        self.as_slice().write_from(src, offset)
+    }
+
+    /// Sets every byte to `value` (`aclrtMemset`).
+    ///
+    /// # Errors
+    /// An `aclrtMemset` failure; a sticky error.
+    #[doc(alias = "aclrtMemset")]
+    pub fn fill(&self, value: u8) -> Result<()> {
+        self.as_slice().fill(value)
+    }
+}
+
+/// A borrowed byte range of a [`Mapping`] (or of a buffer): the unit copies work on.
+///
+/// It cannot outlive the mapping it views (see [`Mapping::slice`]).
+#[derive(Clone, Copy)]
+pub struct MappingSlice<'a> {
+    map: &'a Mapping,
+    offset: usize,
+    len: usize,
+}
+
+impl fmt::Debug for MappingSlice<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MappingSlice")
+            .field("addr", &self.as_raw())
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// The memcpy kind between two sides; `true` = host DRAM, `false` = device memory.
+pub(crate) fn memcpy_kind(dst_host_slice: bool, src_host_slice: bool) -> acl::aclrtMemcpyKind {
+    // Mapped VMM memory (HBM or host DRAM alike) lives in device VA: copies to and from it
+    // are device-side copies, as HIXL issues them.
+    match (dst_host_slice, src_host_slice) {
+        (false, false) => acl::ACL_MEMCPY_DEVICE_TO_DEVICE,
+        (false, true) => acl::ACL_MEMCPY_HOST_TO_DEVICE,
+        (true, false) => acl::ACL_MEMCPY_DEVICE_TO_HOST,
+        (true, true) => acl::ACL_MEMCPY_HOST_TO_HOST,
+    }
+}
+
+impl<'a> MappingSlice<'a> {
+    /// The first address of the view.
+    pub fn as_raw(&self) -> *mut c_void {
+        (self.map.inner.map.addr() as usize + self.offset) as *mut c_void
+    }
+
+    /// The length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the view is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The offset of the view in its mapping.
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+
+    /// The mapping viewed.
+    pub fn mapping(&self) -> &'a Mapping {
+        self.map
+    }
+
+    pub(crate) fn map_inner(&self) -> &Arc<MapInner> {
+        &self.map.inner
+    }
+
+    /// A narrower view; `range` is relative to this view.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`].
+    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<MappingSlice<'a>> {
+        let (o, l) = resolve(range, self.len, "MappingSlice::slice")?;
+        Ok(MappingSlice {
+            map: self.map,
+            offset: self.offset + o,
+            len: l,
+        })
+    }
+
+    fn check(&self, offset: usize, len: usize, what: &'static str) -> Result<()> {
+        if offset.checked_add(len).map_or(true, |e| e > self.len) {
+            return Err(Error::OutOfBounds {
+                what,
+                offset,
+                len,
+                size: self.len,
+            });
+        }
+        Ok(())
+    }
+
+    /// `len` bytes at `offset` of the view, as a borrowed live range (bounds already checked;
+    /// an unmapped mapping, which a borrowed view never sees, is reported out of bounds).
+    fn mapped(&self, offset: usize, len: usize, what: &'static str) -> Result<MappedRef<'a>> {
+        self.map
+            .inner
+            .map
+            .range(self.offset + offset, len)
+            .ok_or(Error::OutOfBounds {
+                what,
+                offset,
+                len,
+                size: self.len,
+            })
+    }
+
+    fn dev(&self) -> &Device {
+        self.map.device()
+    }
+
+    /// Copies `dst.len()` bytes at `offset` of the view into `dst` (`aclrtMemcpy`).
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; an `aclrtMemcpy` failure; a sticky error.
+    #[doc(alias = "aclrtMemcpy")]
+    pub fn read_into(&self, dst: &mut [u8], offset: usize) -> Result<()> {
+        self.check(offset, dst.len(), "read_into")?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let src = self.mapped(offset, dst.len(), "read_into")?;
+        self.dev().enter()?;
+        src.read_into(self.dev().lib(), dst)
+    }
+
+    /// Copies `src` to `offset` of the view (`aclrtMemcpy`).
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; an `aclrtMemcpy` failure; a sticky error.
+    #[doc(alias = "aclrtMemcpy")]
+    pub fn write_from(&self, src: &[u8], offset: usize) -> Result<()> {
+        self.check(offset, src.len(), "write_from")?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        let dst = self.mapped(offset, self.len - offset, "write_from")?;
+        self.dev().enter()?;
+        dst.write_from(self.dev().lib(), src)
+    }
+
+    /// Sets every byte of the view to `value` (`aclrtMemset`).
+    ///
+    /// # Errors
+    /// An `aclrtMemset` failure; a sticky error.
+    #[doc(alias = "aclrtMemset")]
+    pub fn fill(&self, value: u8) -> Result<()> {
+        if self.len == 0 {
+            return Ok(());
+        }
+        let dst = self.mapped(0, self.len, "fill")?;
+        self.dev().enter()?;
+        dst.fill(self.dev().lib(), value)
+    }
+
+    /// Copies all of `src` into the start of this view, synchronously (`aclrtMemcpy`,
+    /// device to device).
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `src` is longer than this view; [`Error::WrongDevice`]
+    /// across runtimes; an `aclrtMemcpy` failure.
+    #[doc(alias = "aclrtMemcpy")]
+    pub fn copy_from(&self, src: &MappingSlice<'_>) -> Result<()> {
+        self.check(0, src.len, "copy_from")?;
+        if !std::ptr::eq(src.dev().lib(), self.dev().lib()) {
+            return Err(Error::WrongDevice {
+                what: "aclrtMemcpy across runtimes",
+                expected: self.dev().id(),
+                found: src.dev().id(),
+            });
+        }
+        if src.len == 0 {
+            return Ok(());
+        }
+        let (to, from) = (
+            self.mapped(0, self.len, "copy_from")?,
+            src.mapped(0, src.len, "copy_from")?,
+        );
+        self.dev().enter()?;
+        to.copy_from(self.dev().lib(), from)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_resolve_with_bounds() {
+        assert_eq!(resolve(.., 10, "t").unwrap(), (0, 10));
+        assert_eq!(resolve(2..5, 10, "t").unwrap(), (2, 3));
+        assert_eq!(resolve(2..=5, 10, "t").unwrap(), (2, 4));
+        assert_eq!(resolve(10.., 10, "t").unwrap(), (10, 0));
+        assert!(matches!(
+            resolve(5..11, 10, "t"),
+            Err(Error::OutOfBounds {
+                offset: 5,
+                len: 6,
+                size: 10,
+                ..
+            })
+        ));
+        let (start, end) = (6, 5);
+        assert!(resolve(start..end, 10, "t").is_err());
+        assert!(resolve(..=usize::MAX, 10, "t").is_err());
+    }
+
+    #[test]
+    fn memcpy_kinds() {
+        assert_eq!(memcpy_kind(false, false), acl::ACL_MEMCPY_DEVICE_TO_DEVICE);
+        assert_eq!(memcpy_kind(false, true), acl::ACL_MEMCPY_HOST_TO_DEVICE);
+        assert_eq!(memcpy_kind(true, false), acl::ACL_MEMCPY_DEVICE_TO_HOST);
+    }
+}

@@ -1,0 +1,67 @@
+//! The test holds: a [`HoldInner`] a stream task waits on (one stream), and the process-wide
+//! hold every threaded-mode stream waits on before its next task.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::{Condvar, Mutex};
+
+/// How often a held waiter rechecks whether its stream was aborted.
+const POLL: Duration = Duration::from_millis(2);
+
+/// Shared state of a [`crate::testing::Hold`].
+#[derive(Debug, Default)]
+pub(crate) struct HoldInner {
+    pub(crate) released: Mutex<bool>,
+    pub(crate) cv: Condvar,
+}
+
+impl HoldInner {
+    pub(crate) fn release(&self) {
+        *self.released.lock() = true;
+        self.cv.notify_all();
+    }
+
+    pub(crate) fn is_released(&self) -> bool {
+        *self.released.lock()
+    }
+}
+
+/// The hold every threaded-mode stream waits on before its next task, if one is set.
+static HOLD_ALL: Mutex<Option<Arc<HoldInner>>> = Mutex::new(None);
+/// Fast check for [`HOLD_ALL`] on the workers' path.
+static HOLD_ALL_SET: AtomicBool = AtomicBool::new(false);
+
+/// Sets a hold that every threaded-mode stream waits on before running its next task, until
+/// it is released or the stream is aborted.
+pub(crate) fn hold_all() -> Arc<HoldInner> {
+    let h = Arc::new(HoldInner::default());
+    *HOLD_ALL.lock() = Some(h.clone());
+    HOLD_ALL_SET.store(true, Ordering::Release);
+    h
+}
+
+/// Waits while a process-wide hold is set and unreleased, unless `stopped` (the stream was
+/// aborted).
+pub(crate) fn wait_hold_all(stopped: &dyn Fn() -> bool) {
+    if !HOLD_ALL_SET.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(h) = HOLD_ALL.lock().clone() else {
+        return;
+    };
+    while !h.is_released() && !stopped() {
+        let mut r = h.released.lock();
+        if !*r {
+            h.cv.wait_for(&mut r, POLL);
+        }
+    }
+    if h.is_released() {
+        let mut g = HOLD_ALL.lock();
+        if g.as_ref().is_some_and(|x| Arc::ptr_eq(x, &h)) {
+            *g = None;
+            HOLD_ALL_SET.store(false, Ordering::Release);
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! Streams, events and the test hold.
+//!
+//! A stream is a FIFO of tasks. In `threaded` mode one worker thread per stream runs them (it
+//! spins briefly when idle, then parks on a condition variable); in `deterministic` mode the
+//! queue runs on the caller's thread at synchronize, query and wait points. Blocking tasks (an
+//! event wait, a test hold) poll the stream's abort epoch so `aclrtStreamAbort` can cancel them.
+
+pub(crate) mod exports;
+pub(crate) mod hold;
+pub(crate) mod queue;
+
+pub use exports::*;
