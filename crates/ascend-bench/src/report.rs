@@ -120,15 +120,6 @@ pub(crate) fn print_tables(res: &Results) {
         if let Some(n) = &res.ucx_note {
             println!("{n}");
         }
-        if let Some(l) = res.latency {
-            println!(
-                "latency of a synchronous 4 KiB WRITE ({} transfers): p50 {:.1} us, p99 {:.1} us; UCX put typical {} us",
-                l.n,
-                l.p50_us,
-                l.p99_us,
-                fmt_opt(l.ucx_us, 2)
-            );
-        }
         if let Some(r) = res.rss {
             println!(
                 "peak RSS: initiator {:.1} MiB (registered touched {:.1} MiB), peer {:.1} MiB (registered touched {:.1} MiB): {:.1} MiB over",
@@ -139,6 +130,16 @@ pub(crate) fn print_tables(res: &Results) {
                 r.over_mib()
             );
         }
+        println!();
+    }
+    if let Some(l) = res.latency {
+        println!(
+            "latency of a synchronous 4 KiB WRITE ({} transfers): p50 {:.1} us, p99 {:.1} us; UCX put typical {} us",
+            l.n,
+            l.p50_us,
+            l.p99_us,
+            fmt_opt(l.ucx_us, 2)
+        );
         println!();
     }
     if !res.translate.is_empty() {

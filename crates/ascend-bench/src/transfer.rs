@@ -422,9 +422,14 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
             }
         }
     }
-    if filter.is_none() {
+    if filter.as_deref().map_or(true, |f| "latency".contains(f)) {
         pb.set_message("transfer: latency of a synchronous 4 KiB WRITE");
-        res.latency = Some(b.latency(if args.quick { 2_000 } else { 10_000 })?);
+        // Profiling aid: `ASCEND_BENCH_LAT_N=1000000` makes the latency loop dominate.
+        let n = std::env::var("ASCEND_BENCH_LAT_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if args.quick { 2_000 } else { 10_000 });
+        res.latency = Some(b.latency(n)?);
     }
     pb.inc(1);
     pb.set_message("transfer: data check");
