@@ -15,6 +15,3 @@ pub use ascend_fabric as fabric;
 pub use ascend_mem as mem;
 pub use ascend_mem::*;
 pub use ascend_sim as sim;
-
-/// The CANN `lib64` directory found when this crate was built, if any.
-pub const BUILD_CANN_LIB_DIR: Option<&str> = option_env!("ASCEND_BUILD_CANN_LIB_DIR");

@@ -3,14 +3,19 @@
 //! and to the `fabric_transfer` example started with `--role server`, and receives the
 //! share-handle list.
 
-mod common;
-mod fabric_util;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ascend_fabric::Engine;
-use fabric_util::*;
+use ascend_fabric::EngineOptions;
+use ascend_testkit::emulator::setup;
+
+const MIB2: usize = 2 << 20;
+
+/// A loopback port nobody listens on right now.
+fn free_port() -> u16 {
+    ascend_launch::free_port().expect("a free loopback port")
+}
 
 fn python_client(port: u16, channel: &str) -> Option<(bool, String)> {
     let script = concat!(
@@ -33,10 +38,18 @@ fn python_client(port: u16, channel: &str) -> Option<(bool, String)> {
 
 #[test]
 fn independent_client_receives_the_engine_share_list() {
-    let env = common::setup();
+    let env = setup();
     let port = free_port();
     {
-        let e = Engine::new(&env.dev, &format!("127.0.0.1:{port}"), test_options(1)).unwrap();
+        let e = Engine::new(
+            &env.dev,
+            &format!("127.0.0.1:{port}"),
+            EngineOptions::builder()
+                .pool_capacity(64 << 30)
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
         let d = e.alloc_device(MIB2).unwrap();
         let h = e.alloc_host(2 * MIB2).unwrap();
         let _r = (e.register(&d).unwrap(), e.register(&h).unwrap());
@@ -62,7 +75,7 @@ fn independent_client_receives_the_engine_share_list() {
 
 #[test]
 fn independent_client_reads_the_example_server() {
-    let _env = common::setup();
+    let _env = setup();
     let exe = std::env::current_exe().unwrap();
     let example = exe
         .parent()

@@ -200,6 +200,33 @@ impl Default for aclrtMemLocation {
 }
 #[repr(C)]
 #[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
+pub struct aclrtMemcpyBatchAttr {
+    pub dstLoc: aclrtMemLocation,
+    pub srcLoc: aclrtMemLocation,
+    pub rsv: [u8; 16usize],
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of aclrtMemcpyBatchAttr"][::std::mem::size_of::<aclrtMemcpyBatchAttr>() - 32usize];
+    ["Alignment of aclrtMemcpyBatchAttr"][::std::mem::align_of::<aclrtMemcpyBatchAttr>() - 4usize];
+    ["Offset of field: aclrtMemcpyBatchAttr::dstLoc"]
+        [::std::mem::offset_of!(aclrtMemcpyBatchAttr, dstLoc) - 0usize];
+    ["Offset of field: aclrtMemcpyBatchAttr::srcLoc"]
+        [::std::mem::offset_of!(aclrtMemcpyBatchAttr, srcLoc) - 8usize];
+    ["Offset of field: aclrtMemcpyBatchAttr::rsv"]
+        [::std::mem::offset_of!(aclrtMemcpyBatchAttr, rsv) - 16usize];
+};
+impl Default for aclrtMemcpyBatchAttr {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone, Hash, PartialEq, Eq)]
 pub struct aclrtPhysicalMemProp {
     pub handleType: aclrtMemHandleType,
     pub allocationType: aclrtMemAllocationType,

@@ -40,6 +40,18 @@ functions! {
     pub fn aclrtStreamQuery(stream: aclrtStream, status: *mut aclrtStreamStatus) -> aclError;
     pub fn aclrtStreamAbort(stream: aclrtStream) -> aclError;
     pub fn aclrtSetStreamFailureMode(stream: aclrtStream, mode: u64) -> aclError;
+    pub fn aclrtValueWrite(
+        devAddr: *mut ::std::os::raw::c_void,
+        value: u64,
+        flag: u32,
+        stream: aclrtStream,
+    ) -> aclError;
+    pub fn aclrtValueWait(
+        devAddr: *mut ::std::os::raw::c_void,
+        value: u64,
+        flag: u32,
+        stream: aclrtStream,
+    ) -> aclError;
     pub fn aclrtCreateEvent(event: *mut aclrtEvent) -> aclError;
     pub fn aclrtCreateEventWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
     pub fn aclrtCreateEventExWithFlag(event: *mut aclrtEvent, flag: u32) -> aclError;
@@ -72,6 +84,50 @@ functions! {
         src: *const ::std::os::raw::c_void,
         count: usize,
         kind: aclrtMemcpyKind,
+        stream: aclrtStream,
+    ) -> aclError;
+    pub fn aclrtMemcpyBatch(
+        dsts: *mut *mut ::std::os::raw::c_void,
+        destMaxs: *mut usize,
+        srcs: *mut *mut ::std::os::raw::c_void,
+        sizes: *mut usize,
+        numBatches: usize,
+        attrs: *mut aclrtMemcpyBatchAttr,
+        attrsIndexes: *mut usize,
+        numAttrs: usize,
+        failIndex: *mut usize,
+    ) -> aclError;
+    pub fn aclrtMemcpyBatchV2(
+        dsts: *mut *mut ::std::os::raw::c_void,
+        destMaxs: *mut usize,
+        srcs: *mut *mut ::std::os::raw::c_void,
+        sizes: *mut usize,
+        numBatches: usize,
+        attrs: *mut aclrtMemcpyBatchAttr,
+        attrsIndexes: *mut usize,
+        numAttrs: usize,
+    ) -> aclError;
+    pub fn aclrtMemcpyBatchAsync(
+        dsts: *mut *mut ::std::os::raw::c_void,
+        destMaxs: *mut usize,
+        srcs: *mut *mut ::std::os::raw::c_void,
+        sizes: *mut usize,
+        numBatches: usize,
+        attrs: *mut aclrtMemcpyBatchAttr,
+        attrsIndexes: *mut usize,
+        numAttrs: usize,
+        failIndex: *mut usize,
+        stream: aclrtStream,
+    ) -> aclError;
+    pub fn aclrtMemcpyBatchAsyncV2(
+        dsts: *mut *mut ::std::os::raw::c_void,
+        destMaxs: *mut usize,
+        srcs: *mut *mut ::std::os::raw::c_void,
+        sizes: *mut usize,
+        numBatches: usize,
+        attrs: *mut aclrtMemcpyBatchAttr,
+        attrsIndexes: *mut usize,
+        numAttrs: usize,
         stream: aclrtStream,
     ) -> aclError;
     pub fn aclrtMemset(

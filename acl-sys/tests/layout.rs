@@ -53,6 +53,15 @@ fn struct_layouts_match_the_c_abi() {
     );
     assert_eq!(offset_of!(acl_sys::aclrtPtrAttributes, pageSize), 8);
     assert_eq!(offset_of!(acl_sys::aclrtPtrAttributes, rsv), 12);
+    assert_eq!(
+        (
+            size_of::<acl_sys::aclrtMemcpyBatchAttr>(),
+            align_of::<acl_sys::aclrtMemcpyBatchAttr>()
+        ),
+        (32, 4)
+    );
+    assert_eq!(offset_of!(acl_sys::aclrtMemcpyBatchAttr, srcLoc), 8);
+    assert_eq!(offset_of!(acl_sys::aclrtMemcpyBatchAttr, rsv), 16);
     // C enums are 4-byte ints.
     assert_eq!(size_of::<acl_sys::aclrtMemAttr>(), 4);
     assert_eq!(size_of::<acl_sys::aclrtMemcpyKind>(), 4);
@@ -78,6 +87,15 @@ fn status_codes_and_enum_values_match_the_c_abi() {
     assert_eq!(acl_sys::ACL_RT_MEM_ACCESS_FLAGS_READWRITE, 3);
     assert_eq!(acl_sys::ACL_EVENT_STATUS_NOT_READY, 1);
     assert_eq!(acl_sys::ACL_EVENT_RECORDED_STATUS_COMPLETE, 1);
+    assert_eq!(
+        (
+            acl_sys::ACL_STREAM_WAIT_VALUE_GEQ,
+            acl_sys::ACL_STREAM_WAIT_VALUE_EQ,
+            acl_sys::ACL_STREAM_WAIT_VALUE_AND,
+            acl_sys::ACL_STREAM_WAIT_VALUE_NOR
+        ),
+        (0, 1, 2, 3)
+    );
     assert_eq!(acl_sys::ACL_STREAM_STATUS_RESERVED, 0xFFFF);
     assert_eq!(acl_sys::ACL_EVENT_IPC, 0x40);
     assert_eq!(
@@ -93,11 +111,17 @@ fn every_declared_function_is_in_the_table() {
         "aclrtMemExportToShareableHandleV2",
         "aclGetRecentErrMsg",
         "aclFinalizeReference",
+        "aclrtMemcpyBatchAsync",
+        "aclrtMemcpyBatchAsyncV2",
+        "aclrtMemcpyBatch",
+        "aclrtMemcpyBatchV2",
+        "aclrtValueWrite",
+        "aclrtValueWait",
     ] {
         assert!(
             acl_sys::SYMBOLS.contains(&name),
             "{name} missing from SYMBOLS"
         );
     }
-    assert_eq!(acl_sys::SYMBOLS.len(), 70);
+    assert_eq!(acl_sys::SYMBOLS.len(), 76);
 }

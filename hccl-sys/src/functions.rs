@@ -117,6 +117,12 @@ functions! {
         winHandle: *mut HcclCommSymWindow,
         offset: *mut usize,
     ) -> HcclResult;
+    pub fn HcclSymWinGetPeerPointer(
+        winHandle: HcclCommSymWindow,
+        offset: usize,
+        peerRank: u32,
+        ptr: *mut *mut ::std::os::raw::c_void,
+    ) -> HcclResult;
     pub fn HcclAllReduce(
         sendBuf: *mut ::std::os::raw::c_void,
         recvBuf: *mut ::std::os::raw::c_void,

@@ -459,6 +459,17 @@ impl Engine {
         self.inner.disconnect(remote, None, timeout)
     }
 
+    /// Ends the channel to `remote` for `reason`, as a closed keepalive socket does: its
+    /// in-flight transfers fail with [`Error::PeerLost`] carrying `reason` after their streams
+    /// are aborted, and its imports are unmapped, all before it leaves [`Engine::peers`]; the
+    /// peer sees the keepalive socket close. No disconnect request is sent (for a peer known
+    /// to be gone, e.g. one that left the engine directory). Returns whether a channel was
+    /// ended here (false: none, or it was being lost already).
+    pub fn lose_peer(&self, remote: &str, reason: LostReason) -> bool {
+        let ch = self.inner.channels.read().get(remote).cloned();
+        ch.is_some_and(|ch| channel::lose(&self.inner.channels, &ch, reason))
+    }
+
     /// Whether a live channel to `remote` exists.
     pub fn is_connected(&self, remote: &str) -> bool {
         self.inner.channels.read().contains_key(remote)

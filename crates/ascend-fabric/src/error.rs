@@ -21,6 +21,9 @@ pub enum LostReason {
     Disconnected,
     /// This engine is shutting down.
     EngineShutdown,
+    /// The peer left the engine directory (its entry was deleted or its lease expired); see
+    /// [`directory::Member`](crate::directory::Member).
+    DirectoryLeft,
 }
 
 impl fmt::Display for LostReason {
@@ -30,6 +33,7 @@ impl fmt::Display for LostReason {
             LostReason::HeartbeatFailed => "a heartbeat could not be sent",
             LostReason::Disconnected => "disconnected by this engine",
             LostReason::EngineShutdown => "the engine shut down",
+            LostReason::DirectoryLeft => "the peer left the engine directory",
         })
     }
 }

@@ -62,12 +62,51 @@
 //! * reconnect on its own unless `AutoConnect` is on: then a transfer to a peer it is not
 //!   connected to connects first (3 s timeout), and a transfer whose copies failed
 //!   disconnects its peer, as in HIXL (argument errors, caught before any copy, do not).
+//!
+//! # Engine directory (feature `etcd`)
+//! [`directory`] lets engines find each other by name instead of `ip:port`: a
+//! [`directory::Member`] publishes an engine under `<prefix>/engines/<name>` (control address,
+//! device, product, the segments it offers, a version) with a lease it keeps alive, connects to
+//! peers with [`directory::Member::connect_by_name`], and watches the directory. A peer whose
+//! key disappears (deleted, or its lease expired because its process died) has its channel
+//! ended like a closed keepalive: in-flight transfers fail with [`Error::PeerLost`], reason
+//! [`LostReason::DirectoryLeft`]. An etcd outage does not touch established channels; the
+//! client logs, counts and retries with backoff, and reports what changed once etcd is back.
+//! The trait and the member are always built; `directory::EtcdDirectory` needs the `etcd`
+//! feature, which brings `etcd-client` 0.21 and `tokio`: that feature needs Rust 1.88 (its
+//! gRPC stack, tonic 0.14) and `protoc` at build time; the crate without it stays on the
+//! workspace's Rust 1.81.
+//!
+//! Load on etcd, measured with 64 engines in one process against one local etcd (the
+//! `directory_scale` test; debug build, lease TTL 2 s, two shared cores): publishing (connect,
+//! first read, lease, conditional put) took 40 ms per engine; 4,032 lookups (a full mesh) ran
+//! at 1,480/s; lease keep-alives came at 92/s (1.44/s per engine: one every third of the TTL);
+//! one departure cost 64 watch events (one per watching client) and all 63 others saw it within
+//! 0.6 s; an entry with one segment is a 24-byte key and a 145-byte value (about 45 bytes more
+//! per segment). A killed engine left the directory 1.8 to 2.5 s after the kill with the 2 s
+//! TTL (etcd checks for expired leases every 500 ms). Scaled by those figures, with the
+//! default TTL of 10 s:
+//!
+//! | | 64 (measured, TTL 2 s) | 384 (an A3 supernode) | 4,096 |
+//! |---|---|---|---|
+//! | keys (one per engine) | 64, ~11 KB | 384, ~65 KB | 4,096, ~0.7 MB |
+//! | keep-alives per second (3 N / TTL) | 92 | 115 | 1,229 |
+//! | watch events per departure or arrival (N − 1, one per watcher) | 63 | 383 | 4,095 |
+//! | entries read when all N start (each reads the directory once) | 4 K | 147 K (~25 MB) | 16.8 M (~2.8 GB) |
+//! | lookups for a full mesh of connections (N (N − 1)) | 4,032 | 147 K | 16.8 M |
+//!
+//! Keep-alives stay modest at any size (etcd's leader answers them without a consensus round);
+//! what grows as N² is the fan-out of a fleet-wide start and of a full mesh of lookups. Up to a
+//! supernode, one directory is fine; for thousands of engines, give each group of engines that
+//! transfer among themselves its own prefix (a `directory::EtcdOptions::prefix` per group),
+//! and start them in waves.
 #![deny(unsafe_code)]
 
 mod channel;
 mod code;
 pub mod control;
 pub mod cs;
+pub mod directory;
 mod engine;
 mod error;
 mod heartbeat;

@@ -6,12 +6,14 @@
 //! One test function, so that nothing else runs in this process while threads and descriptors
 //! are counted (libtest runs each test on a thread of its own).
 
-mod engine_util;
+#[allow(dead_code)]
+#[path = "engine/util.rs"]
+mod util;
 
 use std::time::Duration;
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
-use engine_util::*;
+use util::*;
 
 const T: Duration = Duration::from_secs(20);
 
@@ -107,8 +109,8 @@ fn engines(dev: &ascend_mem::Device) {
 
 #[test]
 fn registrations_connects_and_engines_churn_without_leaks() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
-    let dev = rt.device(0).unwrap();
+    let env = setup();
+    let dev = env.dev.clone();
     // Warm up what lives for the process: the emulator's device state and its descriptor
     // broker (a thread and a socket, started by the first export).
     {

@@ -3,27 +3,19 @@
 //! One test in this binary (it changes the process's descriptor limit); the client runs in a
 //! child process, which has descriptors of its own.
 
+#[allow(dead_code)]
+#[path = "control/util.rs"]
 mod control_util;
 
 use ascend_fabric::control::{self, ServerConfig};
+use ascend_testkit::role::read_stdin_line;
+use ascend_testkit::{role, test_name, Spawn};
 use control_util::*;
-use std::io::{BufRead, BufReader, Read, Seek, Write};
-use std::process::{Command, Stdio};
+use std::io::{Read, Seek};
 use std::time::Duration;
 
-const ROLE: &str = "CONTROL_EMFILE_CLIENT";
-
-fn set_soft_nofile(n: u64) {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid, writable rlimit for getrlimit to fill.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
-    lim.rlim_cur = n.min(lim.rlim_max);
-    // SAFETY: `lim` is a valid rlimit; the soft limit stays at or below the hard one.
-    assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
-}
+/// Env var carrying the server address to the child.
+const ADDR_VAR: &str = "CONTROL_EMFILE_SERVER";
 
 /// Re-reads an already open procfs file from the start (no new descriptor needed).
 fn reread(f: &mut std::fs::File) -> String {
@@ -58,29 +50,23 @@ fn cpu_ticks(stat: &mut std::fs::File) -> u64 {
 
 #[test]
 fn out_of_descriptors_pauses_accepting_and_recovers() {
-    if let Ok(addr) = std::env::var(ROLE) {
+    if let Some(role) = role() {
         // The child: wait for the go-ahead, then connect (the server answers once it can).
-        let mut line = String::new();
-        std::io::stdin().read_line(&mut line).unwrap();
+        assert_eq!(role, "client");
+        let addr = std::env::var(ADDR_VAR).unwrap();
+        assert_eq!(read_stdin_line().as_deref(), Some("go"));
         let c = control::connect(addr.parse().unwrap(), "child", GUARD, None).unwrap();
         println!("CONNECTED {}", c.entries.len());
         return;
     }
     let (srv, _h) = server(fake_entries(1), ServerConfig::default());
     let port = srv.local_addr().port();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "out_of_descriptors_pauses_accepting_and_recovers",
-            "--exact",
-            "--nocapture",
-        ])
-        .env(ROLE, srv.local_addr().to_string())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child_in = child.stdin.take().unwrap();
-    let mut child_out = BufReader::new(child.stdout.take().unwrap());
+    let mut child = Spawn::new(
+        test_name!(out_of_descriptors_pauses_accepting_and_recovers),
+        "client",
+    )
+    .env(ADDR_VAR, srv.local_addr().to_string())
+    .start();
     // The kernel keeps the first 15 bytes of a thread's name, which the new thread sets
     // itself as it starts.
     let name = format!("fabric-ctl-{port}");
@@ -104,8 +90,7 @@ fn out_of_descriptors_pauses_accepting_and_recovers() {
     while let Ok(f) = std::fs::File::open("/dev/null") {
         filler.push(f);
     }
-    child_in.write_all(b"go\n").unwrap();
-    child_in.flush().unwrap();
+    child.send("go");
     wait_until("the child waits in the accept queue", || {
         accept_queue(&reread(&mut tcp), port) >= 1
     });
@@ -121,17 +106,6 @@ fn out_of_descriptors_pauses_accepting_and_recovers() {
 
     drop(filler);
     set_soft_nofile(u64::MAX);
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            child_out.read_line(&mut line).unwrap() > 0,
-            "child exited unserved"
-        );
-        if line.starts_with("CONNECTED") {
-            break;
-        }
-    }
-    assert_eq!(line.trim(), "CONNECTED 1");
-    assert!(child.wait().unwrap().success());
+    assert_eq!(child.expect_line("CONNECTED "), "1");
+    assert!(child.child.wait().unwrap().success());
 }

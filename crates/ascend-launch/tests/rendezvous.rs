@@ -1,19 +1,16 @@
-//! Real processes: the test binary re-runs itself as the ranks of a job.
+//! Real processes: a test re-runs the test binary as the ranks of a job, each its own child in
+//! a role (`ascend_testkit::role`).
 
 use ascend_launch::{Error, Launcher, RankEnv, Rendezvous};
-use std::process::Command;
+use ascend_testkit::{role, test_name, Spawn};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-const ROLE: &str = "ASCEND_LAUNCH_TEST_ROLE";
-
-fn rank_command(test: &str, role: &str) -> impl FnMut(u32) -> Command {
-    let test = test.to_owned();
-    let role = role.to_owned();
+/// Commands starting `test` (the caller) again as a rank in `role`.
+fn rank_command(test: &'static str, role: &'static str) -> impl FnMut(u32) -> Command {
     move |_| {
-        let mut c = Command::new(std::env::current_exe().unwrap());
-        c.args([test.as_str(), "--exact", "--nocapture", "--test-threads=1"])
-            .env(ROLE, &role)
-            .stdout(std::process::Stdio::null());
+        let mut c = Spawn::new(test, role).into_command();
+        c.stdout(Stdio::null());
         c
     }
 }
@@ -48,18 +45,18 @@ fn rank_body(role: &str) {
                 other => panic!("expected PeerLost, got {other:?}"),
             }
         }
-        _ => unreachable!(),
+        other => panic!("unknown role {other}"),
     }
 }
 
 #[test]
 fn ranks_exchange_bytes() {
-    if let Ok(role) = std::env::var(ROLE) {
+    if let Some(role) = role() {
         return rank_body(&role);
     }
     let r = Launcher::new(4)
         .timeout(Duration::from_secs(60))
-        .run(rank_command("ranks_exchange_bytes", "exchange"))
+        .run(rank_command(test_name!(ranks_exchange_bytes), "exchange"))
         .unwrap();
     assert!(r.success(), "{:?}", r.statuses);
     assert_eq!(r.statuses.len(), 4);
@@ -67,13 +64,13 @@ fn ranks_exchange_bytes() {
 
 #[test]
 fn a_dead_rank_is_seen_by_the_others_and_fails_the_job() {
-    if let Ok(role) = std::env::var(ROLE) {
+    if let Some(role) = role() {
         return rank_body(&role);
     }
     let r = Launcher::new(3)
         .timeout(Duration::from_secs(60))
         .run(rank_command(
-            "a_dead_rank_is_seen_by_the_others_and_fails_the_job",
+            test_name!(a_dead_rank_is_seen_by_the_others_and_fails_the_job),
             "rank1_dies",
         ))
         .unwrap();
@@ -83,9 +80,6 @@ fn a_dead_rank_is_seen_by_the_others_and_fails_the_job() {
 
 #[test]
 fn bad_environment_is_a_typed_error() {
-    if std::env::var(ROLE).is_ok() {
-        return;
-    }
     // Only this test touches these variables in this process.
     std::env::set_var("RANK", "5");
     std::env::set_var("WORLD_SIZE", "2");
@@ -118,9 +112,6 @@ fn bad_environment_is_a_typed_error() {
 
 #[test]
 fn a_missing_rank_times_out() {
-    if std::env::var(ROLE).is_ok() {
-        return;
-    }
     let env = RankEnv {
         rank: 0,
         world_size: 2,

@@ -335,6 +335,30 @@ pub enum Error {
         /// How many other owners hold it.
         refs: usize,
     },
+    /// One copy of a batched copy ([`Stream::copy_batch_async`](crate::Stream::copy_batch_async))
+    /// failed: a check before any C call, or the runtime's refusal naming it (`failIndex`,
+    /// mapped back to the index in the caller's slice).
+    #[error("{api}: copy {copy}: {source}")]
+    BatchCopy {
+        /// The call, e.g. `"aclrtMemcpyBatchAsync"`.
+        api: &'static str,
+        /// Index of the copy in the caller's slice.
+        copy: usize,
+        /// What was wrong with it.
+        #[source]
+        source: Box<Error>,
+    },
+    /// A stream-ordered value word ([`ValueWord`](crate::ValueWord)) is not 8 bytes at an
+    /// 8-byte aligned address.
+    #[error("{what}: a value word is 8 bytes at an 8-byte aligned address; got {len} bytes at {addr:#x}")]
+    BadValueWord {
+        /// The call that checked it, e.g. `"ValueWord::new"`.
+        what: &'static str,
+        /// The start address given.
+        addr: usize,
+        /// The length given.
+        len: usize,
+    },
     /// An error a `Drop` on this device recorded earlier (drops cannot return errors).
     #[error("an earlier teardown on device {device} failed")]
     Sticky {
@@ -367,8 +391,9 @@ impl Error {
             | Error::InvalidArgument { .. }
             | Error::AlreadyExported
             | Error::BadHandleBytes { .. }
-            | Error::Busy { .. } => ErrorKind::InvalidArgument,
-            Error::Sticky { source, .. } => source.kind(),
+            | Error::Busy { .. }
+            | Error::BadValueWord { .. } => ErrorKind::InvalidArgument,
+            Error::Sticky { source, .. } | Error::BatchCopy { source, .. } => source.kind(),
         }
     }
 
@@ -377,7 +402,7 @@ impl Error {
     pub fn code(&self) -> Option<AclCode> {
         match self {
             Error::Acl { code, .. } => Some(*code),
-            Error::Sticky { source, .. } => source.code(),
+            Error::Sticky { source, .. } | Error::BatchCopy { source, .. } => source.code(),
             Error::ImportSizeMismatch {
                 source: Some(source),
                 ..
@@ -400,7 +425,7 @@ impl Error {
         match self {
             Error::Acl { api, .. } | Error::Hccl { api, .. } => Some(api),
             Error::MissingSymbol { symbol, .. } => Some(symbol),
-            Error::InvalidArgument { api, .. } => Some(api),
+            Error::InvalidArgument { api, .. } | Error::BatchCopy { api, .. } => Some(api),
             Error::Sticky { source, .. } => source.api(),
             Error::ImportSizeMismatch {
                 source: Some(source),

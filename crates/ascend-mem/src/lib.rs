@@ -38,6 +38,8 @@
 //! | `aclrtMemcpy`, `aclrtMemset` | [`Mapping::read_into`], [`Mapping::write_from`], [`Mapping::fill`], [`MappingSlice::copy_from`] |
 //! | `aclrtMemcpy` by element type | [`TypedSlice`] (from `typed::<T>()` on a [`MappingSlice`], [`Mapping`] or buffer): [`TypedSlice::write_slice`], [`TypedSlice::read_into_slice`], [`TypedSlice::read_to_vec`]; the same calls on [`MappingSlice`], [`Mapping`], [`DeviceBuffer`], [`HostBuffer`] |
 //! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::copy_typed_async`], [`Stream::fill_async`]; batches over many mappings: [`Stream::copy_table_async`] with [`MappingTable`] |
+//! | `aclrtMemcpyBatchAsync` (falls back to `aclrtMemcpyAsync` per copy on a runtime without it) | [`Stream::copy_batch_async`] with [`BatchCopy`]s (host to device or device to host) |
+//! | `aclrtValueWrite`, `aclrtValueWait` | [`Stream::value_write`], [`Stream::value_wait`] on a [`ValueWord`] with a [`WaitCmp`] |
 //! | `aclrtCreateStreamWithConfig`, `…SynchronizeStream…`, `aclrtStreamQuery`, `aclrtStreamAbort`, `aclrtSetStreamFailureMode`, `aclrtDestroyStream` | [`Stream`] (drop or [`Stream::close`]), [`StreamPool`] |
 //! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime`, `aclrtDestroyEvent` | [`Event`] (drop or [`Event::close`]), [`Stream::wait_event`] |
 //! | `HcclGetRootInfo`, `HcclCommInitRootInfoConfig`, `HcclCommDestroy`, `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclBroadcast`, `HcclBarrier`, `HcclCommSymWin{Register,Deregister,Get}`, … | the [`hccl`] module: [`hccl::RootInfo`], [`hccl::CommConfig`], [`hccl::Comm`] (collectives), [`hccl::SymWindow`]; its own table there |
@@ -189,7 +191,10 @@ pub use foreign::{MappingRef, PointerInfo};
 pub use runtime::{Backend, Runtime};
 pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDLE_BYTES};
 pub use spec::{Location, MemAttr, MemSpec};
-pub use stream::{Event, EventFlags, FailureMode, Stream, StreamFlags, StreamLease, StreamPool};
+pub use stream::{
+    BatchCopy, Event, EventFlags, FailureMode, Stream, StreamFlags, StreamLease, StreamPool,
+    ValueWord, WaitCmp,
+};
 pub use table::{CopySide, MappingTable, TableCopy};
 pub use typed::TypedSlice;
 pub use vmm::{Access, Mapping, MappingSlice, Origin, PhysicalMem, ReservedVa};

@@ -1,8 +1,9 @@
-//! A program built the way production builds it (`cargo test -p ascend-mem
-//! --no-default-features --test production`: no `emulator` feature, so the emulator is not
-//! even linked) gets the missing-CANN error from `Runtime::from_env()` on a host without
-//! CANN, an error that lists the paths tried and names the switch to the emulator. It holds
-//! with the feature on as well: `from_env` never falls back on its own.
+//! A program that asks for the backend from the environment (`Runtime::from_env()`) gets the
+//! missing-CANN error on a host without CANN, an error that lists the paths tried and names
+//! the switch to the emulator. The emulator is linked into this test (the crate's tests turn
+//! its `emulator` feature on), and that is the point: `from_env` never falls back to it on
+//! its own. (The library without the feature is checked by CI's dependency tree and clippy
+//! of the library targets alone.) Its own binary: it sets the environment.
 
 use ascend_mem::{ErrorKind, Runtime};
 

@@ -39,6 +39,16 @@
 //! * **Streams**: `threaded` mode runs one worker thread per stream (spins 50 µs, then parks);
 //!   `deterministic` mode runs queued work on the caller's thread at synchronize, query and wait
 //!   points. A NULL stream is the current context's default stream.
+//! * **Batched copies** (`aclrtMemcpyBatch[Async][V2]`): every check (arrays, attribute runs,
+//!   `rsv`, each copy's size, memory and location, one direction per batch: host-to-device or
+//!   device-to-host) before any byte moves; `failIndex` names the failing copy (`SIZE_MAX`
+//!   otherwise). The async forms queue one task for the whole batch. Rules and codes in the
+//!   `vmm::batch` module docs.
+//! * **Stream-ordered values**: `aclrtValueWrite` stores a `u64` when the stream reaches it;
+//!   `aclrtValueWait` stops the stream until the word satisfies GEQ (wrapping), EQ, AND or NOR.
+//!   The word must be an 8-byte aligned word of device-accessible memory. A blocked wait spins
+//!   briefly, then parks on a notification every value write triggers and rechecks every 2 ms
+//!   (so a host store to the word releases it too); an abort or destroy of its stream ends it.
 //! * Every export, ACL, HCCL and HIXL alike, runs through one entry guard: it catches panics
 //!   (507000 with a message for ACL, `HCCL_E_INTERNAL`, `HIXL_FAILED`), counts calls, can be
 //!   failed or hidden ([`fault`], `ASCEND_SIM_FAIL`) and is logged ([`call_log`]). Calls that
@@ -96,6 +106,10 @@
 //! * `aclrtDestroyStream` runs the queued work first (a [`testing::hold_stream`] makes it wait);
 //!   aborted or discarded event records complete their event so no waiter hangs.
 //! * An event that was never recorded is COMPLETE for both query calls.
+//! * Value write/wait: NULL `devAddr`, a write `flag` ≠ 0 or a wait `flag` > 3 → 100000; an
+//!   unaligned `devAddr` → `ACL_ERROR_RT_ADDR_UNALIGNED` 107008; plain host memory → 107000;
+//!   unmapped or inaccessible memory → 507053. Destroying a stream ends its blocked wait (the
+//!   work behind it still runs, as destroy runs queued work).
 //! * Counters count explicit contexts only (`aclrtCreateContext`), not the per-device default
 //!   contexts of `aclrtSetDevice`; aclInit is not required before other calls.
 //!
@@ -428,6 +442,8 @@ symbol_table!(
     aclrtStreamQuery,
     aclrtStreamAbort,
     aclrtSetStreamFailureMode,
+    aclrtValueWrite,
+    aclrtValueWait,
     aclrtCreateEvent,
     aclrtCreateEventWithFlag,
     aclrtCreateEventExWithFlag,
@@ -442,6 +458,10 @@ symbol_table!(
     aclrtDestroyEvent,
     aclrtMemcpy,
     aclrtMemcpyAsync,
+    aclrtMemcpyBatch,
+    aclrtMemcpyBatchV2,
+    aclrtMemcpyBatchAsync,
+    aclrtMemcpyBatchAsyncV2,
     aclrtMemset,
     aclrtMemsetAsync,
     aclrtMalloc,

@@ -129,7 +129,12 @@ fn c_smoke_program() {
         "cc failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let run = Command::new(&bin).output().unwrap();
+    // Without cargo's LD_LIBRARY_PATH: it lists the target's deps directory, whose
+    // `libascend_sim.so` may predate the sources and would win over the runpath.
+    let run = Command::new(&bin)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
     let so = String::from_utf8_lossy(&run.stdout);
     assert!(
         run.status.success() && so.contains("SMOKE OK"),

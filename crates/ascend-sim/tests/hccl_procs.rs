@@ -1,5 +1,5 @@
-//! HCCL ranks as processes: the test binary re-executes itself as rank processes (role in
-//! `ASCEND_SIM_HCCL_ROLE`, root info in `ASCEND_SIM_HCCL_ROOT` as hex). Collectives on both
+//! HCCL ranks as processes: a test re-executes the test binary as its own rank processes (a
+//! role of `ascend_testkit::role`, root info in `ASCEND_SIM_HCCL_ROOT` as hex). Collectives on both
 //! paths across processes; a rank that dies mid-collective leaves the others with an error
 //! within the exec timeout; A2 has no symmetric windows.
 
@@ -8,52 +8,31 @@ mod common;
 #[macro_use]
 mod hccl_common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
+use ascend_testkit::{
+    from_hex, result_numbers, role, test_name, to_hex, wait_success, watchdog, Spawn,
+};
 use common::*;
 use hccl_common::*;
 
-const ROLE: &str = "ASCEND_SIM_HCCL_ROLE";
 const ROOT: &str = "ASCEND_SIM_HCCL_ROOT";
 const RANKS: u32 = 3;
 const EXEC_TIMEOUT_S: i32 = 4;
 const COUNT: usize = 1000;
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-        .collect()
-}
-
-fn watchdog() {
-    std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_secs(30));
-        eprintln!("child watchdog: giving up");
-        std::process::exit(3);
-    });
-}
-
+/// Starts `test` again as the rank process `role` of the communicator `root`.
 fn spawn(test: &str, role: &str, root: &HcclRootInfo) -> std::process::Child {
     let bytes: Vec<u8> = root.internal.iter().map(|c| *c as u8).collect();
-    Command::new(std::env::current_exe().unwrap())
-        .args([test, "--exact", "--test-threads=1", "--nocapture"])
-        .env(ROLE, role)
-        .env(ROOT, hex(&bytes))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    let mut s = Spawn::new(test, role).env(ROOT, to_hex(&bytes));
+    s.command().stdout(Stdio::piped()).stderr(Stdio::piped());
+    s.command().spawn().expect("spawn a rank process")
 }
 
 fn root_from_env() -> HcclRootInfo {
-    let b = unhex(&std::env::var(ROOT).unwrap());
+    let b = from_hex(&std::env::var(ROOT).unwrap());
     let mut r = HcclRootInfo::default();
     for (d, s) in r.internal.iter_mut().zip(b) {
         *d = s as _;
@@ -161,13 +140,14 @@ fn rank_body(rank: u32, root: &HcclRootInfo, die: bool) -> Option<(i32, u32, Dur
 
 #[test]
 fn processes_collective_then_a_rank_dies() {
-    const NAME: &str = "processes_collective_then_a_rank_dies";
-    if let Ok(role) = std::env::var(ROLE) {
-        watchdog();
+    let name = test_name!(processes_collective_then_a_rank_dies);
+    if let Some(role) = role() {
+        watchdog(Duration::from_secs(30));
         let root = root_from_env();
         let (rank, die) = match role.as_str() {
             "survivor" => (1, false),
-            _ => (2, true),
+            "die" => (2, true),
+            other => panic!("unknown role {other}"),
         };
         if let Some((code, asy, dt)) = rank_body(rank, &root, die) {
             println!("RESULT {code} {asy} {}", dt.as_millis());
@@ -176,29 +156,11 @@ fn processes_collective_then_a_rank_dies() {
     }
     let _g = LOCK.lock();
     let root = root_info();
-    let survivor = spawn(NAME, "survivor", &root);
-    let dier = spawn(NAME, "die", &root);
+    let survivor = spawn(name, "survivor", &root);
+    let dier = spawn(name, "die", &root);
     let (code, asy, dt) = rank_body(0, &root, false).unwrap();
-    let out = survivor.wait_with_output().unwrap();
-    let dout = dier.wait_with_output().unwrap();
-    let so = String::from_utf8_lossy(&out.stdout).into_owned();
-    let se = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "survivor failed:\n{so}\n{se}");
-    assert!(
-        dout.status.success(),
-        "dying rank failed before dying:\n{}\n{}",
-        String::from_utf8_lossy(&dout.stdout),
-        String::from_utf8_lossy(&dout.stderr)
-    );
-    let line = BufReader::new(so.as_bytes())
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.find("RESULT ").map(|i| l[i + 7..].to_string()))
-        .unwrap_or_else(|| panic!("no RESULT from the survivor:\n{so}\n{se}"));
-    let v: Vec<u64> = line
-        .split_whitespace()
-        .map(|x| x.parse().unwrap())
-        .collect();
+    wait_success(dier, "the dying rank (before it died)");
+    let v = result_numbers(&wait_success(survivor, "the surviving rank"));
     let limit = Duration::from_secs(EXEC_TIMEOUT_S as u64) + Duration::from_millis(500);
     for (who, code, asy, dt) in [
         ("rank 0", code as u64, asy as u64, dt),
@@ -211,7 +173,7 @@ fn processes_collective_then_a_rank_dies() {
         );
         assert!(dt < limit, "{who} took {dt:?}");
     }
-    eprintln!("rank 0: code {code} async {asy} after {dt:?}; rank 1: {line}");
+    eprintln!("rank 0: code {code} async {asy} after {dt:?}; rank 1: {v:?}");
     // The dead process is noticed through its pidfd, long before the timeout.
     assert_eq!(
         asy,
@@ -225,7 +187,8 @@ fn processes_collective_then_a_rank_dies() {
 
 #[test]
 fn a2_has_no_symmetric_windows() {
-    if std::env::var(ROLE).is_ok() {
+    if let Some(role) = role() {
+        assert_eq!(role, "a2");
         assert_eq!(std::env::var("ASCEND_SIM_SOC").as_deref(), Ok("A2"));
         set_device(0);
         let root = root_info();
@@ -241,11 +204,11 @@ fn a2_has_no_symmetric_windows() {
         hok!(HcclCommDestroy(comm));
         reset_device(0);
         assert_clean();
+        println!("RESULT ok");
         return;
     }
-    let out = rerun(
-        "a2_has_no_symmetric_windows",
-        &[(ROLE, "a2"), ("ASCEND_SIM_SOC", "A2")],
-    );
-    assert_child_ok(&out);
+    let out = Spawn::new(test_name!(a2_has_no_symmetric_windows), "a2")
+        .env("ASCEND_SIM_SOC", "A2")
+        .output();
+    ascend_testkit::assert_ok(&out);
 }

@@ -128,28 +128,6 @@ fn add(p: *mut c_void, off: usize) -> *mut c_void {
     (p as usize + off) as *mut c_void
 }
 
-fn write_dev(p: *mut c_void, data: &[u8]) {
-    ok!(aclrtMemcpy(
-        p,
-        data.len(),
-        data.as_ptr().cast(),
-        data.len(),
-        ACL_MEMCPY_HOST_TO_DEVICE
-    ));
-}
-
-fn read_dev(p: *mut c_void, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    ok!(aclrtMemcpy(
-        v.as_mut_ptr().cast(),
-        n,
-        p,
-        n,
-        ACL_MEMCPY_DEVICE_TO_HOST
-    ));
-    v
-}
-
 fn pattern(seed: u8, n: usize) -> Vec<u8> {
     (0..n)
         .map(|i| (i as u8).wrapping_mul(37).wrapping_add(seed))

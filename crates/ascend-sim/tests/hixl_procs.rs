@@ -1,7 +1,7 @@
 //! HixlCS across two real processes at the C level: this test (the server) registers a VMM
 //! device buffer (reached by the client through `pidfd_getfd` + its own mapping of the memfd)
 //! and an `aclrtMalloc` block (reached with `process_vm_*`), then re-executes the test binary
-//! as the client (role in `ASCEND_SIM_HIXL_ROLE`, port in `ASCEND_SIM_HIXL_PORT`), which puts a
+//! as the client (role `client` of `ascend_testkit::role`, port in `ASCEND_SIM_HIXL_PORT`), which puts a
 //! pattern into both, gets it back and verifies it. The server then checks its own memory.
 
 #[macro_use]
@@ -10,13 +10,13 @@ mod common;
 use std::ffi::{c_char, c_void, CStr};
 use std::ptr::{null, null_mut};
 
+use ascend_testkit::{role, test_name, Spawn};
 use common::*;
 use hixl_sys::{
     endpoint_desc_init, CommMem, EndpointDesc, HixlClientDesc, HixlOneSideOpDesc, HixlServerDesc,
     HixlStatus, COMM_MEM_TYPE_DEVICE, COMM_PROTOCOL_HCCS, HIXL_SUCCESS,
 };
 
-const ROLE: &str = "ASCEND_SIM_HIXL_ROLE";
 const PORT: &str = "ASCEND_SIM_HIXL_PORT";
 const LEN: usize = 64 << 10;
 
@@ -39,28 +39,6 @@ fn pattern(seed: u8) -> Vec<u8> {
     (0..LEN)
         .map(|i| ((i * 7) as u8).wrapping_add(seed))
         .collect()
-}
-
-fn h2d(p: *mut c_void, data: &[u8]) {
-    ok!(aclrtMemcpy(
-        p,
-        data.len(),
-        data.as_ptr().cast(),
-        data.len(),
-        ACL_MEMCPY_HOST_TO_DEVICE
-    ));
-}
-
-fn d2h(p: *mut c_void, n: usize) -> Vec<u8> {
-    let mut v = vec![0u8; n];
-    ok!(aclrtMemcpy(
-        v.as_mut_ptr().cast(),
-        n,
-        p,
-        n,
-        ACL_MEMCPY_DEVICE_TO_HOST
-    ));
-    v
 }
 
 /// The client process: connect, find both blocks, put, get back, verify.
@@ -103,7 +81,7 @@ fn client_role(port: u16) {
     hok!(HixlCSClientRegMem(c, null(), &local, &mut lm));
     for (i, (tag, m)) in list.iter().enumerate() {
         let want = pattern(i as u8 + 1);
-        h2d(lva, &want);
+        write_dev(lva, &want);
         let back = (lva as usize + MIB2 / 2) as *mut c_void;
         let put = HixlOneSideOpDesc {
             remote_buf: m.addr,
@@ -126,7 +104,7 @@ fn client_role(port: u16) {
             }
             std::thread::yield_now();
         }
-        assert_eq!(d2h(back, LEN), want, "block {tag} came back different");
+        assert_eq!(read_dev(back, LEN), want, "block {tag} came back different");
         println!("client: block {tag} round trip ok");
     }
     hok!(HixlCSClientDestroy(c));
@@ -136,11 +114,10 @@ fn client_role(port: u16) {
 
 #[test]
 fn c_roundtrip_across_processes() {
-    if let Ok(role) = std::env::var(ROLE) {
-        if role == "client" {
-            let port = std::env::var(PORT).unwrap().parse().unwrap();
-            client_role(port);
-        }
+    if let Some(role) = role() {
+        assert_eq!(role, "client");
+        let port = std::env::var(PORT).unwrap().parse().unwrap();
+        client_role(port);
         return;
     }
     let _g = LOCK.lock();
@@ -163,8 +140,8 @@ fn c_roundtrip_across_processes() {
     let (va, h) = mapped(MIB2, &dev_prop(0));
     let mut mal = null_mut();
     ok!(aclrtMalloc(&mut mal, LEN, 0));
-    h2d(va, &vec![0u8; LEN]);
-    h2d(mal, &vec![0u8; LEN]);
+    write_dev(va, &vec![0u8; LEN]);
+    write_dev(mal, &vec![0u8; LEN]);
     let mut mh = [null_mut(); 2];
     let vmm = CommMem {
         type_: COMM_MEM_TYPE_DEVICE,
@@ -181,18 +158,17 @@ fn c_roundtrip_across_processes() {
     ));
     hok!(HixlCSServerListen(s, 4));
 
-    let out = rerun(
-        "c_roundtrip_across_processes",
-        &[(ROLE, "client"), (PORT, &port.to_string())],
-    );
+    let out = Spawn::new(test_name!(c_roundtrip_across_processes), "client")
+        .env(PORT, port.to_string())
+        .output();
     assert_child_ok(&out);
     let so = String::from_utf8_lossy(&out.stdout);
     assert!(
         so.contains("block vmm round trip ok") && so.contains("block malloc round trip ok"),
         "{so}"
     );
-    assert_eq!(d2h(va, LEN), pattern(1), "server VMM memory");
-    assert_eq!(d2h(mal, LEN), pattern(2), "server aclrtMalloc memory");
+    assert_eq!(read_dev(va, LEN), pattern(1), "server VMM memory");
+    assert_eq!(read_dev(mal, LEN), pattern(2), "server aclrtMalloc memory");
 
     hok!(HixlCSServerUnregMem(s, mh[0]));
     hok!(HixlCSServerDestroy(s));

@@ -1,40 +1,19 @@
-//! Cross-process sharing: the test binary re-executes itself as a child whose role is named by
-//! `ASCEND_SIM_SHARE_ROLE`; only the handle bytes cross, as hex lines on stdin/stdout.
+//! Cross-process sharing: each test re-executes the test binary as its own child in a role
+//! (`ascend_testkit::role`); only the handle bytes cross, as hex lines on stdin/stdout.
 
 #[macro_use]
 mod common;
 
 use std::ffi::c_void;
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::ptr::null_mut;
+use std::time::Duration;
+
+use ascend_testkit::{from_hex, role, test_name, to_hex, watchdog, Spawn};
 
 use common::*;
 
-const ROLE: &str = "ASCEND_SIM_SHARE_ROLE";
-
-fn role() -> Option<String> {
-    std::env::var(ROLE).ok()
-}
-
-/// In a child: exits the process after a while so a broken parent never leaves it hanging.
-fn watchdog() {
-    std::thread::spawn(|| {
-        std::thread::sleep(std::time::Duration::from_secs(20));
-        eprintln!("child watchdog: giving up");
-        std::process::exit(3);
-    });
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len() / 2)
-        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-        .collect()
-}
+/// A child's guard against a parent that stopped driving it.
+const CHILD_GUARD: Duration = Duration::from_secs(20);
 
 fn read(p: *const c_void, len: usize) -> Vec<u8> {
     // SAFETY: test memory is mapped readable for `len` bytes.
@@ -46,45 +25,12 @@ fn fill(p: *mut c_void, len: usize, v: u8) {
     unsafe { std::ptr::write_bytes(p.cast::<u8>(), v, len) }
 }
 
-/// Spawns this binary running only `test` with role `role`.
-fn spawn(test: &str, role: &str, envs: &[(&str, &str)]) -> std::process::Child {
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args([test, "--exact", "--test-threads=1", "--nocapture"])
-        .env(ROLE, role)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.spawn().unwrap()
-}
-
-/// Reads lines of the child's stdout until one starts with `prefix`; returns the rest.
-fn line_with(r: &mut impl BufRead, prefix: &str) -> String {
-    let mut line = String::new();
-    loop {
-        line.clear();
-        assert!(
-            r.read_line(&mut line).unwrap() > 0,
-            "child closed stdout before `{prefix}`"
-        );
-        // The harness may print "test name ... " on the same line first.
-        if let Some(i) = line.find(prefix) {
-            return line[i + prefix.len()..].trim().to_string();
-        }
-    }
-}
-
 /// Child: imports the handle on stdin, checks 0xA1, writes 0xB2, cleans up.
-#[test]
-fn child_importer() {
-    let Some(role) = role() else { return };
-    watchdog();
+fn importer(role: &str) {
+    watchdog(CHILD_GUARD);
     let _g = LOCK.lock();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-    let bytes = unhex(line.trim());
+    let line = ascend_testkit::role::read_stdin_line().expect("the handle from the parent");
+    let bytes = from_hex(&line);
     set_device(1);
     let mut h = null_mut();
     let code = if role == "import-default" || role == "import-denied" {
@@ -105,7 +51,7 @@ fn child_importer() {
         assert_eq!(code, ACL_ERROR_RT_NO_PERMISSION, "{}", last_msg());
         reset_device(1);
         assert_clean();
-        println!("CHILD-OK");
+        println!("RESULT ok");
         return;
     }
     assert_eq!(code, 0, "import failed: {}", last_msg());
@@ -118,14 +64,15 @@ fn child_importer() {
     teardown(va, h);
     reset_device(1);
     assert_clean();
-    println!("CHILD-OK");
+    println!("RESULT ok");
 }
 
-fn exporter_roundtrip(fabric: bool, allow: bool, child_role: &str) {
+/// Exports memory to a child of `test` (the caller) in `child_role`, which imports it.
+fn exporter_roundtrip(test: &str, fabric: bool, allow: bool, child_role: &str) {
     set_device(0);
     let (va, h) = mapped(MIB2, &dev_prop(0));
     fill(va, 4096, 0xA1);
-    let mut child = spawn("child_importer", child_role, &[]);
+    let mut child = Spawn::new(test, child_role).start();
     let bytes = if fabric {
         let mut f = aclrtMemFabricHandle::default();
         let fp: *mut c_void = (&mut f as *mut aclrtMemFabricHandle).cast();
@@ -145,7 +92,7 @@ fn exporter_roundtrip(fabric: bool, allow: bool, child_role: &str) {
             &mut v
         ));
         if allow {
-            let mut pids = [child.id() as i32];
+            let mut pids = [child.child.id() as i32];
             expect_code!(
                 ACL_ERROR_INVALID_PARAM,
                 aclrtMemSetPidToShareableHandle(v, pids.as_mut_ptr(), 0)
@@ -154,14 +101,8 @@ fn exporter_roundtrip(fabric: bool, allow: bool, child_role: &str) {
         }
         v.to_le_bytes().to_vec()
     };
-    writeln!(child.stdin.as_mut().unwrap(), "{}", hex(&bytes)).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let so = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && so.contains("CHILD-OK"),
-        "child failed:\n{so}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    child.send(&to_hex(&bytes));
+    child.finish();
     let want = if child_role == "import-denied" {
         0xA1
     } else {
@@ -179,38 +120,49 @@ fn exporter_roundtrip(fabric: bool, allow: bool, child_role: &str) {
 
 #[test]
 fn default_handle_cross_process_with_allow_list() {
-    if role().is_some() {
-        return;
+    if let Some(role) = role() {
+        return importer(&role);
     }
     let _g = LOCK.lock();
-    exporter_roundtrip(false, true, "import-default");
+    exporter_roundtrip(
+        test_name!(default_handle_cross_process_with_allow_list),
+        false,
+        true,
+        "import-default",
+    );
 }
 
 #[test]
 fn fabric_handle_cross_process() {
-    if role().is_some() {
-        return;
+    if let Some(role) = role() {
+        return importer(&role);
     }
     let _g = LOCK.lock();
-    exporter_roundtrip(true, false, "import-fabric");
+    exporter_roundtrip(
+        test_name!(fabric_handle_cross_process),
+        true,
+        false,
+        "import-fabric",
+    );
 }
 
 #[test]
 fn pid_not_in_allow_list_is_rejected() {
-    if role().is_some() {
-        return;
+    if let Some(role) = role() {
+        return importer(&role);
     }
     let _g = LOCK.lock();
-    exporter_roundtrip(false, false, "import-denied");
+    exporter_roundtrip(
+        test_name!(pid_not_in_allow_list_is_rejected),
+        false,
+        false,
+        "import-denied",
+    );
 }
 
 /// Child: exports host memory filled with 0xC3 as FABRIC, prints it, waits for a line, exits.
-#[test]
-fn child_exporter() {
-    if role().as_deref() != Some("export") {
-        return;
-    }
-    watchdog();
+fn exporter() {
+    watchdog(CHILD_GUARD);
     let _g = LOCK.lock();
     set_device(0);
     let (va, h) = mapped(MIB2, &host_prop());
@@ -223,23 +175,26 @@ fn child_exporter() {
         ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
         fp
     ));
-    println!("HANDLE {}", hex(&f.data));
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
+    println!("HANDLE {}", to_hex(&f.data));
+    let _go = ascend_testkit::role::read_stdin_line();
     // Exit without cleaning up, like a crashed peer.
     std::process::exit(0);
 }
 
 #[test]
 fn import_survives_and_fails_after_exporter_exit() {
-    if role().is_some() {
-        return;
+    if let Some(role) = role() {
+        assert_eq!(role, "export");
+        return exporter();
     }
     let _g = LOCK.lock();
     set_device(2);
-    let mut child = spawn("child_exporter", "export", &[]);
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let bytes = unhex(&line_with(&mut out, "HANDLE "));
+    let mut child = Spawn::new(
+        test_name!(import_survives_and_fails_after_exporter_exit),
+        "export",
+    )
+    .start();
+    let bytes = from_hex(&child.expect_line("HANDLE "));
     let mut f = aclrtMemFabricHandle::default();
     f.data.copy_from_slice(&bytes);
     let fp: *mut c_void = (&mut f as *mut aclrtMemFabricHandle).cast();
@@ -252,8 +207,8 @@ fn import_survives_and_fails_after_exporter_exit() {
     ));
     let va = reserve(MIB2);
     ok!(aclrtMapMem(va, MIB2, 0, h, 0));
-    writeln!(child.stdin.as_mut().unwrap(), "go").unwrap();
-    let status = child.wait().unwrap();
+    child.send("go");
+    let status = child.child.wait().unwrap();
     assert!(status.success());
     // The importer keeps the memory alive.
     assert_eq!(read(va, MIB2), vec![0xC3; MIB2]);
@@ -269,11 +224,7 @@ fn import_survives_and_fails_after_exporter_exit() {
 }
 
 /// Child under ASCEND_SIM_SOC=A2: FABRIC and the NoUC reservation are unsupported.
-#[test]
-fn child_a2() {
-    if role().as_deref() != Some("a2") {
-        return;
-    }
+fn a2_child() {
     let _g = LOCK.lock();
     set_device(0);
     let h = malloc_phys(MIB2, &dev_prop(0));
@@ -299,29 +250,23 @@ fn child_a2() {
     ok!(aclrtFreePhysical(h));
     reset_device(0);
     assert_clean();
-    println!("CHILD-OK");
+    println!("RESULT ok");
 }
 
 #[test]
 fn a2_rejects_fabric() {
-    if role().is_some() {
-        return;
+    if let Some(role) = role() {
+        assert_eq!(role, "a2");
+        return a2_child();
     }
-    let child = spawn("child_a2", "a2", &[("ASCEND_SIM_SOC", "A2")]);
-    let out = child.wait_with_output().unwrap();
-    let so = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && so.contains("CHILD-OK"),
-        "{so}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Spawn::new(test_name!(a2_rejects_fabric), "a2")
+        .env("ASCEND_SIM_SOC", "A2")
+        .output();
+    ascend_testkit::assert_ok(&out);
 }
 
 #[test]
 fn garbage_default_handles_are_errors() {
-    if role().is_some() {
-        return;
-    }
     let _g = LOCK.lock();
     // pid 1's fds, our own fds, a dead pid: errors, never a crash or a wrong import.
     for v in [

@@ -66,6 +66,7 @@ macro_rules! call {
     }};
 }
 
+pub mod batch;
 pub mod copy;
 pub mod device;
 pub mod event;
@@ -78,3 +79,4 @@ pub mod phys;
 pub mod share;
 pub mod stream;
 pub mod va;
+pub mod value;

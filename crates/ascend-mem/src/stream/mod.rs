@@ -9,13 +9,18 @@
 //! copy still runs.
 //!
 //! One file per concept: [`queue`] (the stream, its flags and teardown), [`event`] (events and
-//! waiting on them), [`copy`] (async copies and fills), [`pool`] (leased streams).
+//! waiting on them), [`copy`] (async copies and fills), [`pool`] (leased streams), [`value`]
+//! (stream-ordered value writes and waits), [`batch`] (batched async copies).
 
+mod batch;
 mod copy;
 mod event;
 mod pool;
 mod queue;
+mod value;
 
+pub use batch::BatchCopy;
 pub use event::{Event, EventFlags};
 pub use pool::{StreamLease, StreamPool};
 pub use queue::{FailureMode, Stream, StreamFlags};
+pub use value::{ValueWord, WaitCmp};

@@ -52,6 +52,18 @@ pub(crate) enum Task {
 pub(crate) trait ExtTask: Send + Sync {
     /// Runs the task on the stream's thread.
     fn run(&self, cancelled: &dyn Fn() -> bool) -> Res;
+
+    /// Runs the task as a queue step: `closing` is true once the stream is being destroyed,
+    /// and a blocking task may return [`Step::Blocked`] once `deadline` passes (deterministic
+    /// mode puts it back at the queue's front). By default the task runs to its end.
+    fn step(
+        &self,
+        cancelled: &dyn Fn() -> bool,
+        _closing: &dyn Fn() -> bool,
+        _deadline: Option<Instant>,
+    ) -> Step {
+        Step::Done(self.run(cancelled))
+    }
 }
 
 impl Task {
@@ -152,12 +164,10 @@ impl Stream {
 
     /// Drains the queue and stops the worker (waits for queued work).
     pub(crate) fn shutdown(&self) {
+        // Set first, so a blocking task that watches for it (a value wait) ends.
+        self.q.lock().shutdown = true;
         if deterministic() {
             drive(self, None, &|| false);
-        }
-        {
-            let mut q = self.q.lock();
-            q.shutdown = true;
         }
         self.work_cv.notify_all();
         let h = self.worker.lock().take();
@@ -468,7 +478,7 @@ pub(crate) fn run_task(t: &Task, s: &Stream, deadline: Option<Instant>, epoch: u
                 ev.cv.wait_for(&mut st, POLL);
             }
         },
-        Task::Ext(x) => Step::Done(x.run(&|| aborted(s, epoch))),
+        Task::Ext(x) => x.step(&|| aborted(s, epoch), &|| s.q.lock().shutdown, deadline),
         Task::Hold(h) => loop {
             if h.is_released() || aborted(s, epoch) {
                 return Step::Done(Ok(()));

@@ -19,6 +19,12 @@ typedef struct {
 } aclrtPhysicalMemProp;
 
 typedef struct {
+    aclrtMemLocation dstLoc;
+    aclrtMemLocation srcLoc;
+    uint8_t rsv[16];
+} aclrtMemcpyBatchAttr;
+
+typedef struct {
     uint64_t reservations, physical, imports, mappings, exports, streams, events, contexts,
         device_mallocs, host_mallocs, comms, windows;
 } AscendSimCounters;
@@ -34,6 +40,11 @@ aclError aclrtUnmapMem(void *virPtr);
 aclError aclrtMalloc(void **devPtr, size_t size, uint32_t policy);
 aclError aclrtFree(void *devPtr);
 aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count, uint32_t kind);
+aclError aclrtMemcpyBatch(void **dsts, size_t *destMaxs, void **srcs, size_t *sizes, size_t numBatches,
+                          aclrtMemcpyBatchAttr *attrs, size_t *attrsIndexes, size_t numAttrs, size_t *failIndex);
+aclError aclrtValueWrite(void *devAddr, uint64_t value, uint32_t flag, void *stream);
+aclError aclrtValueWait(void *devAddr, uint64_t value, uint32_t flag, void *stream);
+aclError aclrtSynchronizeStream(void *stream);
 const char *aclGetRecentErrMsg(void);
 int ascendSimGetCounters(AscendSimCounters *out);
 
@@ -82,6 +93,41 @@ int main(void) {
         return 1;
     }
     CHECK(aclrtMemcpy(out, sizeof out, (char *)va + size, 16, 2), 507053); /* past the mapping */
+
+    /* A batch of two host-to-device copies; the second is too big for its destMax. */
+    aclrtMemcpyBatchAttr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.dstLoc.type = 1; /* DEVICE 0 */
+    attr.srcLoc.type = 0; /* HOST */
+    void *dsts[2] = {dev, (char *)dev + 2048};
+    void *srcs[2] = {in, in};
+    size_t maxs[2] = {2048, 2048};
+    size_t sizes[2] = {2048, 4096};
+    size_t idx[1] = {0};
+    size_t fail = 0;
+    CHECK(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 2, &attr, idx, 1, &fail), 100000);
+    if (fail != 1) {
+        fprintf(stderr, "failIndex %zu, want 1\n", fail);
+        return 1;
+    }
+    sizes[1] = 2048;
+    CHECK(aclrtMemcpyBatch(dsts, maxs, srcs, sizes, 2, &attr, idx, 1, &fail), 0);
+    if (fail != SIZE_MAX) {
+        fprintf(stderr, "failIndex %zu, want SIZE_MAX\n", fail);
+        return 1;
+    }
+
+    /* Stream-ordered values on the default stream. */
+    CHECK(aclrtValueWrite(dev, 7, 0, NULL), 0);
+    CHECK(aclrtValueWait(dev, 7, 1 /* EQ */, NULL), 0);
+    CHECK(aclrtValueWrite((char *)dev + 4, 7, 0, NULL), 107008); /* unaligned */
+    CHECK(aclrtSynchronizeStream(NULL), 0);
+    uint64_t word = 0;
+    CHECK(aclrtMemcpy(&word, sizeof word, dev, sizeof word, 2 /* D2H */), 0);
+    if (word != 7) {
+        fprintf(stderr, "value word %llu, want 7\n", (unsigned long long)word);
+        return 1;
+    }
 
     CHECK(aclrtFree(dev), 0);
     CHECK(aclrtUnmapMem(va), 0);

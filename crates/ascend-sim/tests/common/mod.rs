@@ -116,21 +116,42 @@ pub fn teardown(va: *mut c_void, h: aclrtDrvMemHandle) {
     ok!(aclrtReleaseMemAddress(va));
 }
 
+/// Copies `data` to device memory at `p` (aclrtMemcpy).
+pub fn write_dev(p: *mut c_void, data: &[u8]) {
+    ok!(aclrtMemcpy(
+        p,
+        data.len(),
+        data.as_ptr().cast(),
+        data.len(),
+        ACL_MEMCPY_HOST_TO_DEVICE
+    ));
+}
+
+/// `n` bytes of device memory at `p` (aclrtMemcpy).
+pub fn read_dev(p: *mut c_void, n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    ok!(aclrtMemcpy(
+        v.as_mut_ptr().cast(),
+        n,
+        p,
+        n,
+        ACL_MEMCPY_DEVICE_TO_HOST
+    ));
+    v
+}
+
 /// Asserts nothing leaked.
 pub fn assert_clean() {
     let c = counters();
     assert!(c.is_zero(), "leaked objects: {c}");
 }
 
-/// Runs the current test binary as a child with `envs`, running only test `name`.
+/// Runs the current test binary as a child with `envs`, running only test `name` (in the
+/// role `rerun`: the test tells itself apart by its own variables in `envs`).
 pub fn rerun(name: &str, envs: &[(&str, &str)]) -> std::process::Output {
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args([name, "--exact", "--test-threads=1", "--nocapture"]);
-    for (k, v) in envs {
-        cmd.env(k, v);
-    }
-    cmd.output().unwrap()
+    ascend_testkit::Spawn::new(name, "rerun")
+        .envs(envs)
+        .output()
 }
 
 /// Asserts a child run passed and ran exactly one test.

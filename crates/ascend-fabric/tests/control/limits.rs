@@ -1,0 +1,234 @@
+//! The control server's bounds and session management: caps, heartbeat reaping, failure
+//! statuses instead of silent drops, unique engine channel ids, and revocation.
+
+use crate::util::*;
+use ascend_fabric::control::{
+    self, status, ClientError, ControlHandler, ControlServer, ServerConfig,
+};
+use ascend_fabric::wire::ShareHandleEntry;
+use parking_lot::Mutex;
+use std::net::{IpAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn ip(last: u8) -> IpAddr {
+    IpAddr::from([127, 0, 0, last])
+}
+
+#[test]
+fn over_cap_connections_are_closed_at_once_and_counted() {
+    let config = ServerConfig {
+        max_connections: 8,
+        max_connections_per_ip: 3,
+        // Far beyond the test: a connection closed here was closed by a cap, not a deadline.
+        request_timeout: Duration::from_secs(600),
+        ..ServerConfig::default()
+    };
+    let (srv, _h) = server(fake_entries(1), config);
+    let addr = srv.local_addr();
+    let mut held: Vec<TcpStream> = (0..3).map(|_| connect_from(ip(5), addr).unwrap()).collect();
+    wait_until("three accepted", || srv.stats().open_connections == 3);
+    // The fourth from the same address is closed as soon as it is accepted.
+    let mut extra = connect_from(ip(5), addr).unwrap();
+    assert!(
+        closed_by_peer(&mut extra, GUARD),
+        "over the per-IP cap, still open"
+    );
+    assert_eq!(srv.stats().refused_over_cap, 1);
+    // A real peer from another address gets through.
+    let _real = control::connect(addr, "real", T, None).unwrap();
+    // Fill the global cap (3 + 1 session + 4 = 8) from addresses under their own cap.
+    held.extend((0..4).map(|i| connect_from(ip(6 + i / 3), addr).unwrap()));
+    wait_until("eight open", || srv.stats().open_connections == 8);
+    let mut ninth = connect_from(ip(20), addr).unwrap();
+    assert!(
+        closed_by_peer(&mut ninth, GUARD),
+        "over the global cap, still open"
+    );
+    let err = control::connect(addr, "late", T, None).unwrap_err();
+    assert!(matches!(err, ClientError::Wire { .. }), "{err}");
+    let st = srv.stats();
+    assert_eq!(
+        (st.refused_over_cap, st.open_connections, st.sessions),
+        (3, 8, 1),
+        "{st:?}"
+    );
+    assert_eq!(st.closed_at_deadline, 0);
+    // Freeing one slot lets the next one in.
+    drop(held.pop());
+    wait_until("slot freed", || srv.stats().open_connections == 7);
+    control::connect(addr, "late", T, None).unwrap();
+}
+
+#[test]
+fn sessions_without_heartbeats_are_reaped() {
+    const TIMEOUT: Duration = Duration::from_millis(1000);
+    let config = ServerConfig {
+        session_heartbeat_timeout: Some(TIMEOUT),
+        ..ServerConfig::default()
+    };
+    let (srv, h) = server(fake_entries(1), config);
+    let addr = srv.local_addr();
+    let started = Instant::now();
+    let mut silent = control::connect(addr, "silent", T, None).unwrap();
+    let mut alive = control::connect(addr, "alive", T, None).unwrap();
+    let beat = {
+        let mut ka = alive.keepalive.try_clone().unwrap();
+        std::thread::spawn(move || {
+            // A heartbeat every 100 ms, a tenth of the timeout, until the server closes.
+            while control::send_heartbeat(&mut ka).is_ok() {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    assert!(closed_by_peer(&mut silent.keepalive, GUARD), "not reaped");
+    assert!(started.elapsed() >= TIMEOUT, "reaped before the timeout");
+    wait_until("reap counted", || srv.stats().reaped == 1);
+    assert_eq!(
+        srv.sessions(),
+        ["alive"],
+        "the session with heartbeats stays"
+    );
+    assert!(h.events.lock().contains(&"close silent".to_owned()));
+    // Closing the client's side ends the other session (and the heartbeat thread).
+    alive.keepalive.shutdown(std::net::Shutdown::Write).ok();
+    beat.join().unwrap();
+    assert!(closed_by_peer(&mut alive.keepalive, GUARD));
+    wait_until("all sessions gone", || srv.sessions().is_empty());
+    assert_eq!(srv.stats().reaped, 1);
+}
+
+#[test]
+fn a_list_too_large_for_a_frame_is_refused_not_dropped() {
+    let (srv, _h) = server(fake_entries(2500), ServerConfig::default());
+    let err = control::connect(srv.local_addr(), "big", T, None).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Status {
+                code: status::RESOURCE_EXHAUSTED,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(srv.sessions().is_empty());
+}
+
+#[test]
+fn two_portless_engines_transfer_through_one_server() {
+    let dev = device();
+    let target = exported(&dev, MIB2);
+    let (srv, _h) = server(vec![target.entry.clone()], ServerConfig::default());
+    let (a, b) = (client_engine(&dev, None), client_engine(&dev, None));
+    assert_eq!(a.local_addr().as_str(), b.local_addr().as_str());
+    connect_and_write(&a, &dev, srv.local_addr(), &target, 0, 1);
+    connect_and_write(&b, &dev, srv.local_addr(), &target, 1 << 20, 2);
+    let mut ids = srv.sessions();
+    ids.sort();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_ne!(ids[0], ids[1]);
+    assert!(
+        ids.iter()
+            .all(|i| i.starts_with("127.0.0.1#") && i.len() == 10 + 16),
+        "{ids:?}"
+    );
+    // Both still work after the other transferred.
+    let remote = srv.local_addr().to_string();
+    assert!(a.is_connected(&remote) && b.is_connected(&remote));
+    a.disconnect(&remote, T).unwrap();
+    assert_eq!(srv.sessions().len(), 1);
+    drop((a, b));
+    wait_until("sessions end", || srv.sessions().is_empty());
+}
+
+/// Offers whatever list it holds at the time of each connect.
+#[derive(Default)]
+struct Switchable {
+    entries: Mutex<Vec<ShareHandleEntry>>,
+    closed: Mutex<Vec<String>>,
+}
+
+impl ControlHandler for Switchable {
+    fn share_handles(&self) -> Vec<ShareHandleEntry> {
+        self.entries.lock().clone()
+    }
+    fn session_closed(&self, id: &str) {
+        self.closed.lock().push(id.to_owned());
+    }
+}
+
+#[test]
+fn revoke_closes_the_sessions_offered_an_address() {
+    let dev = device();
+    let (first, second) = (exported(&dev, MIB2), exported(&dev, MIB2));
+    let h = Arc::new(Switchable::default());
+    let srv = ControlServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        h.clone(),
+        ServerConfig::default(),
+    )
+    .unwrap();
+    let remote = srv.local_addr().to_string();
+    // An engine offered the first segment; a raw client (which never closes by itself)
+    // offered the second.
+    *h.entries.lock() = vec![first.entry.clone()];
+    let engine = client_engine(&dev, None);
+    connect_and_write(&engine, &dev, srv.local_addr(), &first, 0, 3);
+    let engine_id = srv.sessions().pop().unwrap();
+    *h.entries.lock() = vec![second.entry.clone()];
+    let mut raw = control::connect(srv.local_addr(), "raw", T, None).unwrap();
+
+    assert_eq!(
+        srv.revoke(&[0x1234_0000], GUARD),
+        0,
+        "nobody was offered that"
+    );
+    // The engine's keepalive reader sees EOF, the engine drops the channel and closes its
+    // side; revoke returns once the server has read that close.
+    assert_eq!(srv.revoke(&[first.entry.va_addr], GUARD), 1);
+    assert_eq!(srv.sessions(), ["raw"]);
+    assert!(h.closed.lock().contains(&engine_id));
+    // The engine closes its side only after its teardown, so it is gone already.
+    assert!(!engine.is_connected(&remote));
+
+    // The raw client does not close: revoke waits only as long as asked, and the session
+    // stays half-closed until the client closes it.
+    let t0 = Instant::now();
+    assert_eq!(
+        srv.revoke(&[second.entry.va_addr], Duration::from_millis(200)),
+        1
+    );
+    assert!(t0.elapsed() >= Duration::from_millis(200));
+    assert!(
+        closed_by_peer(&mut raw.keepalive, GUARD),
+        "no FIN for the raw client"
+    );
+    assert_eq!(srv.sessions(), ["raw"]);
+    drop(raw);
+    wait_until("raw session gone", || srv.sessions().is_empty());
+    assert_eq!(*h.closed.lock(), [engine_id, "raw".to_owned()]);
+}
+
+/// The engine's option reaches its server: a client that sends no heartbeats is reaped, an
+/// engine (heartbeats every 200 ms) keeps its session.
+#[test]
+fn an_engine_server_reaps_silent_clients_and_keeps_engines() {
+    use ascend_fabric::{Engine, EngineOptions};
+    let dev = device();
+    let remote = engine_addr();
+    let opts = EngineOptions::builder()
+        .pool_capacity(64 << 30)
+        .session_heartbeat_timeout(Some(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let srv = Engine::new(&dev, &remote, opts).unwrap();
+    let peer = client_engine(&dev, None);
+    peer.connect(&remote, T).unwrap();
+    let mut silent = control::connect(srv.listen_addr().unwrap(), "silent", T, None).unwrap();
+    assert_eq!(srv.sessions().len(), 2);
+    assert!(closed_by_peer(&mut silent.keepalive, GUARD), "not reaped");
+    wait_until("reaped", || srv.sessions().len() == 1);
+    assert!(srv.sessions()[0].starts_with("127.0.0.1#"));
+    assert!(peer.is_connected(&remote));
+}

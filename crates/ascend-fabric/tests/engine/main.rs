@@ -1,0 +1,25 @@
+//! The engine's tests on the emulator, one binary with a module per topic: transfers,
+//! registrations, pools, failures and teardown, the HixlCS wrapper. Every test holds the
+//! process-wide test lock for its whole run (`setup`), so the emulator's counters, faults and
+//! stream holds are one test's at a time; the multi-process ones re-run this binary as their
+//! own children in a role (`ascend_testkit::role`).
+
+mod peer;
+mod util;
+
+mod autoconnect;
+mod bad_inputs;
+mod connect_failure;
+mod errors;
+mod failure;
+mod hixl_cs;
+mod hixl_cs_procs;
+mod perf;
+mod pool;
+mod registrations;
+mod revocation;
+mod spans;
+mod teardown;
+mod threads;
+mod transfer;
+mod unmap_failure;

@@ -1,0 +1,42 @@
+//! Helpers of every engine test: the emulator session, free loopback ports, small engine
+//! options and a byte pattern.
+
+use std::time::Duration;
+
+use ascend_fabric::EngineOptions;
+
+pub use ascend_testkit::emulator::setup;
+
+/// A loopback port nobody listens on right now, from outside the ephemeral range (so no
+/// outgoing connection of another test takes it before the engine binds it).
+pub fn free_port() -> u16 {
+    ascend_launch::free_port().expect("a free loopback port")
+}
+
+/// `127.0.0.1:<a free port>`: an address for a listening engine.
+pub fn listen_addr() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+/// Options with `streams` copy streams per transfer, a VA pool of `pool_gib` GiB and quick
+/// heartbeats.
+pub fn options(streams: u32, pool_gib: u64) -> EngineOptions {
+    EngineOptions::builder()
+        .task_stream_num(streams)
+        .heartbeat_interval(Duration::from_millis(100))
+        .pool_capacity(pool_gib << 30)
+        .build()
+        .expect("valid options")
+}
+
+/// [`options`] with a 64 GiB pool.
+pub fn test_options(streams: u32) -> EngineOptions {
+    options(streams, 64)
+}
+
+/// A deterministic byte pattern.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed)
+        .collect()
+}

@@ -1,0 +1,36 @@
+//! Shared helpers of these tests.
+//!
+//! The emulator's counters, fault injection and call log are process-global, so every test
+//! takes the process-wide test lock (through [`setup`]) for its whole run. Child processes
+//! run in roles through `ascend_testkit::role`.
+
+use ascend_mem::{Error, ErrorKind};
+
+pub use ascend_testkit::emulator::{assert_clean, setup, sim_library, Env};
+
+/// Asserts an ACL error from `api` with `code`, and its kind.
+#[track_caller]
+pub fn assert_acl(e: &Error, api: &str, code: i32, kind: ErrorKind) {
+    match e {
+        Error::Acl {
+            api: a, code: c, ..
+        } => {
+            assert_eq!(*a, api, "api of {e}");
+            assert_eq!(c.0, code, "code of {e}");
+        }
+        other => panic!("expected an ACL error from {api} ({code}), got {other:?}"),
+    }
+    assert_eq!(e.kind(), kind, "kind of {e}");
+}
+
+/// Runs `test` of this binary again as a child in `role` with `envs` set, to its end.
+pub fn run_child(test: &str, role: &str, envs: &[(&str, &str)]) -> std::process::Output {
+    ascend_testkit::Spawn::new(test, role).envs(envs).output()
+}
+
+/// A deterministic byte pattern.
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}

@@ -1,0 +1,32 @@
+//! Helpers shared by the workspace's test suites (a dev-only crate, not published).
+//!
+//! Without features it depends on no other crate of the workspace, so every crate's tests can
+//! use it:
+//!
+//! - [`lock`]: the process-wide test lock (the emulator's counters, faults and call log are
+//!   global to a process, so tests that read or arm them serialize on it);
+//! - [`role`]: child processes of the current test binary in a named role (the env var
+//!   protocol), with line I/O, and the self-spawn of a test as its own child;
+//! - [`result`]: the `RESULT ...` lines children report back;
+//! - [`watchdog`]: a child that gives up on its own when its parent stops driving it;
+//! - [`net`]: raw bytes to a server and its whole answer;
+//! - [`hex`]: bytes as hex text, for handing binary values to a child on a line.
+//!
+//! With the `emulator` feature, `emulator` adds a test's session on the in-process emulator
+//! (the lock, cleared faults, device 0, and the check that nothing is left at its end).
+
+#[cfg(feature = "emulator")]
+pub mod emulator;
+pub mod hex;
+pub mod lock;
+pub mod net;
+pub mod result;
+pub mod role;
+pub mod watchdog;
+
+pub use hex::{from_hex, to_hex};
+pub use lock::lock;
+pub use net::send_raw;
+pub use result::{assert_ok, result_line, result_numbers, result_of};
+pub use role::{role, wait_success, ChildProc, Spawn, ROLE_VAR};
+pub use watchdog::watchdog;
