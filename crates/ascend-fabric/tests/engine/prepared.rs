@@ -1,16 +1,14 @@
 //! Prepared block lists: a local registration and a peer's segments (found by index and by
 //! the name the peer gave a registration) described as blocks once, then transfers of
 //! (local block, remote block) index pairs, blocks crossing allocation boundaries on both
-//! sides included; the typed errors of making and using lists. One test function: the
+//! sides included; the typed errors of making and using lists. It holds the test lock: the
 //! emulator's counters are process-wide.
-
-mod engine_util;
 
 use std::time::Duration;
 
+use crate::util::*;
 use ascend_fabric::{Engine, Error, SegmentRef, Side, TransferOp};
 use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
-use engine_util::*;
 
 const T: Duration = Duration::from_secs(20);
 const PIECE: usize = 2 << 20;
@@ -27,12 +25,6 @@ fn pieces(dev: &Device, n: usize) -> (ReservedVa, Vec<Mapping>) {
         })
         .collect();
     (va, maps)
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed)
-        .collect()
 }
 
 fn write_all(maps: &[Mapping], data: &[u8]) {
@@ -81,7 +73,7 @@ fn moves_blocks_by_index(dev: &Device) {
     assert_eq!((remote.len(), remote.block_addr(0)), (n, Some(kv.addr())));
 
     // WRITE block i to block (5 i + 3) mod n: a permutation (5 and 21 are coprime), scattered.
-    let data = pattern(2 * PIECE, 1);
+    let data = pattern(1, 2 * PIECE);
     write_all(&lmaps, &data);
     let pairs: Vec<(usize, usize)> = (0..n).map(|i| (i, (5 * i + 3) % n)).collect();
     user.transfer_prepared_sync(TransferOp::Write, &local, &remote, &pairs, T)
@@ -233,8 +225,8 @@ fn prepared_errors(
 
 #[test]
 fn prepared_lists_move_blocks_by_index() {
-    let rt = ascend_mem::Runtime::emulated().unwrap();
-    let dev = rt.device(0).unwrap();
+    let env = setup();
+    let dev = env.rt.device(0).unwrap();
     moves_blocks_by_index(&dev);
     let c = ascend_sim::counters();
     assert!(c.is_zero(), "leaked {c}");
