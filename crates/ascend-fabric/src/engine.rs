@@ -18,12 +18,13 @@ use crate::heartbeat::{spawn_heartbeats, Monitor};
 use crate::options::{EngineAddr, EngineOptions, OptionError};
 use crate::plan;
 use crate::pool::VaPool;
+use crate::progress::Progress;
 use crate::registry::{RegUse, Registrable, Registration, Registry};
 use crate::remote::Remote;
 use crate::request::{AutoDisconnect, Pending, ReqInner, TransferRequest};
-use crate::slots::{SlotGuard, SlotPool};
+use crate::slots::{SlotFrom, SlotGuard, SlotPool};
 use crate::stats::PeerStats;
-use crate::transfer::{TransferDesc, TransferOp};
+use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
 use crate::wire::{NotifyMsg, SegmentName, ShareHandleEntry};
 
 struct Handler {
@@ -62,6 +63,8 @@ pub(crate) struct EngineInner {
     monitor: Arc<Monitor>,
     monitor_thread: Mutex<Option<JoinHandle<()>>>,
     next_req: AtomicU64,
+    /// Observes awaited and queued requests (a thread started on first use).
+    pub(crate) progress: Arc<Progress>,
 }
 
 /// A Fabric Mem transfer engine (HIXL's FabricMem mode, host copy path).
@@ -245,6 +248,7 @@ impl Engine {
             monitor: Arc::default(),
             monitor_thread: Mutex::new(None),
             next_req: AtomicU64::new(1),
+            progress: Progress::new(),
             opts,
         });
         let t = spawn_heartbeats(
@@ -381,7 +385,12 @@ impl Engine {
 
     /// [`Engine::connect`]; with `until`, the whole call (waiting for another connect or
     /// disconnect of this engine included) ends by then.
-    fn connect_by(&self, remote: &str, timeout: Duration, until: Option<Instant>) -> Result<()> {
+    pub(crate) fn connect_by(
+        &self,
+        remote: &str,
+        timeout: Duration,
+        until: Option<Instant>,
+    ) -> Result<()> {
         let _span =
             tracing::info_span!("connect", engine = %self.inner.addr, peer = remote).entered();
         let addr = EngineAddr::parse(remote)?;
@@ -604,7 +613,13 @@ impl Engine {
         timeout: Duration,
     ) -> Result<()> {
         let deadline = Instant::now() + timeout;
-        let req = self.submit(remote, op, descs, Some(deadline))?;
+        let req = self.submit(
+            remote,
+            op,
+            descs,
+            SlotFrom::Acquire(Some(deadline)),
+            &TransferOptions::default(),
+        )?;
         Self::wait_sync(&req, deadline, timeout)
     }
 
@@ -621,11 +636,22 @@ impl Engine {
         op: TransferOp,
         descs: &[TransferDesc],
     ) -> Result<TransferRequest> {
-        let inner = self.submit(remote, op, descs, None)?;
-        Ok(TransferRequest {
-            inner,
-            peer: remote.to_owned(),
-        })
+        self.transfer_async_with(remote, op, descs, &TransferOptions::default())
+    }
+
+    /// [`Engine::transfer_async`] with per-request options (a stall deadline).
+    ///
+    /// # Errors
+    /// As [`Engine::transfer_async`].
+    pub fn transfer_async_with(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+        opts: &TransferOptions,
+    ) -> Result<TransferRequest> {
+        let inner = self.submit(remote, op, descs, SlotFrom::Acquire(None), opts)?;
+        Ok(self.request(inner, remote))
     }
 
     /// The channel to `remote`; with `AutoConnect` and none, connects first (HIXL's connect on
@@ -678,20 +704,26 @@ impl Engine {
         }))
     }
 
-    fn submit(
+    /// Queues the copies of one transfer on a slot (taken here, or by a future already).
+    pub(crate) fn submit(
         &self,
         remote: &str,
         op: TransferOp,
         descs: &[TransferDesc],
-        slot_deadline: Option<Instant>,
+        slot_from: SlotFrom,
+        opts: &TransferOptions,
     ) -> Result<Arc<ReqInner>> {
+        let slot_deadline = match &slot_from {
+            SlotFrom::Acquire(d) => *d,
+            SlotFrom::Given(_) => None,
+        };
         let inner = &self.inner;
         let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
         let bytes = plan::check_descs(descs)?;
         let ch = self.channel_for(remote, slot_deadline)?;
         let write = op == TransferOp::Write;
         let size = (bytes, descs.len() as u64);
-        self.submit_on(&ch, write, size, slot_deadline, |rem, slot, regs| {
+        self.submit_on(&ch, write, size, slot_from, opts, |rem, slot, regs| {
             let reg = inner.registry.state.read();
             // Check and translate every descriptor before queuing anything.
             let pieces = plan::translate(descs, &reg.ranges, rem, regs)?;
@@ -711,7 +743,8 @@ impl Engine {
         ch: &Arc<Channel>,
         write: bool,
         size: (u64, u64),
-        slot_deadline: Option<Instant>,
+        slot_from: SlotFrom,
+        opts: &TransferOptions,
         queue: impl FnOnce(&Remote, &mut SlotGuard, &mut RegUse) -> Result<Option<Error>>,
     ) -> Result<Arc<ReqInner>> {
         let inner = &self.inner;
@@ -719,7 +752,10 @@ impl Engine {
             return Err(ch.lost_error(r));
         }
         // Every exit from here until the request owns the slot gives it back.
-        let mut slot = SlotGuard::acquire(&inner.slots, slot_deadline)?;
+        let mut slot = match slot_from {
+            SlotFrom::Acquire(d) => SlotGuard::acquire(&inner.slots, d)?,
+            SlotFrom::Given(g) => g,
+        };
         let gate = ch.gate.read();
         let rem = match &*gate {
             Gate::Open(r) => r,
@@ -744,7 +780,7 @@ impl Engine {
                 err = Some(e);
             }
         }
-        let req = ReqInner::new(id, p, self.auto_disconnect(ch));
+        let req = ReqInner::new(id, p, self.auto_disconnect(ch), opts.stall_timeout);
         drop(gate);
         if let Some(e) = err {
             req.fail(e);
@@ -793,5 +829,6 @@ impl Drop for EngineInner {
             channel::lose(&self.channels, &ch, LostReason::EngineShutdown);
         }
         drop(self.server.lock().take());
+        self.progress.stop();
     }
 }

@@ -13,6 +13,7 @@
 //!   │        └─ keepalive socket (reader thread: EOF = peer lost), heartbeats
 //!   └── SlotPool ── Slot (task_stream_num streams from a StreamPool + events)
 //! TransferRequest ── Pending (slot, used registrations, the channel's in-flight table) until done
+//!   └─ waker / CompletionQueue, told by whoever sees it end (the engine's progress thread)
 //! ```
 //!
 //! | HIXL | here |
@@ -23,7 +24,10 @@
 //! | `Connect` / `Disconnect` | [`Engine::connect`] / [`Engine::disconnect`] |
 //! | `TransferSync` / `TransferAsync` | [`Engine::transfer_sync`] / [`Engine::transfer_async`] |
 //! | NIXL's prepared descriptor lists | [`Engine::prepare_local`], [`Engine::prepare_remote`], [`Engine::transfer_prepared_async`] |
-//! | `GetTransferStatus` | [`TransferRequest::status`], [`TransferRequest::wait`] |
+//! | `GetTransferStatus` | [`TransferRequest::status`], [`TransferRequest::wait`], `.await` |
+//! | `TransferArgs::user_data`, batched `GetTransferStatus` | [`CompletionQueue`] |
+//! | `ConnectAsync` | [`Engine::connect_async`] |
+//! | (none: back-pressure, cancellation) | [`Engine::post`], [`Engine::transfer`]; drop to cancel |
 //! | `SendNotify` / `GetNotifies` | [`Engine::send_notify`] / [`Engine::take_notifies`] |
 //! | `Finalize` | dropping the last [`Engine`] clone |
 //!
@@ -41,6 +45,12 @@
 //! * check every descriptor against local registrations and the peer's offered segments
 //!   before any copy (errors name the descriptor index and address);
 //! * keep every byte a copy touches mapped until the copy is observed complete or aborted;
+//! * offer transfers as futures for any executor (no runtime dependency): awaiting a request,
+//!   waiting in turn for a stream slot instead of failing ([`Engine::post`]), connecting
+//!   without blocking the caller; dropping a future cancels it with the same guarantee as
+//!   above (its copies are aborted and their streams waited for before anything they touch
+//!   can go); a stall deadline per request ([`TransferOptions`]); a completion queue with user
+//!   data ([`CompletionQueue`]);
 //! * detect a dead peer through its keepalive socket (EOF, as its kernel closes it) and
 //!   heartbeats, fail its in-flight transfers with [`Error::PeerLost`], abort their streams
 //!   and unmap and free its imports, all of it before the peer leaves [`Engine::peers`] and
@@ -109,11 +119,14 @@ pub mod cs;
 pub mod directory;
 mod engine;
 mod error;
+mod future;
 mod heartbeat;
 pub mod options;
 mod plan;
 mod pool;
 mod prepared;
+mod progress;
+mod queue;
 pub mod ranges;
 mod registry;
 mod remote;
@@ -126,14 +139,16 @@ pub mod wire;
 pub use code::HixlCode;
 pub use engine::Engine;
 pub use error::{Error, LostReason, Result, Side};
+pub use future::{Connect, Post, Transfer};
 pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
 pub use pool::SLOT as POOL_SLOT;
 pub use prepared::{LocalBlocks, RemoteBlocks, SegmentRef};
+pub use queue::{Completion, CompletionQueue, Next};
 pub use registry::{MemKind, Registrable, Registration};
 pub use request::TransferRequest;
 pub use slots::STREAM_BUDGET;
 pub use stats::PeerStats;
-pub use transfer::{TransferDesc, TransferOp, TransferStatus};
+pub use transfer::{TransferDesc, TransferOp, TransferOptions, TransferStatus};
 
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}
@@ -142,5 +157,9 @@ const _: () = {
     send_sync::<TransferRequest>();
     send_sync::<LocalBlocks>();
     send_sync::<RemoteBlocks>();
+    send_sync::<Transfer>();
+    send_sync::<Post>();
+    send_sync::<Connect>();
+    send_sync::<CompletionQueue<u64>>();
     send_sync::<Error>();
 };

@@ -1,16 +1,24 @@
 //! A transfer request's state from submission to its outcome: what it holds while pending
-//! (its slot, the registrations it uses), its completion through the slot's events, failing
-//! it from outside (`fail_all`, for a lost channel), the per-channel table of requests in
-//! flight, and the public [`TransferRequest`].
+//! (its slot, the registrations it uses), its completion through the slot's events, its stall
+//! deadline, failing it from outside (`fail_all`, for a lost channel), who is told when it
+//! ends (a future's waker, a completion queue), the per-channel table of requests in flight,
+//! and the public [`TransferRequest`].
+//!
+//! Whoever observes the end (a waiter, a status call, a future's poll, the engine's progress
+//! thread, a teardown) finishes the request under its lock and, once the lock is released,
+//! tells the waker and the queue: so nobody learns of an end before what it releases is
+//! released (for a lost channel: before the imports are unmapped).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
+use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
+use crate::progress::Progress;
 use crate::registry::RegUse;
 use crate::slots::{Slot, SlotPool};
 use crate::stats::Counters;
@@ -96,6 +104,20 @@ enum ReqState {
     Done(Outcome),
 }
 
+/// Told when a request ends (a completion queue), by id.
+pub(crate) trait Sink: Send + Sync {
+    fn completed(&self, id: u64);
+}
+
+/// Who is told when the request ends.
+#[derive(Default)]
+struct Notify {
+    waker: Option<Waker>,
+    sink: Option<Weak<dyn Sink>>,
+    /// Told already: later registrations see the request done instead.
+    delivered: bool,
+}
+
 pub(crate) struct ReqInner {
     pub(crate) id: u64,
     state: Mutex<ReqState>,
@@ -104,20 +126,62 @@ pub(crate) struct ReqInner {
     /// Set when the request failed in a way that disconnects under `AutoConnect`; taken by
     /// the first caller to see the failure, after it released the state lock.
     auto_due: AtomicBool,
+    /// The stall deadline and the time it was given: pending then, the request fails with a
+    /// timeout (its streams aborted) when next observed.
+    stall: Option<(Instant, Duration)>,
+    notify: Mutex<Notify>,
+    /// Set by `finish`; whoever finished the request tells `notify` once it has unlocked.
+    notify_due: AtomicBool,
+    /// In the progress thread's list (or was).
+    pub(crate) watched: AtomicBool,
 }
 
 /// Longest time a waiter holds a request's lock while blocked on its events.
 const SLICE: Duration = Duration::from_millis(2);
 
+/// How long a waiter polls a request's events before blocking on them: a short transfer is
+/// seen done with no sleeping hand-off; a long one costs a few polls.
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
+
+/// Polls `done` for up to [`SPIN`]: a few busy rounds, then yielding the core between polls
+/// (a busy spin would take the core from the stream worker on a small machine).
+pub(crate) fn spin_until(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..16 {
+        if done() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < SPIN {
+        if done() {
+            return true;
+        }
+        std::thread::yield_now();
+    }
+    false
+}
+
 impl ReqInner {
     /// A request for the work queued in `p`, entered in `p`'s in-flight table.
-    pub(crate) fn new(id: u64, p: Pending, auto: Option<AutoDisconnect>) -> Arc<ReqInner> {
+    /// With `stall`, the request fails with [`Error::Timeout`] if still pending that long
+    /// after now.
+    pub(crate) fn new(
+        id: u64,
+        p: Pending,
+        auto: Option<AutoDisconnect>,
+        stall: Option<Duration>,
+    ) -> Arc<ReqInner> {
         let book = p.book.clone();
         let req = Arc::new(ReqInner {
             id,
             state: Mutex::new(ReqState::Pending(Box::new(p))),
             auto,
             auto_due: AtomicBool::new(false),
+            stall: stall.and_then(|d| Some((Instant::now().checked_add(d)?, d))),
+            notify: Mutex::default(),
+            notify_due: AtomicBool::new(false),
+            watched: AtomicBool::new(false),
         });
         book.insert(id, &req);
         req
@@ -136,7 +200,9 @@ impl ReqInner {
     }
 
     /// Ends a pending request: returns or destroys its slot, updates counters, forgets it.
+    /// The caller calls [`ReqInner::flush`] once it has released the lock.
     fn finish(&self, st: &mut MutexGuard<'_, ReqState>, result: Result<()>) {
+        self.notify_due.store(true, Ordering::Release);
         let prev = std::mem::replace(
             &mut **st,
             ReqState::Done(match &result {
@@ -167,7 +233,7 @@ impl ReqInner {
                 slot.abort(used);
                 slots.discard(slot);
                 book.counters.finished(None);
-                if self.auto.is_some() && matches!(e, Error::Mem(_)) {
+                if self.auto.is_some() && matches!(e, Error::Mem(_) | Error::Timeout { .. }) {
                     self.auto_due.store(true, Ordering::Release);
                 }
             }
@@ -186,6 +252,132 @@ impl ReqInner {
         if matches!(*st, ReqState::Pending(_)) {
             self.finish(&mut st, Err(e));
         }
+        drop(st);
+        self.flush();
+    }
+
+    /// Tells the waker and the queue, once, after `finish` (call without the state lock).
+    pub(crate) fn flush(&self) {
+        if !self.notify_due.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        let (waker, sink) = {
+            let mut n = self.notify.lock();
+            n.delivered = true;
+            (n.waker.take(), n.sink.take())
+        };
+        if let Some(w) = waker {
+            w.wake();
+        }
+        if let Some(s) = sink.and_then(|s| s.upgrade()) {
+            s.completed(self.id);
+        }
+    }
+
+    /// Wakes `w` when the request ends; false if it has ended and been told already.
+    pub(crate) fn set_waker(&self, w: &Waker) -> bool {
+        let mut n = self.notify.lock();
+        if n.delivered {
+            return false;
+        }
+        if !n.waker.as_ref().is_some_and(|x| x.will_wake(w)) {
+            n.waker = Some(w.clone());
+        }
+        true
+    }
+
+    /// Tells `s` when the request ends; false if it has ended and been told already.
+    pub(crate) fn set_sink(&self, s: Weak<dyn Sink>) -> bool {
+        let mut n = self.notify.lock();
+        if n.delivered {
+            return false;
+        }
+        n.sink = Some(s);
+        true
+    }
+
+    /// The stall deadline, if any.
+    pub(crate) fn stall_deadline(&self) -> Option<Instant> {
+        self.stall.map(|(d, _)| d)
+    }
+
+    /// The stall timeout, once the deadline has passed.
+    fn stalled(&self, now: Instant) -> Option<Error> {
+        match self.stall {
+            Some((d, after)) if now >= d => Some(Error::Timeout {
+                what: "transfer (stall deadline)",
+                after,
+            }),
+            _ => None,
+        }
+    }
+
+    /// Moves a pending request on without blocking: done when its events are, failed when a
+    /// copy failed or its stall deadline passed. Returns whether it is done.
+    fn advance(&self, st: &mut MutexGuard<'_, ReqState>) -> bool {
+        if let ReqState::Pending(p) = &mut **st {
+            match p.poll_events() {
+                Ok(false) => {
+                    if let Some(e) = self.stalled(Instant::now()) {
+                        self.finish(st, Err(e));
+                    }
+                }
+                Ok(true) => {
+                    let r = p.sync_streams();
+                    self.finish(st, r);
+                }
+                Err(e) => self.finish(st, Err(e)),
+            }
+        }
+        matches!(**st, ReqState::Done(_))
+    }
+
+    /// Observes the request without blocking; `None` when someone else holds it right now
+    /// (they tell the waker and the queue if they see it end).
+    pub(crate) fn observe(&self) -> Option<bool> {
+        let mut st = self.state.try_lock()?;
+        let done = self.advance(&mut st);
+        drop(st);
+        self.flush();
+        Some(done)
+    }
+
+    /// The outcome if the request is done (observing it first, without blocking); taken,
+    /// as by `wait`. `None` while pending or held by someone else.
+    pub(crate) fn try_take(&self) -> Option<Result<()>> {
+        let mut st = self.state.try_lock()?;
+        self.advance(&mut st);
+        let r = match &mut *st {
+            ReqState::Done(o) => Some(Self::take(o)),
+            ReqState::Pending(_) => None,
+        };
+        drop(st);
+        self.flush();
+        r
+    }
+
+    /// Blocks up to `slice` on the request's events (the progress thread's park); nothing if
+    /// someone else holds it.
+    pub(crate) fn park(&self, slice: Duration) {
+        let Some(mut st) = self.state.try_lock() else {
+            return;
+        };
+        if let ReqState::Pending(p) = &mut *st {
+            match p.wait_events(slice) {
+                Ok(true) => {
+                    let r = p.sync_streams();
+                    self.finish(&mut st, r);
+                }
+                Ok(false) => {
+                    if let Some(e) = self.stalled(Instant::now()) {
+                        self.finish(&mut st, Err(e));
+                    }
+                }
+                Err(e) => self.finish(&mut st, Err(e)),
+            }
+        }
+        drop(st);
+        self.flush();
     }
 
     fn take(o: &mut Outcome) -> Result<()> {
@@ -204,32 +396,38 @@ impl ReqInner {
 
     pub(crate) fn status(&self) -> TransferStatus {
         let mut st = self.state.lock();
-        if let ReqState::Pending(p) = &mut *st {
-            match p.poll_events() {
-                Ok(false) => return TransferStatus::Waiting,
-                Ok(true) => {
-                    let r = p.sync_streams();
-                    self.finish(&mut st, r);
-                }
-                Err(e) => self.finish(&mut st, Err(e)),
-            }
-        }
-        match &*st {
+        self.advance(&mut st);
+        let r = match &*st {
             ReqState::Done(Outcome::Ok) => TransferStatus::Completed,
             ReqState::Done(_) => TransferStatus::Failed,
             ReqState::Pending(_) => TransferStatus::Waiting,
-        }
+        };
+        drop(st);
+        self.flush();
+        r
     }
 
-    /// Waits until done or `deadline`; `None` on timeout (the request keeps running).
+    /// Waits until done or `deadline`; `None` on timeout (the request keeps running). Polls
+    /// for a short while first ([`SPIN`]), then blocks on the events in slices.
     pub(crate) fn wait(&self, deadline: Option<Instant>) -> Option<Result<()>> {
+        spin_until(|| self.observe() == Some(true));
         loop {
             let mut st = self.state.lock();
             match &mut *st {
-                ReqState::Done(o) => return Some(Self::take(o)),
+                ReqState::Done(o) => {
+                    let r = Self::take(o);
+                    drop(st);
+                    self.flush();
+                    return Some(r);
+                }
                 ReqState::Pending(p) => {
-                    let slice = match deadline {
-                        Some(d) => SLICE.min(d.saturating_duration_since(Instant::now())),
+                    let now = Instant::now();
+                    let until = match (deadline, self.stall_deadline()) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    let slice = match until {
+                        Some(d) => SLICE.min(d.saturating_duration_since(now)),
                         None => SLICE,
                     };
                     match p.wait_events(slice) {
@@ -244,12 +442,26 @@ impl ReqInner {
                             continue;
                         }
                     }
-                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                    let now = Instant::now();
+                    if let Some(e) = self.stalled(now) {
+                        self.finish(&mut st, Err(e));
+                        continue;
+                    }
+                    if deadline.is_some_and(|d| now >= d) {
                         return None;
                     }
                 }
             }
             MutexGuard::unlock_fair(st);
+        }
+    }
+
+    /// The status as last observed, without polling: `Waiting` while pending.
+    pub(crate) fn ended(&self) -> TransferStatus {
+        match &*self.state.lock() {
+            ReqState::Done(Outcome::Ok) => TransferStatus::Completed,
+            ReqState::Done(_) => TransferStatus::Failed,
+            ReqState::Pending(_) => TransferStatus::Waiting,
         }
     }
 
@@ -271,13 +483,22 @@ pub(crate) fn fail_all(reqs: &[Arc<ReqInner>], err: impl Fn() -> Error, between:
     }
     between();
     drop(held);
+    for r in reqs {
+        r.flush();
+    }
 }
 
 /// An asynchronous transfer (`TransferAsync`'s request).
 ///
+/// Observe it with [`TransferRequest::status`] or [`TransferRequest::wait`], await it (it is a
+/// `Future` of the same outcome, for any executor: the engine's progress thread wakes the
+/// task when it ends), or hand it to a [`CompletionQueue`](crate::CompletionQueue).
+///
 /// Dropping it while the transfer runs aborts the transfer's streams and waits for them, so
-/// no copy outlives the request; the memory it touched was kept alive until then. So a
-/// request left unused is a transfer aborted at once, which the compiler points out:
+/// no copy outlives the request; the memory it touched was kept alive until then. This is
+/// also how an awaited transfer is cancelled (dropping the future), e.g. by a
+/// `select!` or a timeout. So a request left unused is a transfer aborted at once, which the
+/// compiler points out:
 ///
 /// ```compile_fail
 /// #![deny(unused_must_use)]
@@ -302,6 +523,8 @@ pub(crate) fn fail_all(reqs: &[Arc<ReqInner>], err: impl Fn() -> Error, between:
 pub struct TransferRequest {
     pub(crate) inner: Arc<ReqInner>,
     pub(crate) peer: String,
+    /// The engine's progress thread, which observes the request while it is awaited.
+    pub(crate) progress: Arc<Progress>,
 }
 
 impl std::fmt::Debug for TransferRequest {
@@ -356,5 +579,8 @@ impl TransferRequest {
 impl Drop for TransferRequest {
     fn drop(&mut self) {
         self.inner.abort();
+        // A failure seen by someone else (the progress thread) still disconnects under
+        // AutoConnect.
+        self.inner.disconnect_if_due(false);
     }
 }

@@ -6,13 +6,17 @@
 //! records each used stream's event, and is complete when every recorded event is;
 //! the streams are then synchronized (instantly) to surface copy errors, and the slot goes back
 //! to the pool. A slot whose transfer failed or was aborted is destroyed, not reused. Slots are
-//! created lazily, up to a budget of 512 streams per engine.
+//! created lazily, up to a budget of 512 streams per engine. When all are busy, callers that
+//! wait (a synchronous transfer within its deadline, an async submission) queue in order, and
+//! a slot given back (or room left by a destroyed one) goes to the first of them.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use ascend_mem::{Device, Event, FailureMode, StreamFlags, StreamLease, StreamPool};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
 
@@ -132,15 +136,47 @@ impl Slot {
 struct SlotState {
     free: Vec<Slot>,
     created: usize,
+    /// Callers waiting for a slot (futures and threads), served in order: a slot given back
+    /// goes to the first of them, never to the free list while one waits.
+    waiters: VecDeque<Arc<SlotWaiter>>,
 }
 
-/// The engine's slots: free ones, and how many exist, within [`STREAM_BUDGET`].
+/// What a waiter is handed: a slot, or room for one more (already counted in `created`; the
+/// waiter makes it, or gives the room back).
+pub(crate) enum Grant {
+    Slot(Slot),
+    Room,
+}
+
+/// One caller waiting for a slot: a future (woken through its waker) or a thread (unparked).
+#[derive(Default)]
+pub(crate) struct SlotWaiter {
+    st: Mutex<WaiterState>,
+}
+
+#[derive(Default)]
+struct WaiterState {
+    grant: Option<Grant>,
+    waker: Option<Waker>,
+    /// Withdrawn: skipped when a slot is given back.
+    gone: bool,
+}
+
+/// Wakes a thread parked in [`SlotPool::acquire`].
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// The engine's slots: free ones, how many exist (within [`STREAM_BUDGET`]), and who waits.
 pub(crate) struct SlotPool {
     dev: Device,
     per_slot: usize,
     max_slots: usize,
     st: Mutex<SlotState>,
-    cv: Condvar,
 }
 
 impl SlotPool {
@@ -152,66 +188,178 @@ impl SlotPool {
             st: Mutex::new(SlotState {
                 free: Vec::new(),
                 created: 0,
+                waiters: VecDeque::new(),
             }),
-            cv: Condvar::new(),
         })
     }
 
-    /// A free slot, a new one within budget, or (with a deadline) waits for one.
+    /// A free slot or room for a new one, unless someone waits already or all are busy.
+    fn try_take(&self, st: &mut SlotState) -> Option<Grant> {
+        if !st.waiters.is_empty() {
+            return None;
+        }
+        if let Some(s) = st.free.pop() {
+            return Some(Grant::Slot(s));
+        }
+        if st.created < self.max_slots {
+            st.created += 1;
+            return Some(Grant::Room);
+        }
+        None
+    }
+
+    /// The slot of a grant: made now for [`Grant::Room`] (the room goes on to the next waiter
+    /// if that fails).
+    pub(crate) fn realize(&self, g: Grant) -> Result<Slot> {
+        match g {
+            Grant::Slot(s) => Ok(s),
+            Grant::Room => {
+                Slot::new(&self.dev, self.per_slot).inspect_err(|_| self.give(Grant::Room))
+            }
+        }
+    }
+
+    fn exhausted(&self) -> Error {
+        Error::ResourceExhausted {
+            what: "stream slots",
+            detail: format!(
+                "{} slots of {} streams in use (budget {STREAM_BUDGET} streams)",
+                self.max_slots, self.per_slot
+            ),
+        }
+    }
+
+    /// A free slot, a new one within budget, or (with a deadline) waits for one in turn.
     pub(crate) fn acquire(&self, wait_until: Option<Instant>) -> Result<Slot> {
         let t0 = Instant::now();
-        let mut st = self.st.lock();
-        loop {
-            if let Some(s) = st.free.pop() {
-                return Ok(s);
-            }
-            if st.created < self.max_slots {
-                st.created += 1;
+        let w = {
+            let mut st = self.st.lock();
+            if let Some(g) = self.try_take(&mut st) {
                 drop(st);
-                return Slot::new(&self.dev, self.per_slot).inspect_err(|_| {
-                    self.st.lock().created -= 1;
-                    self.cv.notify_one();
-                });
+                return self.realize(g);
             }
-            match wait_until {
-                None => {
-                    return Err(Error::ResourceExhausted {
-                        what: "stream slots",
-                        detail: format!(
-                            "{} slots of {} streams in use (budget {STREAM_BUDGET} streams)",
-                            self.max_slots, self.per_slot
-                        ),
-                    })
-                }
-                Some(d) => {
-                    if self.cv.wait_until(&mut st, d).timed_out() && st.free.is_empty() {
-                        return Err(Error::Timeout {
-                            what: "waiting for a free stream slot",
-                            after: t0.elapsed(),
-                        });
-                    }
-                }
+            let Some(_) = wait_until else {
+                return Err(self.exhausted());
+            };
+            let w = Arc::new(SlotWaiter::default());
+            w.st.lock().waker = Some(Arc::new(ThreadWaker(std::thread::current())).into());
+            st.waiters.push_back(w.clone());
+            w
+        };
+        let deadline = wait_until.unwrap_or(t0);
+        loop {
+            if let Some(g) = w.st.lock().grant.take() {
+                return self.realize(g);
             }
+            let now = Instant::now();
+            if now >= deadline {
+                // A grant handed over meanwhile is taken, not lost.
+                return match self.withdraw(&w) {
+                    Some(g) => self.realize(g),
+                    None => Err(Error::Timeout {
+                        what: "waiting for a free stream slot",
+                        after: t0.elapsed(),
+                    }),
+                };
+            }
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+
+    /// For a future: a slot now, or `Pending` with `waiter` queued (woken through `cx` when a
+    /// slot is handed to it). Keep polling with the same `waiter`; withdraw it
+    /// ([`SlotPool::withdraw`]) if the future goes away.
+    pub(crate) fn poll_acquire(
+        &self,
+        waiter: &mut Option<Arc<SlotWaiter>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Slot>> {
+        if let Some(w) = waiter {
+            let mut ws = w.st.lock();
+            if let Some(g) = ws.grant.take() {
+                drop(ws);
+                *waiter = None;
+                return Poll::Ready(self.realize(g));
+            }
+            if !ws.waker.as_ref().is_some_and(|k| k.will_wake(cx.waker())) {
+                ws.waker = Some(cx.waker().clone());
+            }
+            return Poll::Pending;
+        }
+        let mut st = self.st.lock();
+        if let Some(g) = self.try_take(&mut st) {
+            drop(st);
+            return Poll::Ready(self.realize(g));
+        }
+        let w = Arc::new(SlotWaiter::default());
+        w.st.lock().waker = Some(cx.waker().clone());
+        st.waiters.push_back(w.clone());
+        *waiter = Some(w);
+        Poll::Pending
+    }
+
+    /// Takes `w` out of the queue; returns what it was handed meanwhile, if anything (the
+    /// caller uses it or gives it back with [`SlotPool::give`]).
+    pub(crate) fn withdraw(&self, w: &Arc<SlotWaiter>) -> Option<Grant> {
+        let mut st = self.st.lock();
+        let mut ws = w.st.lock();
+        ws.gone = true;
+        let g = ws.grant.take();
+        drop(ws);
+        if g.is_none() {
+            st.waiters.retain(|x| !Arc::ptr_eq(x, w));
+        }
+        g
+    }
+
+    /// Hands `g` to the first waiter, or puts it back (a slot to the free list, room to the
+    /// budget).
+    pub(crate) fn give(&self, g: Grant) {
+        let mut st = self.st.lock();
+        while let Some(w) = st.waiters.pop_front() {
+            let mut ws = w.st.lock();
+            if ws.gone {
+                continue;
+            }
+            ws.grant = Some(g);
+            let waker = ws.waker.take();
+            drop(ws);
+            drop(st);
+            if let Some(k) = waker {
+                k.wake();
+            }
+            return;
+        }
+        match g {
+            Grant::Slot(s) => st.free.push(s),
+            Grant::Room => st.created -= 1,
         }
     }
 
     /// Returns `slot`, its streams idle, for reuse.
     pub(crate) fn release(&self, slot: Slot) {
-        self.st.lock().free.push(slot);
-        self.cv.notify_one();
+        self.give(Grant::Slot(slot));
     }
 
     /// Destroys `slot` (its transfer failed or was aborted), making room for a new one.
     pub(crate) fn discard(&self, slot: Slot) {
         drop(slot);
-        self.st.lock().created -= 1;
-        self.cv.notify_one();
+        self.give(Grant::Room);
     }
 
     /// Slots created and not destroyed.
     pub(crate) fn created(&self) -> usize {
         self.st.lock().created
     }
+}
+
+/// Where a submission's slot comes from.
+pub(crate) enum SlotFrom {
+    /// Taken by the submission: failing at once when all are busy, or waiting in turn until
+    /// the deadline.
+    Acquire(Option<Instant>),
+    /// Taken by a future already.
+    Given(SlotGuard),
 }
 
 /// A slot taken for a submission, until the submission hands it to its request
@@ -235,6 +383,15 @@ impl SlotGuard {
             slot: Some(slot),
             used: 0,
         })
+    }
+
+    /// A guard over `slot`, taken from `pool` already (by a future).
+    pub(crate) fn from_slot(pool: &Arc<SlotPool>, slot: Slot) -> SlotGuard {
+        SlotGuard {
+            pool: pool.clone(),
+            slot: Some(slot),
+            used: 0,
+        }
     }
 
     /// The slot's streams.

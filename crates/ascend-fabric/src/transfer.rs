@@ -2,6 +2,8 @@
 //! of a request. The request itself is in `request.rs`, its stream slot in `slots.rs`, its
 //! plan in `plan.rs`.
 
+use std::time::Duration;
+
 /// Transfer direction (`hixl::TransferOp`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TransferOp {
@@ -43,4 +45,31 @@ pub enum TransferStatus {
     Completed,
     /// Failed; [`TransferRequest::wait`](crate::TransferRequest::wait) returns why.
     Failed,
+}
+
+/// Options of one transfer (the `TransferArgs` of HIXL's `TransferAsync`, for what it has).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransferOptions {
+    /// The stall deadline: a request still running this long after its copies were queued
+    /// is aborted (its streams aborted and waited for) and ends with
+    /// [`Error::Timeout`](crate::Error::Timeout), `what` = "transfer (stall deadline)", when
+    /// next observed (by a wait, a status call, its future or completion queue, or the
+    /// engine's progress thread for awaited and queued requests). Time spent waiting for a
+    /// free stream slot does not count. Under `AutoConnect` the peer is disconnected, as after
+    /// a failed copy. `None` (the default): no deadline.
+    pub stall_timeout: Option<Duration>,
+}
+
+impl TransferOptions {
+    /// No options: no stall deadline.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the stall deadline (see [`TransferOptions::stall_timeout`]).
+    pub fn stall_timeout(mut self, after: Duration) -> Self {
+        self.stall_timeout = Some(after);
+        self
+    }
 }

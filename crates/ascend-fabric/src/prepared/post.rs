@@ -10,7 +10,8 @@ use crate::error::{Error, Result, Side};
 use crate::plan::{self, Piece, Span};
 use crate::remote::Remote;
 use crate::request::{ReqInner, TransferRequest};
-use crate::transfer::TransferOp;
+use crate::slots::SlotFrom;
+use crate::transfer::{TransferOp, TransferOptions};
 
 const CALL: &str = "transfer_prepared";
 
@@ -37,10 +38,7 @@ impl Engine {
         pairs: &[(usize, usize)],
     ) -> Result<TransferRequest> {
         let inner = self.submit_prepared(op, local, remote, pairs, None)?;
-        Ok(TransferRequest {
-            inner,
-            peer: remote.ch.peer.clone(),
-        })
+        Ok(self.request(inner, &remote.ch.peer))
     }
 
     /// As [`Engine::transfer_prepared_async`], and waits up to `timeout` (on timeout the
@@ -85,7 +83,9 @@ impl Engine {
         }
         let write = op == TransferOp::Write;
         let size = (bl.saturating_mul(pairs.len() as u64), pairs.len() as u64);
-        self.submit_on(&remote.ch, write, size, slot_deadline, |rem, slot, regs| {
+        let slot = SlotFrom::Acquire(slot_deadline);
+        let opts = TransferOptions::default();
+        self.submit_on(&remote.ch, write, size, slot, &opts, |rem, slot, regs| {
             {
                 // Under the registry's lock, as a deregistration checks `in_flight` under it.
                 let _st = self.inner.registry.state.read();

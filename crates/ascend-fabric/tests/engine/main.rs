@@ -4,14 +4,19 @@
 //! stream holds are one test's at a time; the multi-process ones re-run this binary as their
 //! own children in a role (`ascend_testkit::role`).
 
+mod async_util;
 mod peer;
 mod util;
 
 mod autoconnect;
+mod backpressure;
 mod bad_inputs;
+mod cancel;
+mod completion_queue;
 mod connect_failure;
 mod errors;
 mod failure;
+mod futures;
 mod hixl_cs;
 mod hixl_cs_procs;
 mod perf;
@@ -20,6 +25,7 @@ mod prepared;
 mod registrations;
 mod revocation;
 mod spans;
+mod stall;
 mod teardown;
 mod threads;
 mod transfer;

@@ -23,12 +23,6 @@ fn pieces(dev: &Device, n: usize) -> (ReservedVa, Vec<Mapping>) {
     (va, maps)
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed)
-        .collect()
-}
-
 /// One registration over three mappings; a peer writes one descriptor across all three.
 fn three_mappings_as_one(dev: &Device) {
     let addr = listen_addr();
@@ -42,7 +36,7 @@ fn three_mappings_as_one(dev: &Device) {
 
     let peer = Engine::new(dev, "127.0.0.1", options(2, 16)).unwrap();
     let src = peer.alloc_device(3 * PIECE).unwrap();
-    let data = pattern(3 * PIECE, 5);
+    let data = pattern(5, 3 * PIECE);
     src.write_from(&data, 0).unwrap();
     let _src_reg = peer.register(&src).unwrap();
     peer.connect(&addr, T).unwrap();

@@ -1,0 +1,89 @@
+//! Back-pressure: 10,000 transfer futures on an engine with 128 stream slots (4 streams each,
+//! the 512-stream budget) all wait their turn and complete with their data, while the
+//! synchronous API keeps failing at once with `stream slots exhausted` when every slot is
+//! busy. The first 128 are kept in flight with the emulator's process-wide stream hold, so
+//! the slots really are all busy; one test function.
+
+use std::time::{Duration, Instant};
+
+use crate::async_util::*;
+use crate::util::*;
+use ascend_fabric::{Error, TransferDesc, TransferOp, STREAM_BUDGET};
+
+const T: Duration = Duration::from_secs(120);
+const N: usize = 10_000;
+const BLOCK: usize = 4096;
+const STREAMS: u32 = 4;
+const SLOTS: usize = STREAM_BUDGET / STREAMS as usize;
+
+/// Waits (yielding) until `cond` holds; panics naming `what` after `T`.
+fn until(what: &str, mut cond: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !cond() {
+        assert!(t0.elapsed() < T, "{what}: not reached within {T:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn ten_thousand_transfers_wait_for_128_slots() {
+    let _env = setup();
+    assert_eq!(SLOTS, 128);
+    let p = Pair::new(N * BLOCK, options(STREAMS, 4), true);
+    let data = pattern(5, N * BLOCK);
+    p.local.write_from(&data, 0).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+
+    let hold = ascend_sim::testing::hold_all_streams();
+    let tasks: Vec<_> = (0..N)
+        .map(|i| {
+            let (e, peer) = (p.client.clone(), p.peer_addr.clone());
+            let d = TransferDesc::new(
+                p.local_addr(i * BLOCK),
+                p.remote_addr(i * BLOCK),
+                BLOCK as u64,
+            );
+            rt.spawn(async move { e.transfer(&peer, TransferOp::Write, &[d]).await })
+        })
+        .collect();
+    // Every slot is taken by a transfer whose copies are held; the others wait.
+    let stats = || p.client.peer_stats(&p.peer_addr).unwrap();
+    until("128 transfers in flight", || {
+        stats().in_flight == SLOTS as u64
+    });
+    assert_eq!(p.client.stream_slots(), SLOTS);
+    assert_eq!(stats().writes, 0);
+    // The synchronous API fails at once, as before.
+    let d = TransferDesc::new(p.local_addr(0), p.remote_addr(0), BLOCK as u64);
+    match p
+        .client
+        .transfer_async(&p.peer_addr, TransferOp::Write, &[d])
+    {
+        Err(Error::ResourceExhausted { what, .. }) => assert_eq!(what, "stream slots"),
+        other => panic!("expected stream slots exhausted, got {other:?}"),
+    }
+    assert!(tasks.iter().all(|t| !t.is_finished()));
+    hold.release();
+
+    let results = rt.block_on(async {
+        let mut out = Vec::with_capacity(N);
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    for (i, r) in results.into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("transfer {i}: {e}"));
+    }
+    assert_eq!(p.remote.to_vec().unwrap()[..N * BLOCK], data[..]);
+    let s = stats();
+    assert_eq!((s.writes, s.in_flight, s.errors), (N as u64, 0, 0));
+    assert!(p.client.stream_slots() <= SLOTS);
+    drop(rt);
+    p.close();
+    let c = ascend_sim::counters();
+    assert!(c.is_zero(), "{c}");
+}

@@ -1,0 +1,196 @@
+//! Transfers and connects as futures: driven by a hand-written executor that polls only
+//! after a wake (so every wake-up the engine owes is checked) and by tokio; connect on demand
+//! inside a transfer future; the errors a future resolves to.
+
+use std::time::Duration;
+
+use crate::async_util::*;
+use crate::util::*;
+use ascend_fabric::{Error, TransferDesc, TransferOp, TransferOptions};
+
+const T: Duration = Duration::from_secs(30);
+const BLOCK: usize = 64 << 10;
+const BLOCKS: usize = 16;
+
+fn blocks(p: &Pair) -> Vec<TransferDesc> {
+    (0..BLOCKS)
+        .map(|i| {
+            TransferDesc::new(
+                p.local_addr(i * BLOCK),
+                p.remote_addr(i * BLOCK),
+                BLOCK as u64,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_hand_written_executor_drives_transfers_by_their_wakers() {
+    let _env = setup();
+    let p = Pair::new(BLOCKS * BLOCK, options(4, 4), true);
+    let data = pattern(7, BLOCKS * BLOCK);
+    p.local.write_from(&data, 0).unwrap();
+
+    // One future for the whole batch.
+    let run = block_on(
+        p.client
+            .transfer(&p.peer_addr, TransferOp::Write, &blocks(&p)),
+        T,
+    );
+    run.output.unwrap();
+    assert_eq!(p.remote.to_vec().unwrap()[..data.len()], data[..]);
+
+    // One future per block, all pending at once, each polled only when woken.
+    p.local.fill(0).unwrap();
+    let futs: Vec<_> = blocks(&p)
+        .iter()
+        .map(|d| p.client.transfer(&p.peer_addr, TransferOp::Read, &[*d]))
+        .collect();
+    for r in join_all(futs, T) {
+        r.unwrap();
+    }
+    assert_eq!(p.local.to_vec().unwrap()[..data.len()], data[..]);
+
+    // A request from the synchronous API is a future too; `post` gives one after a slot.
+    p.remote.fill(0).unwrap();
+    let req = p
+        .client
+        .transfer_async(&p.peer_addr, TransferOp::Write, &blocks(&p)[..8])
+        .unwrap();
+    block_on(req, T).output.unwrap();
+    let req = block_on(
+        p.client.post(
+            &p.peer_addr,
+            TransferOp::Write,
+            &blocks(&p)[8..],
+            TransferOptions::new(),
+        ),
+        T,
+    )
+    .output
+    .unwrap();
+    block_on(req, T).output.unwrap();
+    assert_eq!(p.remote.to_vec().unwrap()[..data.len()], data[..]);
+    p.close();
+}
+
+#[test]
+fn tokio_drives_connect_and_many_transfers() {
+    let _env = setup();
+    let p = Pair::new(BLOCKS * BLOCK, options(2, 4), false);
+    let data = pattern(3, BLOCKS * BLOCK);
+    p.local.write_from(&data, 0).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        p.client.connect_async(&p.peer_addr, T).await.unwrap();
+        assert!(p.client.is_connected(&p.peer_addr));
+        // Connecting again is an error, from the future too.
+        let again = p.client.connect_async(&p.peer_addr, T).await;
+        assert!(
+            matches!(again, Err(Error::AlreadyConnected { .. })),
+            "{again:?}"
+        );
+
+        let tasks: Vec<_> = blocks(&p)
+            .into_iter()
+            .map(|d| {
+                let (e, peer) = (p.client.clone(), p.peer_addr.clone());
+                tokio::spawn(async move { e.transfer(&peer, TransferOp::Write, &[d]).await })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap().unwrap();
+        }
+        // Under a tokio timeout, which drops the future if it were late.
+        tokio::time::timeout(
+            T,
+            p.client
+                .transfer(&p.peer_addr, TransferOp::Read, &blocks(&p)),
+        )
+        .await
+        .expect("in time")
+        .unwrap();
+    });
+    assert_eq!(p.remote.to_vec().unwrap()[..data.len()], data[..]);
+    assert_eq!(p.local.to_vec().unwrap()[..data.len()], data[..]);
+    drop(rt);
+    p.close();
+}
+
+#[test]
+fn a_transfer_future_connects_on_demand_under_auto_connect() {
+    let _env = setup();
+    let opts = ascend_fabric::EngineOptions::builder()
+        .task_stream_num(2)
+        .pool_capacity(4 << 30)
+        .auto_connect(true)
+        .build()
+        .unwrap();
+    let p = Pair::new(BLOCKS * BLOCK, opts, false);
+    let data = pattern(9, BLOCK);
+    p.local.write_from(&data, 0).unwrap();
+    assert!(!p.client.is_connected(&p.peer_addr));
+    let d = blocks(&p)[0];
+    block_on(p.client.transfer(&p.peer_addr, TransferOp::Write, &[d]), T)
+        .output
+        .unwrap();
+    assert!(p.client.is_connected(&p.peer_addr));
+    assert_eq!(p.remote.to_vec().unwrap()[..BLOCK], data[..]);
+    p.close();
+}
+
+#[test]
+fn futures_resolve_to_typed_errors() {
+    let _env = setup();
+    let p = Pair::new(BLOCKS * BLOCK, options(2, 4), false);
+    let d = blocks(&p)[0];
+    // Not connected (no AutoConnect): at the first poll, no slot taken.
+    let r = block_on(p.client.transfer(&p.peer_addr, TransferOp::Write, &[d]), T).output;
+    assert!(
+        matches!(r, Err(Error::NotConnected { ref peer }) if *peer == p.peer_addr),
+        "{r:?}"
+    );
+    // Bad descriptors are named as by the synchronous API.
+    let r = block_on(p.client.transfer(&p.peer_addr, TransferOp::Write, &[]), T).output;
+    assert!(matches!(r, Err(Error::EmptyBatch)), "{r:?}");
+    let zero = TransferDesc::new(d.local_addr, d.remote_addr, 0);
+    let r = block_on(
+        p.client
+            .transfer(&p.peer_addr, TransferOp::Write, &[d, zero]),
+        T,
+    )
+    .output;
+    assert!(matches!(r, Err(Error::ZeroLength { index: 1 })), "{r:?}");
+    // A connect to a port nobody listens on.
+    let nobody = listen_addr();
+    let r = block_on(p.client.connect_async(&nobody, Duration::from_secs(2)), T).output;
+    assert!(matches!(r, Err(Error::Control(_))), "{r:?}");
+
+    p.client.connect(&p.peer_addr, T).unwrap();
+    let outside = TransferDesc::new(d.local_addr, d.remote_addr + (1 << 40), 4096);
+    let r = block_on(
+        p.client
+            .transfer(&p.peer_addr, TransferOp::Write, &[outside]),
+        T,
+    )
+    .output;
+    assert!(
+        matches!(r, Err(Error::NotRegistered { index: 0, .. })),
+        "{r:?}"
+    );
+    // No slot was kept by the failures.
+    assert!(p.client.stream_slots() <= 1, "{}", p.client.stream_slots());
+    // A finished request polled again gives its outcome again (a success stays one).
+    let mut req = p
+        .client
+        .transfer_async(&p.peer_addr, TransferOp::Write, &[d])
+        .unwrap();
+    block_on(&mut req, T).output.unwrap();
+    let again = block_on(&mut req, T).output;
+    assert!(again.is_ok(), "{again:?}");
+    p.close();
+}
