@@ -1,14 +1,22 @@
 //! `ascend`: the facade over the ascend-mem crate family.
 //!
-//! Re-exports the safe layer ([`mem`], also glob-exported at the root), the raw ACL bindings
-//! ([`acl_sys`]) and the emulator ([`sim`]), and owns the workspace's examples and integration
-//! tests. Library users normally depend on `ascend-mem` directly.
+//! Re-exports the safe layer ([`mem`], also glob-exported at the root), the transfer engine
+//! ([`fabric`]), the raw ACL bindings ([`acl_sys`]) and the emulator ([`sim`]), and owns the
+//! workspace's examples and its cross-crate test. Library users normally depend on `ascend-mem`
+//! and `ascend-fabric` directly.
 //!
 //! | crate | what it is |
 //! |---|---|
 //! | `acl-sys` | raw ACL runtime bindings and the lazy loader table |
-//! | `ascend-mem` | safe types: `Runtime`, `Device`, `ReservedVa`, `PhysicalMem`, `Mapping`, `FabricHandle`, buffers, streams |
-//! | `ascend-sim` | the host emulator implementing the same C symbols |
+//! | `ascend-mem` | safe types: `Runtime`, `Device`, `ReservedVa`, `PhysicalMem`, `Mapping`, `FabricHandle`, buffers, streams, and HCCL communicators, collectives and symmetric windows (`hccl`) |
+//! | `hccl-sys` | raw HCCL bindings (communicators, collectives, symmetric windows) |
+//! | `hixl-sys` | raw HixlCS bindings (HIXL's C client/server API) |
+//! | `ascend-fabric` | the transfer engine (HIXL FabricMem, wire-compatible), HixlCS, the engine directory |
+//! | `ascend-sim` | the host emulator implementing the same C symbols (ACL, HCCL, HixlCS) |
+//! | `ascend-launch` | `ascend-run`: starts N ranks as processes with the rendezvous variables set |
+//! | `ascend-bench` | benchmarks printing ratios against memcpy and UCX, and the soak test |
+//! | `ascend-build` | build-script support: CANN discovery and binding regeneration |
+//! | `ascend-testkit` | test helpers shared by the crates' tests (not published) |
 
 pub use acl_sys;
 pub use ascend_fabric as fabric;

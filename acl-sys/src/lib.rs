@@ -13,7 +13,7 @@
 pub mod loader;
 
 #[rustfmt::skip]
-#[allow(clippy::all, clippy::undocumented_unsafe_blocks, missing_debug_implementations, rust_2018_idioms)]
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, missing_debug_implementations, missing_docs, rust_2018_idioms)]
 mod bindings;
 pub use bindings::*;
 

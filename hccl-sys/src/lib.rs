@@ -14,7 +14,7 @@
 pub use acl_sys::loader::{LoadError, MissingSymbol, Source};
 
 #[rustfmt::skip]
-#[allow(clippy::all, clippy::undocumented_unsafe_blocks, missing_debug_implementations, rust_2018_idioms)]
+#[allow(clippy::all, clippy::undocumented_unsafe_blocks, missing_debug_implementations, missing_docs, rust_2018_idioms)]
 mod bindings;
 pub use bindings::*;
 

@@ -55,7 +55,6 @@
 //! `results.csv` and `bandwidth.svg` in `--out` (default `target/bench` under the current
 //! directory), a progress bar on stderr when it is a terminal, and as the last line of stdout
 //! the `RESULT` line.
-#![warn(missing_docs)]
 
 mod collectives;
 mod peer;

@@ -44,6 +44,10 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
             .and_then(|r| r.prepared_ns)
     };
     let lat = res.latency;
+    let a2a = ratio(
+        coll(res, Coll::AllToAll, false).map(|r| r.time.as_secs_f64()),
+        coll(res, Coll::AllToAll, true).map(|r| r.time.as_secs_f64()),
+    );
     vec![
         ("write_64MiB_vs_memcpy", walk(TransferOp::Write, 64 << 20)),
         ("read_64MiB_vs_memcpy", walk(TransferOp::Read, 64 << 20)),
@@ -62,6 +66,7 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         ("lat_4KiB_p50_us", lat.map(|l| l.p50_us)),
         ("lat_4KiB_p99_us", lat.map(|l| l.p99_us)),
         ("allgather_sym_vs_staged", ag),
+        ("alltoall_onesided_vs_staged", a2a),
         (
             "peak_rss_over_registered_MiB",
             res.rss.map(|r| r.over_mib()),
@@ -175,7 +180,7 @@ pub(crate) fn print_tables(res: &Results) {
             println!(
                 "{:<10} {:<9} {:>10.3} {:>16.1} {:>6} {:>8}",
                 r.coll.name(),
-                if r.symmetric { "symmetric" } else { "staged" },
+                r.path(),
                 r.time.as_secs_f64() * 1e3,
                 r.bytes_copied as f64 / 1048576.0,
                 r.iters,
@@ -251,7 +256,7 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
                 s,
                 "{},{},{},{},{:.4},{},{}",
                 r.coll.name(),
-                if r.symmetric { "symmetric" } else { "staged" },
+                r.path(),
                 crate::collectives::RANKS,
                 crate::collectives::BYTES,
                 r.time.as_secs_f64() * 1e3,

@@ -12,17 +12,21 @@ pub struct Regen<'a> {
     pub package: &'a str,
     /// Our declarations, relative to the crate.
     pub header: &'a str,
-    /// Real-header wrapper and the file whose presence under `$CANN/include` enables it.
+    /// Wrapper source that includes the real CANN headers.
     pub real_wrapper: &'a str,
+    /// The file whose presence under `$CANN/include` enables the real-header run.
     pub real_probe: &'a str,
     /// Extra clang arguments for the real headers (e.g. C++ mode).
     pub real_clang_args: &'a [&'a str],
-    /// Allowlist regexes for functions, types and constants.
+    /// Allowlist regex for functions.
     pub functions: &'a str,
+    /// Allowlist regex for types.
     pub types: &'a str,
+    /// Allowlist regex for constants.
     pub vars: &'a str,
-    /// Types bound by another crate, re-imported with `raw_lines`.
+    /// Types bound by another crate (left out here).
     pub blocklist: &'a [&'a str],
+    /// Lines added to the bindings, e.g. to re-import the blocklisted types.
     pub raw_lines: &'a [&'a str],
     /// `<PREFIX>_UPDATE_BINDINGS`.
     pub update_var: &'a str,

@@ -67,8 +67,9 @@
 //! * encrypt or integrity-protect control traffic: the shared secret controls who may connect,
 //!   disconnect and notify, but the share-handle list and everything after the handshake
 //!   travel in clear;
-//! * run HIXL's AICPU path (`fabric_memory.enable_aicpu_unfold` must be false) or the
-//!   HixlCS/HCCL engines;
+//! * run HIXL's AICPU path (`fabric_memory.enable_aicpu_unfold` must be false) or implement
+//!   HIXL's HCCL engines itself (its C client/server API, HixlCS, is wrapped in [`cs`] over the
+//!   runtime's own library);
 //! * reconnect on its own unless `AutoConnect` is on: then a transfer to a peer it is not
 //!   connected to connects first (3 s timeout), and a transfer whose copies failed
 //!   disconnects its peer, as in HIXL (argument errors, caught before any copy, do not).

@@ -137,7 +137,8 @@
 //!   slices (those are `unsafe`, see [`Stream::write_async_unchecked`] and, typed,
 //!   [`Stream::write_slice_async_unchecked`]);
 //! * wrap kernels, contexts, the deprecated V1 share calls (use [`ffi`]/[`Runtime::acl`]), or
-//!   HCCL beyond communicators, the four collectives, barriers and symmetric windows (use
+//!   HCCL beyond communicators, the five collectives (all-gather, reduce-scatter, all-reduce,
+//!   all-to-all, broadcast), barriers and symmetric windows (use
 //!   [`Runtime::hccl`] with [`hccl::Comm::as_raw`]);
 //! * load libhccl in a process that never makes an HCCL communicator.
 //!
@@ -160,7 +161,6 @@
 //! # Ok(()) }
 //! ```
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
 
 #[allow(unsafe_code)]
 pub mod ffi;

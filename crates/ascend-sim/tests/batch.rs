@@ -16,18 +16,6 @@ use common::*;
 const CHILD: &str = "ASCEND_SIM_BATCH_CHILD";
 const NONE: usize = usize::MAX;
 
-fn stream() -> aclrtStream {
-    let mut s = null_mut();
-    ok!(aclrtCreateStream(&mut s));
-    s
-}
-
-fn dev_buf(size: usize) -> *mut c_void {
-    let mut d = null_mut();
-    ok!(aclrtMalloc(&mut d, size, ACL_MEM_MALLOC_HUGE_FIRST));
-    d
-}
-
 fn read_dev(d: *mut c_void, n: usize) -> Vec<u8> {
     let mut out = vec![0u8; n];
     ok!(aclrtMemcpy(
@@ -145,20 +133,7 @@ fn deterministic_mode() {
     if std::env::var_os(CHILD).is_some() {
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args(["--test-threads=2"])
-        .env(CHILD, "1")
-        .env("ASCEND_SIM_STREAM_MODE", "deterministic")
-        .output()
-        .unwrap();
-    let so = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "deterministic run failed:\n{so}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(so.contains("test result: ok"), "{so}");
+    rerun_deterministic(CHILD);
 }
 
 #[test]

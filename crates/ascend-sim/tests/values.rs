@@ -15,18 +15,6 @@ use common::*;
 
 const CHILD: &str = "ASCEND_SIM_VALUES_CHILD";
 
-fn stream() -> aclrtStream {
-    let mut s = null_mut();
-    ok!(aclrtCreateStream(&mut s));
-    s
-}
-
-fn dev_buf(size: usize) -> *mut c_void {
-    let mut d = null_mut();
-    ok!(aclrtMalloc(&mut d, size, ACL_MEM_MALLOC_HUGE_FIRST));
-    d
-}
-
 /// The 64-bit word at `p` (emulated device memory is host memory in this process).
 fn word(p: *mut c_void) -> &'static AtomicU64 {
     // SAFETY: `p` is an 8-byte aligned word of a live allocation the test frees only after its
@@ -57,20 +45,7 @@ fn deterministic_mode() {
     if std::env::var_os(CHILD).is_some() {
         return;
     }
-    let exe = std::env::current_exe().unwrap();
-    let out = std::process::Command::new(exe)
-        .args(["--test-threads=2"])
-        .env(CHILD, "1")
-        .env("ASCEND_SIM_STREAM_MODE", "deterministic")
-        .output()
-        .unwrap();
-    let so = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "deterministic run failed:\n{so}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(so.contains("test result: ok"), "{so}");
+    rerun_deterministic(CHILD);
 }
 
 #[test]

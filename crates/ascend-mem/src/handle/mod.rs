@@ -12,13 +12,18 @@
 //!   borrow's lifetime. So the calls that take them are safe: streams and events here (their
 //!   `ffi` calls take [`StreamRef`]/[`EventRef`]), the VMM handles in `vmm.rs`, the HCCL
 //!   handles in `hccl.rs`.
+//! * A stream's queue of device work and what that work uses (`stream.rs`): the async
+//!   copies, fills, value writes and waits it queues are safe because it keeps the memory they
+//!   touch, and releases it only once the stream is synchronized or destroyed.
 //! * The crate's public `unsafe` entry points (`unchecked.rs`).
 
 mod hccl;
+mod stream;
 mod unchecked;
 mod vmm;
 
 pub(crate) use hccl::{root_info, OwnedComm, OwnedWindow};
+pub(crate) use stream::{check_word, BatchPair, StreamQueue, BATCH_API};
 pub(crate) use vmm::{granularity, set_pids, MappedRef, OwnedMap, OwnedPhys, OwnedVa};
 
 use std::ffi::c_void;

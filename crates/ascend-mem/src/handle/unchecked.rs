@@ -1,7 +1,8 @@
 //! The crate's public `unsafe` entry points, where the caller's promise stands in for a check
 //! or an ownership proof: opening a runtime library by path or from a foreign table, adopting
-//! a raw physical handle, and mapping without the host-side claim. Each lists its contract
-//! under `# Safety`.
+//! a raw physical handle, mapping without the host-side claim, and async copies to or from
+//! raw host memory (`Stream::*_async_unchecked`, with the other stream copies' checks). Each
+//! lists its contract under `# Safety`.
 
 use std::path::Path;
 
@@ -11,7 +12,9 @@ use super::OwnedPhys;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::runtime::{by_path, Runtime};
-use crate::vmm::{Mapping, Origin, PhysicalMem, ReservedVa};
+use crate::stream::{elems_to_bytes, fits, Stream};
+use crate::typed::TypedSlice;
+use crate::vmm::{Mapping, MappingSlice, Origin, PhysicalMem, ReservedVa};
 
 impl Runtime {
     /// Opens an ACL runtime library from one explicit file (CANN or the emulator's
@@ -91,5 +94,103 @@ impl ReservedVa {
     #[doc(hidden)]
     pub unsafe fn map_unchecked(&self, phys: &PhysicalMem, offset: usize) -> Result<Mapping> {
         self.map_raw(phys, offset, false)
+    }
+}
+
+impl Stream {
+    /// Queues a copy of `len` host bytes at `src` into the start of `dst`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; an `aclrtMemcpyAsync` failure.
+    ///
+    /// # Safety
+    /// `src..src+len` stays readable and unchanged until this stream is synchronized past
+    /// the copy (a `&[u8]` borrow does not guarantee that: it can end first).
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub unsafe fn write_async_unchecked(
+        &mut self,
+        dst: &MappingSlice<'_>,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        fits(len, dst.len(), "aclrtMemcpyAsync: destination")?;
+        self.dev.enter()?;
+        // SAFETY: forwarded to the caller (`src..src+len` readable and unchanged until the
+        // stream is synchronized past the copy); the queue keeps `dst`'s mapping.
+        unsafe { self.queue.enqueue_host_write(self.dev.lib(), dst, src, len) }
+    }
+
+    /// Queues a copy of the start of `src` into `len` host bytes at `dst`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; an `aclrtMemcpyAsync` failure.
+    ///
+    /// # Safety
+    /// `dst..dst+len` stays writable, and is neither read nor written by anyone else, until
+    /// this stream is synchronized past the copy.
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub unsafe fn read_async_unchecked(
+        &mut self,
+        dst: *mut u8,
+        len: usize,
+        src: &MappingSlice<'_>,
+    ) -> Result<()> {
+        fits(len, src.len(), "aclrtMemcpyAsync: source")?;
+        self.dev.enter()?;
+        // SAFETY: forwarded to the caller (`dst..dst+len` writable and untouched by anyone
+        // else until the stream is synchronized past the copy); the queue keeps `src`'s
+        // mapping.
+        unsafe { self.queue.enqueue_host_read(self.dev.lib(), dst, len, src) }
+    }
+
+    /// Queues a copy of `len` host elements at `src` into the start of `dst`: element-typed
+    /// [`Stream::write_async_unchecked`], which it calls with the byte length.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `len` elements do not fit in `dst` (`what` =
+    /// `"Stream::write_slice_async_unchecked: destination"`, lengths in bytes); otherwise as
+    /// [`Stream::write_async_unchecked`].
+    ///
+    /// # Safety
+    /// `src..src+len` (elements) stays readable and unchanged until this stream is
+    /// synchronized past the copy, as for [`Stream::write_async_unchecked`].
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub unsafe fn write_slice_async_unchecked<T: bytemuck::Pod>(
+        &mut self,
+        dst: &TypedSlice<'_, T>,
+        src: *const T,
+        len: usize,
+    ) -> Result<()> {
+        let what = "Stream::write_slice_async_unchecked: destination";
+        let bytes = elems_to_bytes::<T>(len, dst.as_bytes().len(), what)?;
+        fits(bytes, dst.as_bytes().len(), what)?;
+        // SAFETY: forwarded to the caller (`bytes` is exactly `len` elements of `T`).
+        unsafe { self.write_async_unchecked(&dst.as_bytes(), src.cast(), bytes) }
+    }
+
+    /// Queues a copy of the first `len` elements of `src` into host elements at `dst`:
+    /// element-typed [`Stream::read_async_unchecked`], which it calls with the byte length.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `src` has fewer than `len` elements (`what` =
+    /// `"Stream::read_slice_async_unchecked: source"`, lengths in bytes); otherwise as
+    /// [`Stream::read_async_unchecked`].
+    ///
+    /// # Safety
+    /// `dst..dst+len` (elements) stays writable, and is neither read nor written by anyone
+    /// else, until this stream is synchronized past the copy, as for
+    /// [`Stream::read_async_unchecked`].
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub unsafe fn read_slice_async_unchecked<T: bytemuck::Pod>(
+        &mut self,
+        dst: *mut T,
+        len: usize,
+        src: &TypedSlice<'_, T>,
+    ) -> Result<()> {
+        let what = "Stream::read_slice_async_unchecked: source";
+        let bytes = elems_to_bytes::<T>(len, src.as_bytes().len(), what)?;
+        fits(bytes, src.as_bytes().len(), what)?;
+        // SAFETY: forwarded to the caller (`bytes` is exactly `len` elements of `T`).
+        unsafe { self.read_async_unchecked(dst.cast(), bytes, &src.as_bytes()) }
     }
 }

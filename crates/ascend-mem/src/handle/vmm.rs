@@ -311,6 +311,11 @@ impl MappedRef<'_> {
         self.addr as *mut c_void
     }
 
+    /// The length in bytes.
+    pub(crate) fn len(self) -> usize {
+        self.len
+    }
+
     /// `aclrtMemcpy` of all of this range into `dst` (device to host); `dst.len()` must equal
     /// the range's length.
     pub(crate) fn read_into(self, lib: &AclLib, dst: &mut [u8]) -> Result<()> {

@@ -19,7 +19,27 @@
 //! | `HcclCommSymWinRegister` | [`SymWindow::register`], [`SymWindow::register_mapping`] |
 //! | `HcclCommSymWinDeregister` | [`SymWindow`]'s drop, [`SymWindow::close`] |
 //! | `HcclCommSymWinGet` | [`Comm::window_of`], [`Comm::window_of_raw`], [`SymWindow::is_registered`] |
+//! | `HcclSymWinGetPeerPointer` | [`SymWindow::peer`] (a [`PeerView`]), used by [`Stream::put`](crate::Stream::put), [`Stream::get`](crate::Stream::get), [`Stream::signal`](crate::Stream::signal), [`Stream::put_signal`](crate::Stream::put_signal) |
 //! | anything else | [`Runtime::hccl`](crate::Runtime::hccl) (the raw table) with [`Comm::as_raw`] |
+//!
+//! # One-sided puts and signals
+//! On an A3 every rank reaches every peer's part of a window directly: [`SymWindow::peer`]
+//! gives a typed [`PeerView`] of a peer's part, and a [`Stream`](crate::Stream) queues
+//! one-sided copies into and out of it ([`put`](crate::Stream::put),
+//! [`get`](crate::Stream::get)). The last [`SIGNAL_AREA_BYTES`] of every rank's part (rounded
+//! to a 64-bit word) hold [`SIGNAL_SLOTS`] signal words, so the data area
+//! ([`SymWindow::data_len`]) is that much smaller than the window; collectives may still use
+//! the whole window, but must not overwrite signals in flight.
+//! [`signal`](crate::Stream::signal) stores a value into a peer's word after the work before
+//! it on the stream (`aclrtValueWrite`), [`put_signal`](crate::Stream::put_signal) is a put
+//! and its signal, and [`wait_signal`](crate::Stream::wait_signal) makes the stream wait for
+//! one of our words (`aclrtValueWait`). The host waits for such a stream with
+//! [`Comm::synchronize_watched`], bounded by a deadline and by the communicator's failure
+//! detection (a dead peer ends the wait with `E_REMOTE` instead of a hang). As with
+//! collectives, the stream keeps the window (registered and mapped) and the local buffers
+//! until synchronized, and [`SymWindow::close`] refuses ([`Busy`](crate::Error::Busy)) while
+//! a view or queued work holds the window. Note: CANN documents `HcclSymWinGetPeerPointer`
+//! for device-side kernels; a host library exporting it is what this API needs.
 //!
 //! # Which library
 //! Chosen per [`Runtime`](crate::Runtime) on first use and cached, so a process that never
@@ -71,6 +91,8 @@
 mod code;
 mod comm;
 mod config;
+mod onesided;
+mod peer;
 mod state;
 pub(crate) mod table;
 mod types;
@@ -81,6 +103,7 @@ pub use comm::Comm;
 pub use config::{CommConfig, Deterministic, OpExpansion, RootInfo, DEFAULT_SYM_WINDOW_MAX_GB};
 pub use half;
 pub use hccl_sys;
+pub use peer::{PeerView, SIGNAL_AREA_BYTES, SIGNAL_SLOTS};
 pub use types::{CollectiveBuffer, DataType, HcclType, ReduceOp};
 pub use window::SymWindow;
 

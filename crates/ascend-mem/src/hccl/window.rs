@@ -43,7 +43,7 @@ use crate::vmm::{Mapping, MappingSlice};
 /// deregistration is logged and recorded as the device's sticky error.
 #[must_use = "dropping a SymWindow deregisters the window (collectively)"]
 pub struct SymWindow {
-    inner: Arc<WinInner>,
+    pub(super) inner: Arc<WinInner>,
 }
 
 impl fmt::Debug for SymWindow {

@@ -1,24 +1,14 @@
 //! Batched async copies: [`BatchCopy`] and [`Stream::copy_batch_async`]
 //! (`aclrtMemcpyBatchAsync`, or one `aclrtMemcpyAsync` per copy on a runtime without it).
 //!
-//! Allows `unsafe` for the same reason as `copy.rs`: the queued copies touch the mappings
-//! after the call returns, which is sound because the stream keeps every mapping of the batch
-//! alive until a synchronize proves the work done.
-#![allow(unsafe_code)]
+//! Here: the host-side checks and the location attributes. The queued copies touch the
+//! mappings after the call returns; the stream's queue (`handle::StreamQueue`) derives their
+//! addresses from the mappings it keeps until a synchronize proves the work done.
 
-use std::collections::HashSet;
-use std::ffi::c_void;
-
-use super::queue::{Keep, Stream};
+use super::queue::Stream;
 use crate::error::{Error, Result};
-use crate::ffi;
-use crate::ffi::batch::BatchArgs;
+use crate::handle::{BatchPair, BATCH_API as API};
 use crate::vmm::{memcpy_kind, MappingSlice};
-
-/// The C call a batch goes through (and the `api` of its errors).
-const API: &str = "aclrtMemcpyBatchAsync";
-/// The call of the fallback, one per copy.
-const FALLBACK: &str = "aclrtMemcpyAsync";
 
 /// One copy of a [`Stream::copy_batch_async`] batch: all of `src` into the start of `dst`.
 /// One side is host memory (a [`HostBuffer`](crate::HostBuffer) or another mapping of host
@@ -65,14 +55,11 @@ fn at(copy: usize, source: Error) -> Error {
     }
 }
 
-/// The arrays of a checked batch, without its zero-length copies; `index[k]` is the caller's
-/// index of array entry `k`.
+/// A checked batch, without its zero-length copies; `index[k]` is the caller's index of
+/// `pairs[k]`.
 #[derive(Default)]
-struct Arrays {
-    dsts: Vec<*mut c_void>,
-    maxs: Vec<usize>,
-    srcs: Vec<*mut c_void>,
-    sizes: Vec<usize>,
+struct Arrays<'a> {
+    pairs: Vec<BatchPair<'a>>,
     attrs: Vec<acl::aclrtMemcpyBatchAttr>,
     attrs_indexes: Vec<usize>,
     index: Vec<usize>,
@@ -80,7 +67,7 @@ struct Arrays {
 
 /// The host-side checks of every copy, before any C call: bounds, runtime, and one direction
 /// (host to device or device to host) for the whole batch.
-fn check(s: &Stream, copies: &[BatchCopy<'_>]) -> Result<Arrays> {
+fn check<'a>(s: &Stream, copies: &[BatchCopy<'a>]) -> Result<Arrays<'a>> {
     let mut a = Arrays::default();
     let mut kind = None;
     for (i, c) in copies.iter().enumerate() {
@@ -126,25 +113,22 @@ fn check(s: &Stream, copies: &[BatchCopy<'_>]) -> Result<Arrays> {
     Ok(a)
 }
 
-impl Arrays {
-    fn push(&mut self, i: usize, c: &BatchCopy<'_>) {
+impl<'a> Arrays<'a> {
+    fn push(&mut self, i: usize, c: &BatchCopy<'a>) {
         let (dst_loc, src_loc) = c.locations();
         let same = self
             .attrs
             .last()
             .is_some_and(|l| l.dstLoc == dst_loc && l.srcLoc == src_loc);
         if !same {
-            self.attrs_indexes.push(self.dsts.len());
+            self.attrs_indexes.push(self.pairs.len());
             self.attrs.push(acl::aclrtMemcpyBatchAttr {
                 dstLoc: dst_loc,
                 srcLoc: src_loc,
                 rsv: [0; 16],
             });
         }
-        self.dsts.push(c.dst.as_raw());
-        self.maxs.push(c.dst.len());
-        self.srcs.push(c.src.as_raw());
-        self.sizes.push(c.src.len());
+        self.pairs.push((c.dst, c.src));
         self.index.push(i);
     }
 }
@@ -170,68 +154,20 @@ impl Stream {
     #[doc(alias = "aclrtMemcpyBatchAsync")]
     pub fn copy_batch_async(&mut self, copies: &[BatchCopy<'_>]) -> Result<()> {
         let mut a = check(self, copies)?;
-        if a.dsts.is_empty() {
+        if a.pairs.is_empty() {
             return Ok(());
         }
         self.dev.enter()?;
-        self.keep_batch(copies);
-        let args = BatchArgs {
-            dsts: &mut a.dsts,
-            dest_maxs: &mut a.maxs,
-            srcs: &mut a.srcs,
-            sizes: &mut a.sizes,
-            attrs: &mut a.attrs,
-            attrs_indexes: &mut a.attrs_indexes,
-        };
-        // SAFETY: every range lies inside a live mapping (checked to fit above), and the
-        // mappings kept above stay mapped until the stream is synchronized past the batch.
-        let (r, fail) =
-            unsafe { ffi::batch::memcpy_batch_async(self.dev.lib(), args, self.live()?) };
-        match r {
-            Ok(()) => Ok(()),
-            Err(Error::MissingSymbol { .. }) => self.copy_each(&a),
-            Err(e) => Err(match fail.and_then(|k| a.index.get(k)) {
-                Some(&i) => at(i, e),
-                None => e,
-            }),
-        }
-    }
-
-    /// Keeps each mapping of the batch (once) until the stream is synchronized.
-    fn keep_batch(&mut self, copies: &[BatchCopy<'_>]) {
-        let mut seen = HashSet::new();
-        for c in copies.iter().filter(|c| !c.src.is_empty()) {
-            for m in [c.dst.map_inner(), c.src.map_inner()] {
-                if seen.insert(std::sync::Arc::as_ptr(m)) {
-                    self.keep.push(Keep::Map(m.clone()));
-                }
-            }
-        }
-    }
-
-    /// The fallback: one `aclrtMemcpyAsync` per copy, in order.
-    fn copy_each(&mut self, a: &Arrays) -> Result<()> {
-        let kind = memcpy_kind(false, false);
-        for (k, &i) in a.index.iter().enumerate() {
-            // SAFETY: as in `copy_batch_async`: the ranges lie inside live mappings the
-            // stream keeps until it is synchronized past the copy.
-            unsafe {
-                ffi::copy::memcpy_async(
-                    self.dev.lib(),
-                    a.dsts[k],
-                    a.maxs[k],
-                    a.srcs[k],
-                    a.sizes[k],
-                    kind,
-                    self.live()?,
-                )
-            }
-            .map_err(|e| Error::BatchCopy {
-                api: FALLBACK,
-                copy: i,
-                source: Box::new(e),
-            })?;
-        }
-        Ok(())
+        let r =
+            self.queue
+                .enqueue_batch(self.dev.lib(), &a.pairs, &mut a.attrs, &mut a.attrs_indexes);
+        r.map_err(|f| match f.copy.and_then(|k| a.index.get(k)) {
+            Some(&copy) => Error::BatchCopy {
+                api: f.api,
+                copy,
+                source: Box::new(f.error),
+            },
+            None => f.error,
+        })
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 use crate::device::Device;
 use crate::error::{CloseError, Error, Result};
 use crate::ffi;
-use crate::ffi::{OwnedStream, StreamRef};
-use crate::table::TableInner;
+use crate::ffi::StreamRef;
+use crate::handle::StreamQueue;
 use crate::vmm::MapInner;
 
 bitflags::bitflags! {
@@ -47,14 +47,6 @@ pub(super) fn timeout_ms(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
 }
 
-/// What a stream keeps alive for its pending work.
-pub(super) enum Keep {
-    Map(#[allow(dead_code)] Arc<MapInner>),
-    Table(#[allow(dead_code)] Arc<TableInner>),
-    /// Anything else pending work uses (an event, an HCCL communicator, a symmetric window).
-    Other(#[allow(dead_code)] Arc<dyn std::any::Any + Send + Sync>),
-}
-
 /// A queue of device work (`aclrtCreateStreamWithConfig`); destroyed on drop after waiting
 /// for its work.
 ///
@@ -67,10 +59,10 @@ pub(super) enum Keep {
 /// ```
 #[must_use = "dropping a Stream waits for its work and destroys it"]
 pub struct Stream {
-    pub(super) dev: Device,
-    /// `None` only once `close` destroyed it (the value is then being dropped).
-    pub(super) raw: Option<OwnedStream>,
-    pub(super) keep: Vec<Keep>,
+    pub(crate) dev: Device,
+    /// The stream (destroyed only by `close`, after which the value is being dropped) and
+    /// what its pending work keeps alive.
+    pub(crate) queue: StreamQueue,
     _not_sync: PhantomData<Cell<()>>,
 }
 
@@ -79,7 +71,7 @@ impl fmt::Debug for Stream {
         f.debug_struct("Stream")
             .field("device", &self.dev.id())
             .field("raw", &self.as_raw())
-            .field("pending_keepalives", &self.keep.len())
+            .field("pending_keepalives", &self.queue.pending())
             .finish()
     }
 }
@@ -101,33 +93,23 @@ impl Stream {
     #[doc(alias = "aclrtCreateStreamWithConfig")]
     pub fn with_config(dev: &Device, priority: u32, flags: StreamFlags) -> Result<Stream> {
         dev.enter()?;
-        let raw = ffi::stream::create(dev.lib(), priority, flags.bits())?;
+        let queue = StreamQueue::create(dev.lib(), priority, flags.bits())?;
         Ok(Stream {
             dev: dev.clone(),
-            raw: Some(raw),
-            keep: Vec::new(),
+            queue,
             _not_sync: PhantomData,
         })
     }
 
     /// The raw handle (borrowed: do not destroy it).
     pub fn as_raw(&self) -> acl::aclrtStream {
-        self.raw
-            .as_ref()
-            .map_or(std::ptr::null_mut(), OwnedStream::as_raw)
+        self.queue.as_raw()
     }
 
     /// The live stream, borrowed. Always `Ok` for a `Stream` a caller can reach (only the
     /// value `close` consumed has none).
     pub(super) fn live(&self) -> Result<StreamRef<'_>> {
-        self.raw
-            .as_ref()
-            .map(OwnedStream::borrow)
-            .ok_or(Error::InvalidArgument {
-                api: "aclrtStream",
-                what: "stream (already destroyed)",
-                value: 0,
-            })
+        self.queue.live()
     }
 
     /// The device.
@@ -142,9 +124,7 @@ impl Stream {
     #[doc(alias = "aclrtSynchronizeStream")]
     pub fn synchronize(&mut self) -> Result<()> {
         self.dev.enter()?;
-        ffi::stream::synchronize(self.dev.lib(), self.live()?)?;
-        self.keep.clear();
-        Ok(())
+        self.queue.synchronize(self.dev.lib())
     }
 
     /// Waits up to `timeout` for all queued work.
@@ -155,9 +135,8 @@ impl Stream {
     #[doc(alias = "aclrtSynchronizeStreamWithTimeout")]
     pub fn synchronize_timeout(&mut self, timeout: Duration) -> Result<()> {
         self.dev.enter()?;
-        ffi::stream::synchronize_timeout(self.dev.lib(), self.live()?, timeout_ms(timeout))?;
-        self.keep.clear();
-        Ok(())
+        self.queue
+            .synchronize_timeout(self.dev.lib(), timeout_ms(timeout))
     }
 
     /// Whether all queued work is done (`aclrtStreamQuery`); releases kept memory if so.
@@ -167,12 +146,7 @@ impl Stream {
     #[doc(alias = "aclrtStreamQuery")]
     pub fn is_complete(&mut self) -> Result<bool> {
         self.dev.enter()?;
-        let st = ffi::stream::query(self.dev.lib(), self.live()?)?;
-        let done = st == acl::ACL_STREAM_STATUS_COMPLETE;
-        if done {
-            self.keep.clear();
-        }
-        Ok(done)
+        self.queue.query(self.dev.lib())
     }
 
     /// Discards queued work (`aclrtStreamAbort`). Memory kept alive by pending copies stays
@@ -202,12 +176,12 @@ impl Stream {
 
     /// Keeps `map` alive until this stream is synchronized past the work just queued.
     pub(crate) fn keep_mapping(&mut self, map: &Arc<MapInner>) {
-        self.keep.push(Keep::Map(map.clone()));
+        self.queue.keep_mapping(map);
     }
 
     /// Keeps `obj` alive until this stream is synchronized past the work just queued.
     pub(crate) fn keep_other(&mut self, obj: Arc<dyn std::any::Any + Send + Sync>) {
-        self.keep.push(Keep::Other(obj));
+        self.queue.keep_other(obj);
     }
 
     pub(super) fn same_runtime(&self, other: &Device, what: &'static str) -> Result<()> {
@@ -232,61 +206,28 @@ impl Stream {
     #[doc(alias = "aclrtDestroyStream")]
     pub fn close(mut self) -> std::result::Result<(), CloseError<Stream>> {
         let _span = tracing::debug_span!("destroy_stream", dev = self.dev.id()).entered();
-        let r = self
-            .dev
-            .bind()
-            .and_then(|()| ffi::stream::synchronize(self.dev.lib(), self.live()?));
-        if let Err(e) = r {
-            return Err(CloseError::new(e, self));
+        let lib = self.dev.lib();
+        match self.dev.bind().and_then(|()| self.queue.close(lib)) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(CloseError::new(e, self)),
         }
-        let Some(raw) = self.raw.take() else {
-            return Ok(());
-        };
-        // Its work is done, so nothing queued on it still uses the memory `keep` holds.
-        match ffi::stream::destroy(self.dev.lib(), raw) {
-            Ok(()) => {
-                self.keep.clear();
-                Ok(())
-            }
-            Err((e, raw)) => {
-                self.raw = Some(raw);
-                Err(CloseError::new(e, self))
-            }
-        }
-    }
-
-    /// Waits for the queued work (a failure is only logged), then destroys the stream; on
-    /// failure the stream stays owned (and is leaked by Drop).
-    fn destroy_now(&mut self) -> Result<()> {
-        self.dev.bind()?;
-        let Some(raw) = self.raw.take() else {
-            return Ok(());
-        };
-        // Waiting first keeps pending copies inside the memory `keep` holds.
-        if let Err(e) = ffi::stream::synchronize(self.dev.lib(), raw.borrow()) {
-            tracing::warn!(error = %e, "stream work failed before destroy");
-        }
-        ffi::stream::destroy(self.dev.lib(), raw).map_err(|(e, raw)| {
-            self.raw = Some(raw);
-            e
-        })
     }
 }
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        if self.raw.is_none() {
+        if !self.queue.is_live() {
             return; // destroyed by `close`
         }
         let _span = tracing::debug_span!("destroy_stream", dev = self.dev.id()).entered();
-        match self.destroy_now() {
-            Ok(()) => self.keep.clear(),
-            Err(e) => {
-                tracing::error!(error = %e, "destroying a stream failed; leaking what its work uses");
-                self.dev.record_sticky(e);
-                // The stream may still run: never release memory it may touch.
-                std::mem::forget(std::mem::take(&mut self.keep));
-            }
+        let lib = self.dev.lib();
+        // Waits for the work (a failure is only logged), then destroys the stream and lets go
+        // of what the work kept alive.
+        if let Err(e) = self.dev.bind().and_then(|()| self.queue.close_logged(lib)) {
+            // The stream may still run: `queue` never releases memory it may touch, and leaks
+            // it when it drops undestroyed.
+            tracing::error!(error = %e, "destroying a stream failed; leaking what its work uses");
+            self.dev.record_sticky(e);
         }
     }
 }

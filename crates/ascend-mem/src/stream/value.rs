@@ -1,16 +1,15 @@
 //! Stream-ordered values: a [`ValueWord`] (an aligned 64-bit word of a mapping),
 //! [`Stream::value_write`] and [`Stream::value_wait`] with a [`WaitCmp`].
 //!
-//! Allows `unsafe` for the same reason as `copy.rs`: the queued write or wait touches the word
-//! after the call returns, which is sound because the stream keeps the word's mapping alive
-//! until a synchronize proves the work done.
-#![allow(unsafe_code)]
+//! The queued write or wait touches the word after the call returns; the stream's queue
+//! (`handle::StreamQueue`) keeps the word's mapping alive until a synchronize proves the work
+//! done.
 
 use std::fmt;
 
-use super::queue::{Keep, Stream};
+use super::queue::Stream;
 use crate::error::{Error, Result};
-use crate::ffi;
+use crate::handle::check_word;
 use crate::vmm::{Mapping, MappingSlice};
 
 /// How [`Stream::value_wait`] compares the word with its value (`ACL_STREAM_WAIT_VALUE_*`).
@@ -75,14 +74,7 @@ impl<'a> ValueWord<'a> {
     /// # Errors
     /// [`Error::BadValueWord`] when `slice` is not 8 bytes or its address not 8-byte aligned.
     pub fn new(slice: MappingSlice<'a>) -> Result<ValueWord<'a>> {
-        let addr = slice.as_raw() as usize;
-        if slice.len() != 8 || addr % 8 != 0 {
-            return Err(Error::BadValueWord {
-                what: "ValueWord::new",
-                addr,
-                len: slice.len(),
-            });
-        }
+        check_word(&slice, "ValueWord::new")?;
         Ok(ValueWord { slice })
     }
 
@@ -145,11 +137,8 @@ impl Stream {
     pub fn value_write(&mut self, word: &ValueWord<'_>, value: u64) -> Result<()> {
         self.same_runtime(word.slice.mapping().device(), "aclrtValueWrite")?;
         self.dev.enter()?;
-        // SAFETY: the word is an aligned 8-byte range inside a live mapping, which the Arc
-        // pushed below keeps mapped until the stream is synchronized past the write.
-        unsafe { ffi::value::write(self.dev.lib(), word.as_raw(), value, self.live()?) }?;
-        self.keep.push(Keep::Map(word.slice.map_inner().clone()));
-        Ok(())
+        self.queue
+            .enqueue_value_write(self.dev.lib(), &word.slice, value)
     }
 
     /// Makes the stream wait until `word` satisfies `cmp` against `value`
@@ -165,18 +154,8 @@ impl Stream {
     pub fn value_wait(&mut self, word: &ValueWord<'_>, cmp: WaitCmp, value: u64) -> Result<()> {
         self.same_runtime(word.slice.mapping().device(), "aclrtValueWait")?;
         self.dev.enter()?;
-        // SAFETY: as in `value_write`.
-        unsafe {
-            ffi::value::wait(
-                self.dev.lib(),
-                word.as_raw(),
-                value,
-                cmp.raw(),
-                self.live()?,
-            )
-        }?;
-        self.keep.push(Keep::Map(word.slice.map_inner().clone()));
-        Ok(())
+        self.queue
+            .enqueue_value_wait(self.dev.lib(), &word.slice, value, cmp.raw())
     }
 }
 

@@ -13,6 +13,8 @@ mod batch_copies;
 mod drop_order;
 mod fault_injection;
 mod hccl_collectives;
+mod hccl_onesided;
+mod hccl_onesided_procs;
 mod hccl_procs;
 mod hccl_windows;
 mod npu_vmm;

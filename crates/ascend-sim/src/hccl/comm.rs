@@ -423,9 +423,34 @@ impl Comm {
         }
     }
 
-    /// The first asynchronous error (0 when none).
+    /// The first asynchronous error (0 when none), after a liveness probe of the peers (the
+    /// emulator's stand-in for HCCL's heartbeat): a peer whose communicator broke, or whose
+    /// process exited without destroying it, is recorded as `HCCL_E_REMOTE`. A peer that
+    /// destroyed its communicator is not a failure.
     pub(crate) fn async_error(&self) -> HcclResult {
+        if self.async_err.load(Ordering::Acquire) == 0 {
+            self.probe_peers();
+        }
         self.async_err.load(Ordering::Acquire)
+    }
+
+    fn probe_peers(&self) {
+        for p in self.peers.iter().filter(|p| p.rank != self.rank) {
+            let st = p.ctrl().state.load(Ordering::Acquire);
+            let how = if st == BROKEN {
+                "failed (its communicator is broken)"
+            } else if st == ALIVE && p.dead() {
+                "exited without destroying its communicator"
+            } else {
+                continue;
+            };
+            let msg = format!(
+                "rank {}: rank {} (process {}) {how}",
+                self.rank, p.rank, p.pid
+            );
+            self.record_async(&herr(HCCL_E_REMOTE, msg));
+            return;
+        }
     }
 
     /// Marks the communicator broken: peers waiting on us fail at once with `HCCL_E_REMOTE`.

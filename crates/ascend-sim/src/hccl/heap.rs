@@ -5,6 +5,12 @@
 //! slot starts at `base + r·stride`. A window gets the same offset `woff` in every slot (first
 //! fit; registrations are collective and equal-sized, so every rank computes the same layout),
 //! so a peer's byte `off` of the window is a plain load from `base + peer·stride + woff + off`.
+//!
+//! Every rank's slot range of a window is mapped read-write (one-sided puts write into a
+//! peer's part) and entered in the address table as device memory of this rank's device for as
+//! long as the window is registered, so copies, value writes and waits through a peer pointer
+//! are checked like any device address: once the window is deregistered they fail with an ACL
+//! error at submission or execution instead of touching the unmapped slot.
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -13,7 +19,7 @@ use std::sync::Arc;
 use hccl_sys::*;
 
 use super::error::{herr, HRes};
-use crate::vmm::state::PhysObj;
+use crate::vmm::state::{Class, MallocBlock, PhysObj, Region, MEM};
 
 pub(crate) const GB: usize = 1 << 30;
 
@@ -107,6 +113,8 @@ pub(crate) struct Window {
     pub stride: usize,
     pub woff: usize,
     pub n: u32,
+    /// The device of the communicator (the class the slots are entered with).
+    pub dev: u32,
     pub _objs: Vec<Arc<PhysObj>>,
 }
 
@@ -122,7 +130,30 @@ impl Window {
         (ptr >= self.start && end <= self.start + self.size).then(|| ptr - self.start)
     }
 
+    /// Enters every rank's slot range in the address table as device memory.
+    pub(crate) fn publish_slots(&self) {
+        let mut mem = MEM.write();
+        for r in 0..self.n {
+            let block = MallocBlock {
+                size: self.size,
+                map_len: self.size,
+                class: Class::Dev(self.dev),
+                charge: None,
+            };
+            mem.regions
+                .insert(self.peer_addr(r, 0), Region::Malloc(block));
+        }
+    }
+
+    /// Removes the slots from the address table (waiting, through its write lock, for copies
+    /// running on them) and unmaps them.
     pub(crate) fn unmap_slots(&self) {
+        {
+            let mut mem = MEM.write();
+            for r in 0..self.n {
+                mem.regions.remove(&self.peer_addr(r, 0));
+            }
+        }
         for r in 0..self.n {
             let a = self.peer_addr(r, 0);
             // SAFETY: `a..a+size` lies inside the communicator's heap reservation (still

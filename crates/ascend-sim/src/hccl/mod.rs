@@ -343,6 +343,20 @@ export! { Hccl;
     }
 }
 
+export! { Hccl;
+    /// The address in this process of byte `offset` of `peerRank`'s part of a window (its slot
+    /// in the symmetric heap: the peer's own memory, shared; stores through it are one-sided
+    /// puts). Rules: NULL handle or out-pointer HCCL_E_PTR; a window not registered (or
+    /// deregistered), `peerRank` not below the rank size, or `offset` not inside the window
+    /// (rounded to whole physical allocations) HCCL_E_PARA.
+    fn HcclSymWinGetPeerPointer(winHandle: HcclCommSymWindow, offset: usize, peerRank: u32, ptr: *mut *mut c_void) {
+        need(ptr, "ptr")?;
+        let a = window::peer_pointer(winHandle, offset, peerRank)?;
+        // SAFETY: out-pointer checked above, writable per the C contract.
+        unsafe { put(ptr, a as *mut c_void, "ptr") }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Collectives
 
@@ -476,6 +490,7 @@ symbol_table!(
     HcclCommSymWinRegister,
     HcclCommSymWinDeregister,
     HcclCommSymWinGet,
+    HcclSymWinGetPeerPointer,
     HcclAllReduce,
     HcclBroadcast,
     HcclReduceScatter,

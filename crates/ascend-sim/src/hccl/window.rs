@@ -65,12 +65,8 @@ pub(crate) fn find(comm: &Comm, ptr: usize, len: usize) -> Option<(Arc<Window>, 
         .find_map(|w| w.offset_of(ptr, len).map(|o| (w.clone(), o)))
 }
 
-fn map_fixed(addr: usize, len: usize, fd: i32, write: bool) -> HRes {
-    let prot = if write {
-        libc::PROT_READ | libc::PROT_WRITE
-    } else {
-        libc::PROT_READ
-    };
+fn map_fixed(addr: usize, len: usize, fd: i32) -> HRes {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
     // SAFETY: `addr..addr+len` is a slot range inside our own heap reservation; the memfd holds
     // at least HDR + len bytes (checked by the caller).
     let p = unsafe {
@@ -261,7 +257,7 @@ fn map_rank(comm: &Comm, slot: usize, p: usize, slot_addr: usize, objs: &[Arc<Ph
         let ino = comm.desc(p, CH_HOST, slot, w::PIECES + 3 * i + 1);
         let len = comm.desc(p, CH_HOST, slot, w::PIECES + 3 * i + 2) as usize;
         if p == comm.rank as usize {
-            map_fixed(slot_addr + off, len, objs[i].fd.as_raw_fd(), true)?;
+            map_fixed(slot_addr + off, len, objs[i].fd.as_raw_fd())?;
         } else {
             let f = take_fd(
                 pid,
@@ -269,7 +265,7 @@ fn map_rank(comm: &Comm, slot: usize, p: usize, slot_addr: usize, objs: &[Arc<Ph
                 ino,
                 &format!("taking the window memory of rank {p}"),
             )?;
-            map_fixed(slot_addr + off, len, f.as_raw_fd(), false)?;
+            map_fixed(slot_addr + off, len, f.as_raw_fd())?;
         }
         off += len;
     }
@@ -353,8 +349,12 @@ pub(crate) fn register(comm: &Arc<Comm>, addr: usize, size: u64, flag: u32) -> H
         stride: heap.stride,
         woff: *mapped.as_ref().unwrap_or(&0),
         n: comm.n,
+        dev: comm.device,
         _objs: objs,
     });
+    if mapped.is_ok() {
+        win.publish_slots();
+    }
     if let Some(e) = failed {
         if let Ok(woff) = mapped {
             win.unmap_slots();
@@ -451,6 +451,43 @@ pub(crate) fn forget_all(comm: &Comm) {
     for w in wins {
         forget(comm, &w);
     }
+}
+
+/// `HcclSymWinGetPeerPointer`: the address in this process of byte `offset` of rank `peer`'s
+/// part of the window `h` (its slot in the symmetric heap, mapped read-write).
+pub(crate) fn peer_pointer(h: HcclCommSymWindow, offset: usize, peer: u32) -> HRes<usize> {
+    if h.is_null() {
+        return Err(herr(HCCL_E_PTR, "winHandle is NULL"));
+    }
+    let unknown = || {
+        herr(
+            HCCL_E_PARA,
+            format!("winHandle {h:p} is not a registered window (deregistered already?)"),
+        )
+    };
+    let id = handles::decode(h, Kind::Window, "winHandle").map_err(|_| unknown())?;
+    let win = WINDOWS
+        .read()
+        .get(&id)
+        .filter(|r| r.comm.strong_count() > 0)
+        .map(|r| r.win.clone())
+        .ok_or_else(unknown)?;
+    if peer >= win.n {
+        return Err(herr(
+            HCCL_E_PARA,
+            format!(
+                "peerRank {peer} is not a rank of the window's communicator (rank size {})",
+                win.n
+            ),
+        ));
+    }
+    if offset >= win.size {
+        return Err(herr(
+            HCCL_E_PARA,
+            format!("offset {offset} is past the window ({} bytes)", win.size),
+        ));
+    }
+    Ok(win.peer_addr(peer, offset))
 }
 
 /// The window handle value.

@@ -164,3 +164,37 @@ pub fn assert_child_ok(out: &std::process::Output) {
     );
     assert!(so.contains("1 passed"), "child ran no test:\n{so}\n{se}");
 }
+
+/// A new stream of the current device.
+pub fn stream() -> aclrtStream {
+    let mut s = null_mut();
+    ok!(aclrtCreateStream(&mut s));
+    s
+}
+
+/// `size` bytes of device memory (`aclrtMalloc`).
+pub fn dev_buf(size: usize) -> *mut c_void {
+    let mut d = null_mut();
+    ok!(aclrtMalloc(&mut d, size, ACL_MEM_MALLOC_HUGE_FIRST));
+    d
+}
+
+/// Runs the whole test binary again in a child with `ASCEND_SIM_STREAM_MODE=deterministic`
+/// (marked by `child_var`, which the calling test checks so the child does not recurse) and
+/// asserts every test passed there too.
+pub fn rerun_deterministic(child_var: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let out = std::process::Command::new(exe)
+        .args(["--test-threads=2"])
+        .env(child_var, "1")
+        .env("ASCEND_SIM_STREAM_MODE", "deterministic")
+        .output()
+        .unwrap();
+    let so = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "deterministic run failed:\n{so}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(so.contains("test result: ok"), "{so}");
+}

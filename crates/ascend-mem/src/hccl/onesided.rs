@@ -1,0 +1,314 @@
+//! One-sided stream calls on symmetric windows: [`Stream::put`] and [`Stream::get`] (copies
+//! through a peer pointer), [`Stream::signal`] and [`Stream::wait_signal`] (stream-ordered
+//! value writes into a peer's signal words and waits on our own), [`Stream::put_signal`], and
+//! the bounded host wait [`Comm::synchronize_watched`].
+//!
+//! Allows `unsafe` for queuing copies and value writes on raw peer addresses: sound because
+//! every check (rank, bounds, slot, device) is made first and the stream keeps the window (and
+//! so its registration, its mapping and the communicator) and the local buffer alive until it
+//! is synchronized.
+#![allow(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+use bytemuck::Pod;
+
+use super::comm::Comm;
+use super::peer::{check_slot, PeerView};
+use super::window::SymWindow;
+use crate::device::same_device;
+use crate::error::{Error, Result};
+use crate::error_kind::ErrorKind;
+use crate::ffi;
+use crate::ffi::StreamRef;
+use crate::stream::{Stream, WaitCmp};
+use crate::typed::TypedSlice;
+
+/// Checks that `count` elements at element `offset` fit in the peer's data area.
+fn fits<T>(peer: &PeerView<T>, offset: usize, count: usize, what: &'static str) -> Result<()> {
+    let size = std::mem::size_of::<T>();
+    if !matches!(offset.checked_add(count), Some(end) if end <= peer.len) {
+        return Err(Error::OutOfBounds {
+            what,
+            offset: offset.saturating_mul(size),
+            len: count.saturating_mul(size),
+            size: peer.len * size,
+        });
+    }
+    Ok(())
+}
+
+/// Checks that the stream belongs to the window's device.
+fn stream_device<T>(stream: &Stream, peer: &PeerView<T>, api: &'static str) -> Result<()> {
+    let dev = &peer.win.comm.dev;
+    if !same_device(stream.device(), dev) {
+        return Err(Error::WrongDevice {
+            what: api,
+            expected: dev.id(),
+            found: stream.device().id(),
+        });
+    }
+    Ok(())
+}
+
+/// Checks that the stream and the local buffer belong to the window's device.
+fn same_devices<T: Pod>(
+    stream: &Stream,
+    peer: &PeerView<T>,
+    local: &TypedSlice<'_, T>,
+    api: &'static str,
+) -> Result<()> {
+    let dev = &peer.win.comm.dev;
+    for d in [stream.device(), local.mapping().device()] {
+        if !same_device(d, dev) {
+            return Err(Error::WrongDevice {
+                what: api,
+                expected: dev.id(),
+                found: d.id(),
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Stream {
+    /// Queues a one-sided put: all of `src` (local memory) into `peer`'s data area from
+    /// element `dst_offset` (`aclrtMemcpyAsync` to the address `HcclSymWinGetPeerPointer`
+    /// gave). The peer is not told: follow with [`Stream::signal`] (or use
+    /// [`Stream::put_signal`]) for it to wait on. The stream keeps the window and `src`'s
+    /// mapping alive until it is synchronized.
+    ///
+    /// # Errors
+    /// Checked before any C call: [`Error::OutOfBounds`] when the elements do not fit in the
+    /// peer's data area (offsets and lengths in bytes); [`Error::WrongDevice`] when the
+    /// stream or `src` is not on the communicator's device. An `aclrtMemcpyAsync` failure.
+    #[doc(alias = "ncclPut")]
+    pub fn put<T: Pod>(
+        &mut self,
+        peer: &PeerView<T>,
+        src: &TypedSlice<'_, T>,
+        dst_offset: usize,
+    ) -> Result<()> {
+        fits(peer, dst_offset, src.len(), "Stream::put: peer data area")?;
+        same_devices(self, peer, src, "Stream::put")?;
+        let dst = peer.base + dst_offset * std::mem::size_of::<T>();
+        self.copy_peer(peer, dst, src.as_raw() as usize, src)
+    }
+
+    /// Queues a one-sided get: `dst.len()` elements of `peer`'s data area from element
+    /// `src_offset` into `dst` (local memory). The stream keeps the window and `dst`'s mapping
+    /// alive until it is synchronized.
+    ///
+    /// # Errors
+    /// As [`Stream::put`].
+    pub fn get<T: Pod>(
+        &mut self,
+        peer: &PeerView<T>,
+        src_offset: usize,
+        dst: &TypedSlice<'_, T>,
+    ) -> Result<()> {
+        fits(peer, src_offset, dst.len(), "Stream::get: peer data area")?;
+        same_devices(self, peer, dst, "Stream::get")?;
+        let src = peer.base + src_offset * std::mem::size_of::<T>();
+        self.copy_peer(peer, dst.as_raw() as usize, src, dst)
+    }
+
+    /// Queues a device-to-device copy of `local.len()` elements between `dst` and `src`
+    /// (one of them in `peer`'s part, checked by the caller), keeping both sides alive.
+    fn copy_peer<T: Pod>(
+        &mut self,
+        peer: &PeerView<T>,
+        dst: usize,
+        src: usize,
+        local: &TypedSlice<'_, T>,
+    ) -> Result<()> {
+        let n = local.as_bytes().len();
+        if n == 0 {
+            return Ok(());
+        }
+        let dev = self.device().clone();
+        dev.enter()?;
+        // SAFETY: `dst..dst+n` and `src..src+n` lie in the local mapping (a live TypedSlice)
+        // and in the peer's part of a window that is registered (the view holds it) and mapped
+        // in this process; both are kept below until the stream is synchronized past the
+        // copy. The stream is live (`&mut self` of an open stream) for this call.
+        unsafe {
+            ffi::copy::memcpy_async(
+                dev.lib(),
+                dst as *mut std::ffi::c_void,
+                n,
+                src as *const std::ffi::c_void,
+                n,
+                acl::ACL_MEMCPY_DEVICE_TO_DEVICE,
+                StreamRef::borrow_raw(self.as_raw()),
+            )
+        }?;
+        self.keep_mapping(local.as_bytes().map_inner());
+        self.keep_other(peer.win.clone());
+        Ok(())
+    }
+}
+
+impl Stream {
+    /// Queues a signal: `value` stored into signal word `slot` of `peer`'s part
+    /// (`aclrtValueWrite` through the peer pointer) when the stream reaches it, after the work
+    /// queued before it (so after earlier puts on this stream). The peer waits for it with
+    /// [`Stream::wait_signal`]. Signal words are plain 64-bit stores, not additions: give each
+    /// sender its own slot, or send increasing values and wait with [`WaitCmp::Geq`].
+    ///
+    /// # Errors
+    /// Checked before any C call: [`Error::InvalidArgument`] for a slot not below
+    /// [`SIGNAL_SLOTS`](super::SIGNAL_SLOTS); [`Error::WrongDevice`] for a stream of another
+    /// device. An `aclrtValueWrite` failure.
+    #[doc(alias = "ncclSignal")]
+    #[doc(alias = "aclrtValueWrite")]
+    pub fn signal<T>(&mut self, peer: &PeerView<T>, slot: usize, value: u64) -> Result<()> {
+        check_slot(slot, "Stream::signal")?;
+        stream_device(self, peer, "Stream::signal")?;
+        self.signal_unchecked(peer, slot, value)
+    }
+
+    /// [`Stream::signal`] after its checks.
+    fn signal_unchecked<T>(&mut self, peer: &PeerView<T>, slot: usize, value: u64) -> Result<()> {
+        let dev = self.device().clone();
+        dev.enter()?;
+        let addr = peer.signals + slot * 8;
+        // SAFETY: `addr` is an aligned word of the peer's signal area (slot checked, the area
+        // starts 8-byte aligned), in a window the view holds registered and mapped; the stream
+        // keeps the window below until synchronized. The stream is live (`&mut self`).
+        unsafe {
+            ffi::value::write(
+                dev.lib(),
+                addr as *mut std::ffi::c_void,
+                value,
+                StreamRef::borrow_raw(self.as_raw()),
+            )
+        }?;
+        self.keep_other(peer.win.clone());
+        Ok(())
+    }
+
+    /// Queues a one-sided put and then a signal (as [`Stream::put`] followed by
+    /// [`Stream::signal`], in stream order: a peer that sees the signal sees the data). All
+    /// checks of both are made before either is queued.
+    ///
+    /// # Errors
+    /// As [`Stream::put`] and [`Stream::signal`].
+    #[doc(alias = "ncclPutSignal")]
+    pub fn put_signal<T: Pod>(
+        &mut self,
+        peer: &PeerView<T>,
+        src: &TypedSlice<'_, T>,
+        dst_offset: usize,
+        slot: usize,
+        value: u64,
+    ) -> Result<()> {
+        check_slot(slot, "Stream::put_signal")?;
+        self.put(peer, src, dst_offset)?;
+        self.signal_unchecked(peer, slot, value)
+    }
+
+    /// Queues a wait: the stream stops until this rank's signal word `slot` of `win`
+    /// satisfies `cmp` against `value` (`aclrtValueWait`). The host waits for the stream with
+    /// [`Comm::synchronize_watched`], which ends with an error when a peer dies instead of
+    /// waiting forever.
+    ///
+    /// # Errors
+    /// Checked before any C call: [`Error::InvalidArgument`] for a slot not below
+    /// [`SIGNAL_SLOTS`](super::SIGNAL_SLOTS) or a window too small for the signal area;
+    /// [`Error::WrongDevice`] for a stream of another device. An `aclrtValueWait` failure.
+    #[doc(alias = "ncclWaitSignal")]
+    #[doc(alias = "aclrtValueWait")]
+    pub fn wait_signal(
+        &mut self,
+        win: &SymWindow,
+        slot: usize,
+        cmp: WaitCmp,
+        value: u64,
+    ) -> Result<()> {
+        const API: &str = "Stream::wait_signal";
+        let addr = win.own_signal(slot, API)?;
+        let dev = &win.inner.comm.dev;
+        if !same_device(self.device(), dev) {
+            return Err(Error::WrongDevice {
+                what: API,
+                expected: dev.id(),
+                found: self.device().id(),
+            });
+        }
+        let dev = self.device().clone();
+        dev.enter()?;
+        // SAFETY: `addr` is an aligned word of this rank's signal area, inside the window's
+        // mapping, which the stream keeps (through the window) until synchronized. The stream
+        // is live (`&mut self`).
+        unsafe {
+            ffi::value::wait(
+                dev.lib(),
+                addr as *mut std::ffi::c_void,
+                value,
+                cmp.raw(),
+                StreamRef::borrow_raw(self.as_raw()),
+            )
+        }?;
+        self.keep_other(win.inner.clone());
+        Ok(())
+    }
+}
+
+/// How often [`Comm::synchronize_watched`] looks at the communicator while it waits.
+const WATCH_EVERY: Duration = Duration::from_millis(10);
+
+impl Comm {
+    /// Waits for `stream`'s work (typically [`Stream::wait_signal`]s) for at most `timeout`,
+    /// checking the communicator's health (`HcclGetCommAsyncError`) every few milliseconds. A
+    /// peer that died or failed (HCCL's failure detection) or the deadline ends the wait: the
+    /// stream's queued work is then aborted (`aclrtStreamAbort`, so the stream can be
+    /// synchronized and dropped) and an error returned.
+    ///
+    /// # Errors
+    /// [`Error::Hccl`] (api `HcclGetCommAsyncError`, usually `E_REMOTE`) when the
+    /// communicator reports a failure; the `aclrtSynchronizeStreamWithTimeout` error of kind
+    /// [`Timeout`](crate::ErrorKind::Timeout) when `timeout` passes; other synchronize or
+    /// abort failures.
+    pub fn synchronize_watched(&self, stream: &mut Stream, timeout: Duration) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let e = match stream.synchronize_timeout(left.min(WATCH_EVERY)) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Timeout => e,
+                Err(e) => return Err(e),
+            };
+            let failed = self.async_error()?.map(|code| Error::Hccl {
+                api: "HcclGetCommAsyncError",
+                code,
+                msg: format!(
+                    "rank {}: the communicator reports a failure while this rank waits on its stream",
+                    self.rank()
+                )
+                .into(),
+            });
+            if let Some(failed) = failed {
+                abort_and_drain(stream)?;
+                return Err(failed);
+            }
+            if left <= WATCH_EVERY {
+                abort_and_drain(stream)?;
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// Aborts `stream` and synchronizes it: the first synchronize after an abort reports the
+/// abort (`ACL_ERROR_RT_STREAM_ABORT`), which is expected here; a second one finds the stream
+/// empty and releases what the discarded work kept alive.
+fn abort_and_drain(stream: &mut Stream) -> Result<()> {
+    stream.abort()?;
+    match stream.synchronize() {
+        Err(Error::Acl { code, .. }) if code.0 == acl::ACL_ERROR_RT_STREAM_ABORT => {
+            stream.synchronize()
+        }
+        r => r,
+    }
+}
