@@ -134,6 +134,7 @@ mod remote;
 mod request;
 mod slots;
 mod stats;
+mod submit;
 mod transfer;
 pub mod wire;
 
