@@ -18,12 +18,15 @@
 //!   transfer; 64 MiB: one), as `ucx_perftest` keeps puts outstanding. Both buffers are touched
 //!   before timing. The ceiling is `memcpy` between the same mapped buffers (this process's
 //!   local buffer and its mapping of the peer's buffer), the same blocks, on as many threads as
-//!   the engine has copy streams. UCX: `ucx_perftest -t ucp_put_bw` with
-//!   `UCX_TLS=posix,cma,self` at the same sizes when `ucx_perftest` is installed.
+//!   the engine has copy streams. *latency*: 10,000 synchronous 4 KiB WRITEs (2,000 with
+//!   `--quick`) one after the other, p50 and p99. UCX: `ucx_perftest -t ucp_put_bw` with
+//!   `UCX_TLS=posix,cma,self` at the same sizes, and `-t ucp_put_lat` at 4 KiB, when
+//!   `ucx_perftest` is installed.
 //! * **translate**: host-side cost of a descriptor (checks, translation, `aclrtMemcpyAsync`
 //!   submission) with 1 and with 10,000 segments offered by the peer (each its own 2 MiB
 //!   allocation), measured in a child process whose emulator runs streams in `deterministic`
-//!   mode, so no copy runs while descriptors are submitted.
+//!   mode, so no copy runs while descriptors are submitted; and the same copies posted as
+//!   (local block, remote block) pairs of prepared lists.
 //! * **collectives**: AllGather and AllReduce (sum), 4 ranks as threads of this process (one
 //!   emulated device each), 8 MiB per rank, fp32, with symmetric windows and staged.
 //! * **soak**: a randomized run against peer processes that are killed and restarted, with
@@ -34,6 +37,10 @@
 //! memcpy GB/s), `write_4KiB_ops_vs_memcpy` (walk, descriptors/s over memcpy's),
 //! `write_1MiB_vs_ucx`, `write_64MiB_vs_ucx` (repeat, engine over UCX put), `translate_10k_vs_1`
 //! (submission cost per descriptor with 10,000 segments over with 1: a cost ratio),
+//! `translate_prepared_10k_vs_1` (the same for prepared lists), `prepared_vs_raw_submit`
+//! (prepared over raw submission cost per descriptor, 1 segment), `walk_1MiB_vs_memcpy`,
+//! `repeat_4KiB_vs_ucx` (WRITE), `lat_4KiB_p50_vs_ucx` (p50 of a synchronous 4 KiB WRITE over
+//! UCX's typical put latency: a time ratio), `lat_4KiB_p50_us`, `lat_4KiB_p99_us`,
 //! `allgather_sym_vs_staged` (staged time over symmetric), `peak_rss_over_registered_MiB`
 //! (sum over the two transfer processes of VmHWM minus the registered memory each touches: the
 //! initiator its buffer and its mapping of the peer's, the peer its buffer). `nan` when a part
@@ -172,6 +179,7 @@ pub(crate) struct Results {
     pub(crate) collectives: Vec<collectives::Row>,
     pub(crate) ucx_note: Option<String>,
     pub(crate) rss: Option<transfer::RssReport>,
+    pub(crate) latency: Option<transfer::Latency>,
 }
 
 fn main() -> ExitCode {

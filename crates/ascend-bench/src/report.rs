@@ -37,6 +37,13 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         coll(res, Coll::AllGather, false).map(|r| r.time.as_secs_f64()),
         coll(res, Coll::AllGather, true).map(|r| r.time.as_secs_f64()),
     );
+    let prep = |n| {
+        res.translate
+            .iter()
+            .find(|r| r.segments == n)
+            .and_then(|r| r.prepared_ns)
+    };
+    let lat = res.latency;
     let a2a = ratio(
         coll(res, Coll::AllToAll, false).map(|r| r.time.as_secs_f64()),
         coll(res, Coll::AllToAll, true).map(|r| r.time.as_secs_f64()),
@@ -48,6 +55,16 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         ("write_1MiB_vs_ucx", ucx(1 << 20)),
         ("write_64MiB_vs_ucx", ucx(64 << 20)),
         ("translate_10k_vs_1", ratio(tr(10_000), tr(1))),
+        ("translate_prepared_10k_vs_1", ratio(prep(10_000), prep(1))),
+        ("prepared_vs_raw_submit", ratio(prep(1), tr(1))),
+        ("walk_1MiB_vs_memcpy", walk(TransferOp::Write, 1 << 20)),
+        ("repeat_4KiB_vs_ucx", ucx(4 << 10)),
+        (
+            "lat_4KiB_p50_vs_ucx",
+            lat.and_then(|l| ratio(Some(l.p50_us), l.ucx_us)),
+        ),
+        ("lat_4KiB_p50_us", lat.map(|l| l.p50_us)),
+        ("lat_4KiB_p99_us", lat.map(|l| l.p99_us)),
         ("allgather_sym_vs_staged", ag),
         ("alltoall_onesided_vs_staged", a2a),
         (
@@ -120,18 +137,29 @@ pub(crate) fn print_tables(res: &Results) {
         }
         println!();
     }
+    if let Some(l) = res.latency {
+        println!(
+            "latency of a synchronous 4 KiB WRITE ({} transfers): p50 {:.1} us, p99 {:.1} us; UCX put typical {} us",
+            l.n,
+            l.p50_us,
+            l.p99_us,
+            fmt_opt(l.ucx_us, 2)
+        );
+        println!();
+    }
     if !res.translate.is_empty() {
         println!("translate: host-side cost per 4 KiB descriptor (batches of 1,024; deterministic streams)");
         println!(
-            "{:>9} {:>14} {:>14} {:>9} {:>11}",
-            "segments", "submit ns/desc", "total ns/desc", "descs", "connect s"
+            "{:>9} {:>14} {:>14} {:>16} {:>9} {:>11}",
+            "segments", "submit ns/desc", "total ns/desc", "prepared ns/desc", "descs", "connect s"
         );
         for r in &res.translate {
             println!(
-                "{:>9} {:>14.1} {:>14.1} {:>9} {:>11.3}",
+                "{:>9} {:>14.1} {:>14.1} {:>16} {:>9} {:>11.3}",
                 r.segments,
                 r.submit_ns,
                 r.total_ns,
+                fmt_opt(r.prepared_ns, 1),
                 r.descs,
                 r.connect.as_secs_f64()
             );
@@ -204,14 +232,15 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
     }
     if !res.translate.is_empty() {
         let mut s =
-            String::from("segments,submit_ns_per_desc,total_ns_per_desc,descriptors,connect_s\n");
+            String::from("segments,submit_ns_per_desc,total_ns_per_desc,prepared_submit_ns_per_desc,descriptors,connect_s\n");
         for r in &res.translate {
             let _ = writeln!(
                 s,
-                "{},{:.1},{:.1},{},{:.4}",
+                "{},{:.1},{:.1},{},{},{:.4}",
                 r.segments,
                 r.submit_ns,
                 r.total_ns,
+                fmt_opt(r.prepared_ns, 1),
                 r.descs,
                 r.connect.as_secs_f64()
             );

@@ -1,7 +1,7 @@
 //! The transfer benchmark: engine WRITE/READ between two processes against `memcpy` between
 //! the same mapped buffers, and UCX put.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
 use ascend_mem::Runtime;
@@ -90,6 +90,21 @@ impl Row {
     }
 }
 
+/// Latency of a synchronous 4 KiB WRITE (one descriptor, `TransferSync`), against UCX's
+/// typical put latency at 4 KiB.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Latency {
+    /// Transfers timed.
+    pub(crate) n: usize,
+    pub(crate) p50_us: f64,
+    pub(crate) p99_us: f64,
+    /// `ucx_perftest -t ucp_put_lat` typical latency.
+    pub(crate) ucx_us: Option<f64>,
+}
+
+/// The latency case's block.
+pub(crate) const LAT_BLOCK: usize = 4 << 10;
+
 /// Peak RSS of the two engine processes against the registered memory they touch.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct RssReport {
@@ -133,8 +148,8 @@ fn reps(args: &Args) -> usize {
 
 /// Progress steps of [`run`].
 pub(crate) fn steps(_args: &Args) -> u64 {
-    // setup, 2 patterns x 2 ops x sizes, check, UCX sizes
-    1 + 4 * SIZES.len() as u64 + 1 + SIZES.len() as u64
+    // setup, 2 patterns x 2 ops x sizes, latency, check, UCX sizes and latency
+    1 + 4 * SIZES.len() as u64 + 2 + SIZES.len() as u64 + 1
 }
 
 /// Raw addresses of the two mappings in this process.
@@ -286,6 +301,28 @@ impl Bench<'_> {
         })
     }
 
+    /// Times `n` synchronous 4 KiB WRITEs one after the other (after `n / 10` untimed).
+    fn latency(&self, n: usize) -> Res<Latency> {
+        let d = [TransferDesc::new(self.l0, self.r0, LAT_BLOCK as u64)];
+        let one = || self.eng.transfer_sync(self.peer, TransferOp::Write, &d, T);
+        for _ in 0..n / 10 {
+            one()?;
+        }
+        let mut us = Vec::with_capacity(n);
+        for _ in 0..n {
+            let t = Instant::now();
+            one()?;
+            us.push(t.elapsed().as_secs_f64() * 1e6);
+        }
+        us.sort_by(f64::total_cmp);
+        Ok(Latency {
+            n,
+            p50_us: us[n / 2],
+            p99_us: us[n * 99 / 100],
+            ucx_us: None,
+        })
+    }
+
     /// Writes `v` everywhere through a 64 KiB walk and reads it back with a READ walk.
     fn check(
         &self,
@@ -385,6 +422,16 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
             }
         }
     }
+    if filter.as_deref().map_or(true, |f| "latency".contains(f)) {
+        pb.set_message("transfer: latency of a synchronous 4 KiB WRITE");
+        // Profiling aid: `ASCEND_BENCH_LAT_N=1000000` makes the latency loop dominate.
+        let n = std::env::var("ASCEND_BENCH_LAT_N")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(if args.quick { 2_000 } else { 10_000 });
+        res.latency = Some(b.latency(n)?);
+    }
+    pb.inc(1);
     pb.set_message("transfer: data check");
     b.check(&local, &mut peer)?;
     pb.inc(1);
@@ -413,7 +460,7 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
     match ucx {
         Err(why) => {
             res.ucx_note = Some(format!("UCX skipped: {why}"));
-            pb.inc(SIZES.len() as u64);
+            pb.inc(SIZES.len() as u64 + 1);
         }
         Ok(exe) => {
             let mut notes = Vec::new();
@@ -433,9 +480,22 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
                 }
                 pb.inc(1);
             }
+            pb.set_message(format!(
+                "transfer: UCX put latency {}",
+                size_name(LAT_BLOCK)
+            ));
+            match crate::ucx::put_lat(&exe, LAT_BLOCK, args.quick) {
+                Ok(us) => {
+                    if let Some(l) = &mut res.latency {
+                        l.ucx_us = Some(us);
+                    }
+                }
+                Err(e) => notes.push(format!("UCX latency failed: {e}")),
+            }
+            pb.inc(1);
             res.ucx_note = Some(if notes.is_empty() {
                 format!(
-                    "UCX: {} -t ucp_put_bw, UCX_TLS=posix,cma,self{}",
+                    "UCX: {} -t ucp_put_bw and ucp_put_lat, UCX_TLS=posix,cma,self{}",
                     exe.display(),
                     if args.quick {
                         ", iterations / 8 (--quick)"

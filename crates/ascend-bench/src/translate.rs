@@ -1,6 +1,8 @@
 //! Host-side cost of a descriptor (checks against the local registrations and the peer's
 //! segments, translation, one `aclrtMemcpyAsync` submission), with 1 and with 10,000 segments
-//! offered by the peer.
+//! offered by the peer; and the cost of the same copies posted as (local block, remote block)
+//! index pairs of prepared lists (the local registration and every peer segment in 4 KiB
+//! blocks), whose translation happened when the lists were made.
 //!
 //! The client runs in its own process with `ASCEND_SIM_STREAM_MODE=deterministic`: queued
 //! copies run only when the request is waited for, so the time `transfer_async` takes is
@@ -16,7 +18,7 @@
 
 use std::time::{Duration, Instant};
 
-use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, SegmentRef, TransferDesc, TransferOp};
 use ascend_mem::Runtime;
 use indicatif::ProgressBar;
 
@@ -42,6 +44,9 @@ pub(crate) struct Row {
     pub(crate) submit_ns: f64,
     /// Submission plus the copies and completion, per descriptor.
     pub(crate) total_ns: f64,
+    /// Submission of the same copies as (local block, remote block) pairs of prepared lists
+    /// (`transfer_prepared_async`), per descriptor.
+    pub(crate) prepared_ns: Option<f64>,
     /// Descriptors per timed pass.
     pub(crate) descs: u64,
     /// Time to connect (import and map every segment).
@@ -99,13 +104,14 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar) -> Res<Vec<Row>> {
                 .split_whitespace()
                 .map(str::parse)
                 .collect::<Result<_, _>>()?;
-            if v.len() != 4 {
+            if v.len() != 5 {
                 return Err(format!("bad TRANSLATE line {r:?}").into());
             }
             let row = Row {
                 segments: segs,
                 submit_ns: v[0],
                 total_ns: v[1],
+                prepared_ns: Some(v[4]),
                 descs: v[2] as u64,
                 connect: Duration::from_secs_f64(v[3]),
             };
@@ -114,6 +120,10 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar) -> Res<Vec<Row>> {
                 Some(x) => {
                     x.submit_ns = x.submit_ns.min(row.submit_ns);
                     x.total_ns = x.total_ns.min(row.total_ns);
+                    x.prepared_ns = match (x.prepared_ns, row.prepared_ns) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                     x.connect = x.connect.min(row.connect);
                 }
                 None => *b = Some(row),
@@ -161,7 +171,8 @@ fn keep_buf(b: ascend_mem::DeviceBuffer) {
     drop(b);
 }
 
-/// The client role: prints `TRANSLATE <submit ns/desc> <total ns/desc> <descs> <connect s>`.
+/// The client role: prints `TRANSLATE <submit ns/desc> <total ns/desc> <descs> <connect s>
+/// <prepared submit ns/desc>`.
 pub(crate) fn client_main() -> Res<()> {
     let peers_var: String = std::env::var("BENCH_PEERS")?;
     let peers: Vec<&str> = peers_var.split(',').collect();
@@ -197,11 +208,17 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
     // peer (same tables, no spread).
     let spread = std::env::var_os("BENCH_ONE_SEGMENT").is_none();
     let mut descs = Vec::with_capacity(batches * crate::transfer::BATCH);
+    // The same copies as (local block, remote block) pairs of prepared lists.
+    let mut pairs = Vec::with_capacity(descs.capacity());
     let mut prev = u64::MAX;
     for k in 0..batches * crate::transfer::BATCH {
         let segs = &segs[(k / crate::transfer::BATCH) % peers.len()];
-        let pick = rnd() % segs.len() as u64;
-        let (base, _) = segs[if spread { pick as usize } else { 0 }];
+        let pick = if spread {
+            (rnd() % segs.len() as u64) as usize
+        } else {
+            0
+        };
+        let (base, _) = segs[pick];
         let mut r = base + rnd() % per_seg * DESC;
         if r == prev.wrapping_add(DESC) {
             // Never contiguous with the previous descriptor on both sides: no coalescing.
@@ -210,9 +227,27 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
         prev = r;
         let l = l0 + (k as u64 * DESC) % LOCAL_BYTES as u64;
         descs.push(TransferDesc::new(l, r, DESC));
+        let rb = pick * per_seg as usize + ((r - base) / DESC) as usize;
+        pairs.push((((l - l0) / DESC) as usize, rb));
     }
-    let mut best = (f64::MAX, f64::MAX);
+    let local_list = eng.prepare_local(&_reg, DESC)?;
+    let mut remote_lists = Vec::new();
+    for (p, s) in peers.iter().zip(&segs) {
+        let all: Vec<SegmentRef> = (0..s.len()).map(SegmentRef::Index).collect();
+        remote_lists.push(eng.prepare_remote(p, &all, DESC)?);
+    }
+    let mut best = (f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..reps.max(1) + 1 {
+        // Prepared lists first, then raw descriptors, each pass after the other's.
+        let mut submit = Duration::ZERO;
+        for (i, c) in pairs.chunks(crate::transfer::BATCH).enumerate() {
+            let remote = &remote_lists[i % peers.len()];
+            let s = Instant::now();
+            let req = eng.transfer_prepared_async(TransferOp::Write, &local_list, remote, c)?;
+            submit += s.elapsed();
+            req.wait(T)?;
+        }
+        best.2 = best.2.min(submit.as_nanos() as f64 / pairs.len() as f64);
         let mut submit = Duration::ZERO;
         let t = Instant::now();
         for (i, c) in descs.chunks(crate::transfer::BATCH).enumerate() {
@@ -228,12 +263,14 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
         best.1 = best.1.min(total.as_nanos() as f64 / n);
     }
     println!(
-        "TRANSLATE {:.1} {:.1} {} {:.3}",
+        "TRANSLATE {:.1} {:.1} {} {:.3} {:.1}",
         best.0,
         best.1,
         descs.len(),
-        connect.as_secs_f64()
+        connect.as_secs_f64(),
+        best.2
     );
+    drop((local_list, remote_lists));
     drop(_reg);
     drop(eng);
     Ok(())

@@ -1,6 +1,7 @@
 //! UCX's one-sided put bandwidth over shared memory, as `ucx_perftest` measures it: a server
 //! `ucx_perftest -p PORT`, then `ucx_perftest 127.0.0.1 -p PORT -t ucp_put_bw -s SIZE -n ITERS`
 //! with `UCX_TLS=posix,cma,self`; the figure is the average of column 6 of the `Final:` line.
+//! Latency the same way with `-t ucp_put_lat`: the typical latency, column 3.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -55,16 +56,18 @@ impl Drop for Server {
     }
 }
 
-/// Parses column 6 (MB/s, UCX's MB = 2^20 bytes) of the `Final:` line.
-fn parse_final(out: &str) -> Option<f64> {
+/// Column `col` (0-based after the label) of the `Final:` line: 1 is the typical latency in
+/// µs, 4 the average bandwidth in MB/s (UCX's MB = 2^20 bytes).
+fn parse_final(out: &str, col: usize) -> Option<f64> {
     out.lines()
         .find(|l| l.trim_start().starts_with("Final:"))
-        .and_then(|l| l.split_whitespace().nth(5))
+        .and_then(|l| l.split_whitespace().nth(col + 1))
         .and_then(|v| v.parse().ok())
 }
 
-/// Put bandwidth in GB/s (10^9 bytes/s) for `size`-byte messages.
-pub(crate) fn put_bw(exe: &PathBuf, size: usize, quick: bool) -> Res<f64> {
+/// Runs `ucx_perftest -t test -s size -n iters` against a server of its own (three tries)
+/// and returns column `col` of its `Final:` line.
+fn perftest(exe: &PathBuf, test: &str, size: usize, iters: u64, col: usize) -> Res<f64> {
     let mut last = String::new();
     for _attempt in 0..3 {
         let port = crate::util::free_port()?;
@@ -84,19 +87,19 @@ pub(crate) fn put_bw(exe: &PathBuf, size: usize, quick: bool) -> Res<f64> {
                 "-p",
                 &port.to_string(),
                 "-t",
-                "ucp_put_bw",
+                test,
                 "-s",
                 &size.to_string(),
                 "-n",
-                &iterations(size, quick).to_string(),
+                &iters.to_string(),
             ])
             .env("UCX_TLS", TLS)
             .stdin(Stdio::null())
             .output()?;
         drop(server);
         let text = String::from_utf8_lossy(&out.stdout);
-        if let Some(mbs) = parse_final(&text) {
-            return Ok(mbs * f64::from(1 << 20) / 1e9);
+        if let Some(v) = parse_final(&text, col) {
+            return Ok(v);
         }
         last = format!(
             "{}; {}",
@@ -107,7 +110,19 @@ pub(crate) fn put_bw(exe: &PathBuf, size: usize, quick: bool) -> Res<f64> {
                 .unwrap_or("no output")
         );
     }
-    Err(format!("no Final: line from ucx_perftest ({last})").into())
+    Err(format!("no Final: line from ucx_perftest -t {test} ({last})").into())
+}
+
+/// Put bandwidth in GB/s (10^9 bytes/s) for `size`-byte messages.
+pub(crate) fn put_bw(exe: &PathBuf, size: usize, quick: bool) -> Res<f64> {
+    let mbs = perftest(exe, "ucp_put_bw", size, iterations(size, quick), 4)?;
+    Ok(mbs * f64::from(1 << 20) / 1e9)
+}
+
+/// Typical put latency in µs for `size`-byte messages (`ucp_put_lat`: one put, then the
+/// peer's reply, again and again; UCX reports half the round trip).
+pub(crate) fn put_lat(exe: &PathBuf, size: usize, quick: bool) -> Res<f64> {
+    perftest(exe, "ucp_put_lat", size, iterations(size, quick), 1)
 }
 
 #[cfg(test)]
@@ -118,8 +133,9 @@ mod tests {
     fn final_line() {
         let s = "[thread 0]  361  0.039  2764.959  2764.959  361.67  361.67  362  362\n\
                  Final:  1000  0.033  1887.189  2204.064  529.89  453.71  530  454\n";
-        assert_eq!(parse_final(s), Some(529.89));
-        assert_eq!(parse_final("nothing"), None);
+        assert_eq!(parse_final(s, 4), Some(529.89));
+        assert_eq!(parse_final(s, 1), Some(0.033));
+        assert_eq!(parse_final("nothing", 4), None);
         assert_eq!(iterations(64 << 20, false), 64);
         assert_eq!(iterations(1 << 20, false), 1000);
         assert_eq!(iterations(4096, false), 20000);

@@ -3,7 +3,7 @@
 use ascend_mem::CloseError;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -11,21 +11,20 @@ use std::time::{Duration, Instant};
 use ascend_mem::{Device, DeviceBuffer, HostBuffer, MappingSlice};
 use parking_lot::{Mutex, RwLock};
 
-use crate::channel::{self, Channel, ChannelMap, Gate};
+use crate::channel::{self, Channel, ChannelMap};
 use crate::control::{self, ControlHandler, ControlServer, ServerConfig};
 use crate::error::{Error, LostReason, Result};
 use crate::heartbeat::{spawn_heartbeats, Monitor};
 use crate::options::{EngineAddr, EngineOptions, OptionError};
-use crate::plan;
 use crate::pool::VaPool;
 use crate::progress::Progress;
-use crate::registry::{RegUse, Registrable, Registration, Registry};
+use crate::registry::{Registrable, Registration, Registry};
 use crate::remote::Remote;
-use crate::request::{AutoDisconnect, Pending, ReqInner, TransferRequest};
-use crate::slots::{SlotFrom, SlotGuard, SlotPool};
+use crate::request::{AutoDisconnect, TransferRequest};
+use crate::slots::{SlotFrom, SlotPool};
 use crate::stats::PeerStats;
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
-use crate::wire::{NotifyMsg, ShareHandleEntry};
+use crate::wire::{NotifyMsg, SegmentName, ShareHandleEntry};
 
 struct Handler {
     registry: Arc<Registry>,
@@ -35,6 +34,9 @@ struct Handler {
 impl ControlHandler for Handler {
     fn share_handles(&self) -> Vec<ShareHandleEntry> {
         self.registry.share_list()
+    }
+    fn segment_names(&self) -> Vec<SegmentName> {
+        self.registry.names.offered()
     }
     fn session_opened(&self, channel_id: &str) {
         tracing::info!(engine = %self.local, peer = channel_id, "peer connected");
@@ -50,16 +52,16 @@ pub(crate) struct EngineInner {
     /// engines at the same address (every port-less engine is just its IP) never collide.
     channel_id: String,
     opts: EngineOptions,
-    dev: Device,
+    pub(crate) dev: Device,
     pool: Arc<VaPool>,
-    registry: Arc<Registry>,
-    channels: Arc<ChannelMap>,
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) channels: Arc<ChannelMap>,
     pub(crate) slots: Arc<SlotPool>,
     server: Mutex<Option<Arc<ControlServer>>>,
     connect_lock: Mutex<()>,
     monitor: Arc<Monitor>,
     monitor_thread: Mutex<Option<JoinHandle<()>>>,
-    next_req: AtomicU64,
+    pub(crate) next_req: AtomicU64,
     /// Observes awaited and queued requests (a thread started on first use).
     pub(crate) progress: Arc<Progress>,
 }
@@ -422,8 +424,8 @@ impl Engine {
             inner.opts.shared_secret.as_deref(),
         )?;
         let keepalive = c.keepalive;
-        let made =
-            Remote::import_entries(&inner.dev, &inner.pool, remote, &c.entries).and_then(|rem| {
+        let made = Remote::import_entries(&inner.dev, &inner.pool, remote, &c.entries, &c.names)
+            .and_then(|rem| {
                 let io = |source| Error::Listen { addr: sa, source };
                 let reader = keepalive.try_clone().map_err(io)?;
                 Ok((
@@ -617,19 +619,7 @@ impl Engine {
             SlotFrom::Acquire(Some(deadline)),
             &TransferOptions::default(),
         )?;
-        let r = req.wait(Some(deadline));
-        // Under AutoConnect a failed copy, or copies that ran out of time, disconnect.
-        req.disconnect_if_due(r.is_none());
-        match r {
-            Some(r) => r,
-            None => {
-                req.abort();
-                Err(Error::Timeout {
-                    what: "transfer",
-                    after: timeout,
-                })
-            }
-        }
+        Self::wait_sync(&req, deadline, timeout)
     }
 
     /// Starts copying `descs` to or from `remote` and returns at once (`TransferAsync`); with
@@ -665,7 +655,11 @@ impl Engine {
 
     /// The channel to `remote`; with `AutoConnect` and none, connects first (HIXL's connect on
     /// demand, within 3 s and `deadline`).
-    fn channel_for(&self, remote: &str, deadline: Option<Instant>) -> Result<Arc<Channel>> {
+    pub(crate) fn channel_for(
+        &self,
+        remote: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Channel>> {
         let inner = &self.inner;
         let lookup = || inner.channels.read().get(remote).cloned();
         let not_connected = || Error::NotConnected {
@@ -701,7 +695,7 @@ impl Engine {
 
     /// With `AutoConnect`: what a request on `ch` does after a failed copy (disconnect `ch`,
     /// if this engine and the channel are still there).
-    fn auto_disconnect(&self, ch: &Arc<Channel>) -> Option<AutoDisconnect> {
+    pub(crate) fn auto_disconnect(&self, ch: &Arc<Channel>) -> Option<AutoDisconnect> {
         if !self.inner.opts.auto_connect {
             return None;
         }
@@ -711,92 +705,6 @@ impl Engine {
                 eng.auto_disconnect(&ch);
             }
         }))
-    }
-
-    /// Queues the copies of one transfer on a slot (taken here, or by a future already).
-    pub(crate) fn submit(
-        &self,
-        remote: &str,
-        op: TransferOp,
-        descs: &[TransferDesc],
-        slot_from: SlotFrom,
-        opts: &TransferOptions,
-    ) -> Result<Arc<ReqInner>> {
-        let slot_deadline = match &slot_from {
-            SlotFrom::Acquire(d) => *d,
-            SlotFrom::Given(_) => None,
-        };
-        let inner = &self.inner;
-        let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
-        let bytes = plan::check_descs(descs)?;
-        let ch = self.channel_for(remote, slot_deadline)?;
-        if let Gate::Lost(r) = *ch.gate.read() {
-            return Err(ch.lost_error(r));
-        }
-        // Every exit from here until the request owns the slot gives it back.
-        let mut slot = match slot_from {
-            SlotFrom::Acquire(d) => SlotGuard::acquire(&inner.slots, d)?,
-            SlotFrom::Given(g) => g,
-        };
-        let gate = ch.gate.read();
-        let rem = match &*gate {
-            Gate::Open(r) => r,
-            Gate::Lost(r) => return Err(ch.lost_error(*r)),
-        };
-        let reg = inner.registry.state.read();
-        // Check and translate every descriptor before queuing anything.
-        let mut regs = RegUse(Vec::new());
-        let pieces = plan::translate(descs, &reg.ranges, rem, &mut regs)?;
-        let ltab = reg.table(&inner.dev)?;
-        let write = op == TransferOp::Write;
-        let batches = plan::deal(pieces, slot.streams(), write);
-        let (dtab, stab) = if write {
-            (&rem.table, ltab)
-        } else {
-            (ltab, &rem.table)
-        };
-        let mut err: Option<Error> = None;
-        for (i, b) in batches.iter().enumerate() {
-            if b.is_empty() {
-                continue;
-            }
-            // Marked used before queuing: a batch that fails part way is aborted with the rest.
-            if let Err(e) = slot.stream(i).copy_table_async(dtab, stab, b) {
-                err = Some(e.into());
-                break;
-            }
-        }
-        drop(reg);
-        let id = inner.next_req.fetch_add(1, Ordering::Relaxed);
-        let (slot, used, slots) = slot.into_parts();
-        let mut p = Pending {
-            slot,
-            used,
-            regs,
-            book: ch.book.clone(),
-            slots,
-            write,
-            bytes,
-            descs: descs.len() as u64,
-        };
-        if err.is_none() {
-            if let Err(e) = p.record() {
-                err = Some(e);
-            }
-        }
-        let req = ReqInner::new(id, p, self.auto_disconnect(&ch), opts.stall_timeout);
-        drop(gate);
-        if let Some(e) = err {
-            req.fail(e);
-            // The failure is the submission's result.
-            let r = req.wait(None);
-            req.disconnect_if_due(false);
-            return match r {
-                Some(Err(e)) => Err(e),
-                _ => Err(Error::Aborted),
-            };
-        }
-        Ok(req)
     }
 }
 

@@ -220,6 +220,34 @@ pub enum Error {
     /// The outcome of this request was already returned by an earlier call.
     #[error("the result of this transfer was already reported: {0}")]
     AlreadyReported(String),
+    /// A registration name that is empty, too long, or taken by another live registration.
+    #[error("register_named: name {name:?} is unusable: {reason}")]
+    BadName {
+        /// The name (cut to 256 bytes).
+        name: String,
+        /// Why.
+        reason: &'static str,
+    },
+    /// A block list could not be prepared.
+    #[error("{call}: {reason}")]
+    Prepare {
+        /// The call (`prepare_local`, `prepare_remote`, a transfer of prepared lists).
+        call: &'static str,
+        /// What is wrong, with the values.
+        reason: String,
+    },
+    /// A block index of a prepared transfer lies past the end of its list.
+    #[error("transfer_prepared: pair {index}: {side} block {block} is out of range (the list has {blocks})")]
+    BlockIndex {
+        /// Index of the pair.
+        index: usize,
+        /// Which list.
+        side: Side,
+        /// The block index given.
+        block: usize,
+        /// Blocks in the list.
+        blocks: usize,
+    },
     /// A call or argument this engine does not support.
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -250,6 +278,9 @@ impl Error {
             | Error::Overflow { .. }
             | Error::NotRegistered { .. }
             | Error::BadEntry { .. }
+            | Error::BadName { .. }
+            | Error::Prepare { .. }
+            | Error::BlockIndex { .. }
             | Error::AlreadyReported(_) => HixlCode::PARAM_INVALID,
             Error::NotConnected { .. } => HixlCode::NOT_CONNECTED,
             Error::AlreadyConnected { .. } => HixlCode::ALREADY_CONNECTED,

@@ -23,6 +23,7 @@
 //! | `RegisterMem` / `DeregisterMem` | [`Engine::register`], [`Engine::register_raw`] / [`Engine::deregister`] or drop |
 //! | `Connect` / `Disconnect` | [`Engine::connect`] / [`Engine::disconnect`] |
 //! | `TransferSync` / `TransferAsync` | [`Engine::transfer_sync`] / [`Engine::transfer_async`] |
+//! | NIXL's prepared descriptor lists | [`Engine::prepare_local`], [`Engine::prepare_remote`], [`Engine::transfer_prepared_async`] |
 //! | `GetTransferStatus` | [`TransferRequest::status`], [`TransferRequest::wait`], `.await` |
 //! | `TransferArgs::user_data`, batched `GetTransferStatus` | [`CompletionQueue`] |
 //! | `ConnectAsync` | [`Engine::connect_async`] |
@@ -124,6 +125,7 @@ mod heartbeat;
 pub mod options;
 mod plan;
 mod pool;
+mod prepared;
 mod progress;
 mod queue;
 pub mod ranges;
@@ -132,6 +134,7 @@ mod remote;
 mod request;
 mod slots;
 mod stats;
+mod submit;
 mod transfer;
 pub mod wire;
 
@@ -141,6 +144,7 @@ pub use error::{Error, LostReason, Result, Side};
 pub use future::{Connect, Post, Transfer};
 pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
 pub use pool::SLOT as POOL_SLOT;
+pub use prepared::{LocalBlocks, RemoteBlocks, SegmentRef};
 pub use queue::{Completion, CompletionQueue, Next};
 pub use registry::{MemKind, Registrable, Registration};
 pub use request::TransferRequest;
@@ -153,6 +157,8 @@ const _: () = {
     send_sync::<Engine>();
     send_sync::<Registration>();
     send_sync::<TransferRequest>();
+    send_sync::<LocalBlocks>();
+    send_sync::<RemoteBlocks>();
     send_sync::<Transfer>();
     send_sync::<Post>();
     send_sync::<Connect>();

@@ -2,12 +2,13 @@
 //! every descriptor into pieces that each lie in one local and one remote segment, and the
 //! dealing of those pieces, as table copies, to the streams of a slot.
 
-use ascend_mem::TableCopy;
+use ascend_mem::{MappingTable, TableCopy};
 
 use crate::error::{Error, Result, Side};
 use crate::ranges::{RangeError, RangeMap};
 use crate::registry::{LocalSeg, RegUse};
 use crate::remote::{Remote, SegIndex};
+use crate::slots::SlotGuard;
 use crate::transfer::TransferDesc;
 
 /// Pieces of at least this size are spread over the slot's streams.
@@ -23,6 +24,20 @@ pub(crate) struct Piece {
     r_idx: usize,
     r_off: u64,
     len: u64,
+}
+
+impl Piece {
+    /// `len` bytes at `l_off` of local entry `l_idx` and `r_off` of remote entry `r_idx`.
+    #[inline]
+    pub(crate) fn new(l: (usize, u64), r: (usize, u64), len: u64) -> Piece {
+        Piece {
+            l_idx: l.0,
+            l_off: l.1,
+            r_idx: r.0,
+            r_off: r.1,
+            len,
+        }
+    }
 }
 
 /// Checks what needs no lookup (an empty batch, zero lengths, overflowing ranges); returns
@@ -52,7 +67,7 @@ pub(crate) fn check_descs(descs: &[TransferDesc]) -> Result<u64> {
 }
 
 /// A segment-relative span: (segment index, offset in it, length).
-type Span = (usize, u64, u64);
+pub(crate) type Span = (usize, u64, u64);
 
 /// Translates every descriptor: one lookup per side (the local pieces, then the remote
 /// ones), merged into pieces that lie in one local and one remote segment each. Each local
@@ -129,7 +144,7 @@ fn translate_in<L, R>(
 }
 
 /// Cuts one descriptor's local and remote spans at every boundary of either into pieces.
-fn merge(lp: &[Span], rp: &[Span], pieces: &mut Vec<Piece>) {
+pub(crate) fn merge(lp: &[Span], rp: &[Span], pieces: &mut Vec<Piece>) {
     let (mut i, mut j) = (0, 0);
     let (mut li, mut ri) = (lp[0], rp[0]);
     while i < lp.len() && j < rp.len() {
@@ -213,6 +228,33 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Vec<T
         put(q);
     }
     batches
+}
+
+/// Queues each stream's batch of `batches` on the slot's streams, addressed in the peer's
+/// imports (`remote`) and the local segments (`local`): the one place copies reach the
+/// runtime. Returns the first failure (streams that got work are marked used in `slot`, so
+/// what was queued before it is aborted with the request).
+pub(crate) fn issue(
+    slot: &mut SlotGuard,
+    batches: &[Vec<TableCopy>],
+    remote: &MappingTable,
+    local: &MappingTable,
+    write: bool,
+) -> Option<Error> {
+    let (dst, src) = if write {
+        (remote, local)
+    } else {
+        (local, remote)
+    };
+    for (i, b) in batches.iter().enumerate() {
+        if b.is_empty() {
+            continue;
+        }
+        if let Err(e) = slot.stream(i).copy_table_async(dst, src, b) {
+            return Some(e.into());
+        }
+    }
+    None
 }
 
 #[cfg(test)]

@@ -126,6 +126,13 @@ pub(crate) struct RegInner {
     removed: AtomicBool,
 }
 
+impl RegInner {
+    /// Whether the registration was deregistered (or its last handle dropped).
+    pub(crate) fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+}
+
 /// A local segment: part of a registration inside one block.
 #[derive(Clone)]
 pub(crate) struct LocalSeg {
@@ -197,6 +204,8 @@ pub(crate) struct Registry {
     dev: Device,
     pool: Arc<VaPool>,
     pub(crate) state: RwLock<RegState>,
+    /// Names given to registrations, offered to peers.
+    pub(crate) names: crate::prepared::Names,
     next_id: AtomicU64,
     revoke: OnceLock<RevokeHook>,
 }
@@ -290,6 +299,11 @@ impl Registration {
     pub fn in_flight(&self) -> usize {
         self.h.reg.in_flight.load(Ordering::Acquire)
     }
+
+    /// The registration's shared state.
+    pub(crate) fn inner(&self) -> &Arc<RegInner> {
+        &self.h.reg
+    }
 }
 
 fn not_shareable(addr: u64, len: u64, e: impl std::fmt::Display) -> Error {
@@ -306,6 +320,7 @@ impl Registry {
             dev: dev.clone(),
             pool,
             state: RwLock::new(RegState::default()),
+            names: Default::default(),
             next_id: AtomicU64::new(1),
             revoke: OnceLock::new(),
         })

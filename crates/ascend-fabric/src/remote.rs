@@ -2,6 +2,7 @@
 //! engine's VA pool ([`Import`]), the copy table over them, and the index that finds the
 //! segment holding a remote address.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use ascend_mem::{Device, MappingTable, ShareKind, SharedHandle};
@@ -9,7 +10,7 @@ use ascend_mem::{Device, MappingTable, ShareKind, SharedHandle};
 use crate::error::{Error, Result};
 use crate::pool::{SlotMapping, VaPool};
 use crate::ranges::RangeMap;
-use crate::wire::ShareHandleEntry;
+use crate::wire::{SegmentName, ShareHandleEntry};
 
 /// A peer segment imported and mapped into this engine's VA pool.
 pub(crate) struct Import {
@@ -62,6 +63,8 @@ pub(crate) struct Remote {
     pub(crate) map: RangeMap<Import>,
     /// Search index over `map`'s segment starts.
     pub(crate) index: SegIndex,
+    /// Names the peer gave its registrations: name → (va_addr, len), in its addresses.
+    pub(crate) names: HashMap<String, (u64, u64)>,
 }
 
 impl Remote {
@@ -81,12 +84,32 @@ impl Remote {
             index: SegIndex::new(&map),
             table,
             map,
+            names: HashMap::new(),
         })
     }
 
-    /// Imports and maps every entry `peer` offered, into `pool`; on a failure, what was
-    /// imported so far is undone (dropped) and the error names the entry.
+    /// Imports and maps every entry `peer` offered, into `pool`, and keeps the names it gave
+    /// its registrations (a name too long, or offered twice, is left out); on a failure,
+    /// what was imported so far is undone (dropped) and the error names the entry.
     pub(crate) fn import_entries(
+        dev: &Device,
+        pool: &Arc<VaPool>,
+        peer: &str,
+        entries: &[ShareHandleEntry],
+        names: &[SegmentName],
+    ) -> Result<Remote> {
+        let mut r = Self::import_all(dev, pool, peer, entries)?;
+        for n in names {
+            if n.name.len() > crate::wire::MAX_SEGMENT_NAME
+                || r.names.insert(n.name.clone(), (n.va_addr, n.len)).is_some()
+            {
+                tracing::warn!(peer, name = %n.name.escape_debug(), "segment name left out");
+            }
+        }
+        Ok(r)
+    }
+
+    fn import_all(
         dev: &Device,
         pool: &Arc<VaPool>,
         peer: &str,

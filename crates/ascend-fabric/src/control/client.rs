@@ -4,7 +4,7 @@ use super::auth::{self, Nonces, Role};
 use super::{status, SERVER_IO_TIMEOUT};
 use crate::wire::{
     self, AuthChallenge, AuthHello, AuthProof, ConnectMsg, DisconnectMsg, Frame, MsgType,
-    NotifyMsg, ShareHandleEntry, StatusMsg, WireError,
+    NotifyMsg, SegmentName, ShareHandleEntry, StatusMsg, WireError,
 };
 use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -214,6 +214,8 @@ fn read_status(s: &mut Bounded, addr: SocketAddr) -> Result<(), ClientError> {
 pub struct Connected {
     /// The server's share-handle list.
     pub entries: Vec<ShareHandleEntry>,
+    /// Names the server gave its registrations (empty from HIXL).
+    pub names: Vec<SegmentName>,
     /// The socket that now carries heartbeats; closing it ends the session.
     pub keepalive: TcpStream,
 }
@@ -245,6 +247,7 @@ pub fn connect(
     read_status(&mut s, addr)?;
     Ok(Connected {
         entries: resp.share_handles,
+        names: resp.segment_names,
         keepalive: s.into_keepalive(),
     })
 }

@@ -61,7 +61,9 @@ impl Loop {
             let entries = self.shared.handler.share_handles();
             let mut offered: Vec<u64> = entries.iter().map(|e| e.va_addr).collect();
             offered.sort_unstable();
-            match Frame::new(MsgType::Connect, &ConnectMsg::response(&req, entries)) {
+            let mut resp = ConnectMsg::response(&req, entries);
+            resp.segment_names = self.shared.handler.segment_names();
+            match Frame::new(MsgType::Connect, &resp) {
                 Ok(resp) => {
                     let mut out = resp.encode();
                     out.extend_from_slice(&status_frame(status::SUCCESS));

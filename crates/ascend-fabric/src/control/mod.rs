@@ -67,7 +67,7 @@ pub use auth::unique_suffix;
 pub use client::{connect, disconnect, send_heartbeat, send_notify, ClientError, Connected};
 pub use server::ControlServer;
 
-use crate::wire::ShareHandleEntry;
+use crate::wire::{SegmentName, ShareHandleEntry};
 use std::net::IpAddr;
 use std::time::Duration;
 
@@ -107,6 +107,10 @@ pub const MAX_REQUEST_LEN: u64 = 64 << 10;
 pub trait ControlHandler: Send + Sync + 'static {
     /// The current export list offered to a connecting client.
     fn share_handles(&self) -> Vec<ShareHandleEntry>;
+    /// Names of registrations, offered with the export list (none by default).
+    fn segment_names(&self) -> Vec<SegmentName> {
+        Vec::new()
+    }
     /// A client's keepalive session began.
     fn session_opened(&self, _channel_id: &str) {}
     /// A client's keepalive session ended (closed socket, disconnect request, revocation,

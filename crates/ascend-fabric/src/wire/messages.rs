@@ -125,6 +125,11 @@ pub struct ConnectMsg {
     /// Unused by FabricMem; always empty.
     #[serde(default)]
     pub comm_res: String,
+    /// Ours, not HIXL's: names the server's registrations were given (response). Written
+    /// only when there are any, so a response without names is byte for byte HIXL's; HIXL
+    /// reads objects by key and skips it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub segment_names: Vec<SegmentName>,
     /// The server's export list (response); empty in requests.
     #[serde(default, deserialize_with = "de_lenient_entries")]
     pub share_handles: Vec<ShareHandleEntry>,
@@ -140,6 +145,7 @@ impl ConnectMsg {
             addrs: Vec::new(),
             channel_id: channel_id.to_owned(),
             comm_res: String::new(),
+            segment_names: Vec::new(),
             share_handles: Vec::new(),
             timeout: timeout_ms,
         }
@@ -151,10 +157,24 @@ impl ConnectMsg {
             addrs: Vec::new(),
             channel_id: request.channel_id.clone(),
             comm_res: String::new(),
+            segment_names: Vec::new(),
             share_handles,
             timeout: 0,
         }
     }
+}
+
+/// A name an engine gave one of its registrations, offered with its share-handle list (ours,
+/// not HIXL's): the registered range `[va_addr, va_addr + len)` in the exporter's addresses.
+/// Fields in alphabetical order, as every object on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentName {
+    /// Length of the registered range.
+    pub len: u64,
+    /// The name, at most [`MAX_SEGMENT_NAME`] bytes.
+    pub name: String,
+    /// First address of the registered range.
+    pub va_addr: u64,
 }
 
 /// The status message (`kStatus`).

@@ -38,6 +38,8 @@ pub const HEARTBEAT_JSON: &str = "{\"msg\":72}";
 pub const SHARE_HANDLE_LEN: usize = 128;
 /// Longest notify name or message.
 pub const MAX_NOTIFY_FIELD: usize = 1024;
+/// Longest registration name offered in a connect response ([`SegmentName`]).
+pub const MAX_SEGMENT_NAME: usize = 256;
 
 /// Request/response message types.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -212,6 +214,35 @@ mod tests {
             "{e}"
         );
         assert!(e.ends_with(r#"127],"va_addr":43980465111040}"#), "{e}");
+    }
+
+    #[test]
+    fn segment_names_are_written_only_when_there_are_any() {
+        let req = ConnectMsg::request("[::1]:26000", 3000);
+        let plain = ConnectMsg::response(&req, vec![entry(1)]);
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("segment_names"), "{text}");
+        let mut named = plain.clone();
+        named.segment_names = vec![SegmentName {
+            len: 4096,
+            name: "kv".into(),
+            va_addr: 43_980_465_111_040,
+        }];
+        let text = serde_json::to_string(&named).unwrap();
+        assert!(
+            text.contains(r#""comm_res":"","segment_names":[{"len":4096,"name":"kv","va_addr":43980465111040}],"share_handles":["#),
+            "{text}"
+        );
+        // Our reader takes both; a reader that knows no names (HIXL's, or an older engine of
+        // ours) reads the named response as the plain one.
+        assert_eq!(serde_json::from_str::<ConnectMsg>(&text).unwrap(), named);
+        #[derive(serde::Deserialize, PartialEq, Debug)]
+        struct Old {
+            channel_id: String,
+            share_handles: Vec<ShareHandleEntry>,
+        }
+        let old: Old = serde_json::from_str(&text).unwrap();
+        assert_eq!(old.share_handles, plain.share_handles);
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod hixl_cs;
 mod hixl_cs_procs;
 mod perf;
 mod pool;
+mod prepared;
 mod registrations;
 mod revocation;
 mod spans;

@@ -275,16 +275,28 @@ pub(crate) const HOLD_BYTES: usize = 1 << 20;
 /// without that.
 pub(crate) fn spin_for_work(s: &Stream) {
     let seen = s.queued.load(Ordering::Acquire);
+    spin_until(None, || s.queued.load(Ordering::Acquire) != seen);
+}
+
+/// Polls `ready` for up to [`SPIN`] (and not past `deadline`) the way [`spin_for_work`]
+/// does; whether it became true. Waiters call it before parking, so work that completes
+/// within microseconds is seen without a sleeping hand-off.
+pub(crate) fn spin_until(deadline: Option<Instant>, ready: impl Fn() -> bool) -> bool {
     for _ in 0..64 {
-        if s.queued.load(Ordering::Acquire) != seen {
-            return;
+        if ready() {
+            return true;
         }
         std::hint::spin_loop();
     }
     let t0 = Instant::now();
-    while s.queued.load(Ordering::Acquire) == seen && t0.elapsed() < SPIN {
+    let until = deadline.map_or(t0 + SPIN, |d| d.min(t0 + SPIN));
+    while Instant::now() < until {
+        if ready() {
+            return true;
+        }
         std::thread::yield_now();
     }
+    ready()
 }
 
 pub(crate) fn worker(s: Arc<Stream>) {
@@ -538,6 +550,8 @@ impl Event {
             if let Some(src) = src {
                 drive(&src, deadline, &|| self.done_gen() >= gen);
             }
+        } else if spin_until(deadline, || self.done_gen() >= gen) {
+            return Ok(());
         }
         let mut st = self.st.lock();
         while st.done < gen {

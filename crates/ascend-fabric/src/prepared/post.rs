@@ -1,0 +1,155 @@
+//! Transfers of prepared lists: (local block, remote block) index pairs, bounds-checked and
+//! turned into pieces without any address lookup.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::{LocalBlocks, RemoteBlocks, CROSSES};
+use crate::engine::{Engine, EngineInner};
+use crate::error::{Error, Result, Side};
+use crate::plan::{self, Piece, Span};
+use crate::remote::Remote;
+use crate::request::{ReqInner, TransferRequest};
+use crate::slots::SlotFrom;
+use crate::transfer::{TransferOp, TransferOptions};
+
+const CALL: &str = "transfer_prepared";
+
+fn prep_err(reason: String) -> Error {
+    Error::Prepare { call: CALL, reason }
+}
+
+impl Engine {
+    /// Starts copying the blocks named by `pairs` ((local block, remote block) indices into
+    /// `local` and `remote`) to or from `remote`'s peer, and returns at once: each pair copies
+    /// one block (WRITE local → remote, READ remote → local). Only the indices are checked
+    /// here; everything else was when the lists were made.
+    ///
+    /// # Errors
+    /// [`Error::EmptyBatch`]; [`Error::BlockIndex`] naming the first pair with an index past
+    /// its list; [`Error::Prepare`] for lists of another engine, of different block sizes, or
+    /// a local list whose registration was deregistered; [`Error::PeerLost`] once the list's
+    /// channel is gone; as [`Engine::transfer_async`] otherwise.
+    pub fn transfer_prepared_async(
+        &self,
+        op: TransferOp,
+        local: &LocalBlocks,
+        remote: &RemoteBlocks,
+        pairs: &[(usize, usize)],
+    ) -> Result<TransferRequest> {
+        let inner = self.submit_prepared(op, local, remote, pairs, None)?;
+        Ok(self.request(inner, &remote.ch.peer))
+    }
+
+    /// As [`Engine::transfer_prepared_async`], and waits up to `timeout` (on timeout the
+    /// transfer is aborted), as [`Engine::transfer_sync`].
+    ///
+    /// # Errors
+    /// As [`Engine::transfer_prepared_async`] and [`Engine::transfer_sync`].
+    pub fn transfer_prepared_sync(
+        &self,
+        op: TransferOp,
+        local: &LocalBlocks,
+        remote: &RemoteBlocks,
+        pairs: &[(usize, usize)],
+        timeout: Duration,
+    ) -> Result<()> {
+        let deadline = Instant::now() + timeout;
+        let req = self.submit_prepared(op, local, remote, pairs, Some(deadline))?;
+        Self::wait_sync(&req, deadline, timeout)
+    }
+
+    fn submit_prepared(
+        &self,
+        op: TransferOp,
+        local: &LocalBlocks,
+        remote: &RemoteBlocks,
+        pairs: &[(usize, usize)],
+        slot_deadline: Option<Instant>,
+    ) -> Result<Arc<ReqInner>> {
+        if pairs.is_empty() {
+            return Err(Error::EmptyBatch);
+        }
+        let me = |w: &Weak<EngineInner>| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&self.inner));
+        if !me(&local.engine) || !me(&remote.engine) {
+            return Err(prep_err("a list was prepared by another engine".into()));
+        }
+        let bl = local.blocks.block_len;
+        if bl != remote.blocks.block_len {
+            return Err(prep_err(format!(
+                "block sizes differ: local {bl}, remote {}",
+                remote.blocks.block_len
+            )));
+        }
+        let write = op == TransferOp::Write;
+        let size = (bl.saturating_mul(pairs.len() as u64), pairs.len() as u64);
+        let slot = SlotFrom::Acquire(slot_deadline);
+        let opts = TransferOptions::default();
+        self.submit_on(&remote.ch, write, size, slot, &opts, |rem, slot, regs| {
+            {
+                // Under the registry's lock, as a deregistration checks `in_flight` under it.
+                let _st = self.inner.registry.state.read();
+                if local.reg.is_removed() {
+                    return Err(prep_err(format!(
+                        "the local list's registration at {:#x} was deregistered",
+                        local.reg.addr
+                    )));
+                }
+                regs.add(&local.reg);
+            }
+            let pieces = pieces(pairs, local, remote, rem)?;
+            let batches = plan::deal(pieces, slot.streams(), write);
+            Ok(plan::issue(slot, &batches, &rem.table, &local.table, write))
+        })
+    }
+}
+
+/// The pieces of `pairs`: one per pair when both blocks lie in one table entry each (the
+/// usual case), else cut where either side crosses an entry.
+fn pieces(
+    pairs: &[(usize, usize)],
+    local: &LocalBlocks,
+    remote: &RemoteBlocks,
+    rem: &Remote,
+) -> Result<Vec<Piece>> {
+    let (nl, nr) = (local.blocks.count, remote.blocks.count);
+    let bl = local.blocks.block_len;
+    let mut out = Vec::with_capacity(pairs.len());
+    for (index, &(i, j)) in pairs.iter().enumerate() {
+        for (side, block, n) in [(Side::Local, i, nl), (Side::Remote, j, nr)] {
+            if block as u64 >= n {
+                return Err(Error::BlockIndex {
+                    index,
+                    side,
+                    block,
+                    blocks: n as usize,
+                });
+            }
+        }
+        let (lr, lo) = local.blocks.locate(i as u64);
+        let (rr, ro) = remote.blocks.locate(j as u64);
+        if lr.entry != CROSSES && rr.entry != CROSSES {
+            out.push(Piece::new(
+                (lr.entry as usize, lr.off + lo),
+                (rr.entry as usize, rr.off + ro),
+                bl,
+            ));
+            continue;
+        }
+        let mut lp: Vec<Span> = Vec::new();
+        let mut rp: Vec<Span> = Vec::new();
+        let walked = local
+            .segs
+            .for_each_piece(lr.addr + lo, bl, |p, _| lp.push((p.index, p.offset, p.len)))
+            .and_then(|()| {
+                rem.map
+                    .for_each_piece(rr.addr + ro, bl, |p, _| rp.push((p.index, p.offset, p.len)))
+            });
+        if let Err(e) = walked {
+            // Lists are checked when made and their tables do not change: not reached.
+            return Err(prep_err(format!("pair {index}: {e}")));
+        }
+        plan::merge(&lp, &rp, &mut out);
+    }
+    Ok(out)
+}

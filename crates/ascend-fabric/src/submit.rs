@@ -1,0 +1,128 @@
+//! Submitting a transfer: what every submission shares (a stream slot, the channel's gate,
+//! the request entered in the channel's in-flight table before the gate is released), the
+//! raw-descriptor submission over it, and the synchronous wait.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::channel::{Channel, Gate};
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::plan;
+use crate::registry::RegUse;
+use crate::remote::Remote;
+use crate::request::{Pending, ReqInner};
+use crate::slots::{SlotFrom, SlotGuard};
+use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
+
+impl Engine {
+    /// Queues the copies of one transfer on a slot (taken here, or by a future already).
+    pub(crate) fn submit(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+        slot_from: SlotFrom,
+        opts: &TransferOptions,
+    ) -> Result<Arc<ReqInner>> {
+        let slot_deadline = match &slot_from {
+            SlotFrom::Acquire(d) => *d,
+            SlotFrom::Given(_) => None,
+        };
+        let inner = &self.inner;
+        let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
+        let bytes = plan::check_descs(descs)?;
+        let ch = self.channel_for(remote, slot_deadline)?;
+        let write = op == TransferOp::Write;
+        let size = (bytes, descs.len() as u64);
+        self.submit_on(&ch, write, size, slot_from, opts, |rem, slot, regs| {
+            let reg = inner.registry.state.read();
+            // Check and translate every descriptor before queuing anything.
+            let pieces = plan::translate(descs, &reg.ranges, rem, regs)?;
+            let ltab = reg.table(&inner.dev)?;
+            let batches = plan::deal(pieces, slot.streams(), write);
+            Ok(plan::issue(slot, &batches, &rem.table, ltab, write))
+        })
+    }
+
+    /// What every submission on `ch` shares: takes a stream slot and the channel's gate,
+    /// lets `queue` check, translate and queue the copies (an `Err` from it: nothing was
+    /// queued; `Ok(Some(e))`: queuing failed part way, and the request fails with `e`), and
+    /// enters the request in the channel's in-flight table before releasing the gate.
+    /// `size` is (bytes, descriptors), for the counters.
+    pub(crate) fn submit_on(
+        &self,
+        ch: &Arc<Channel>,
+        write: bool,
+        size: (u64, u64),
+        slot_from: SlotFrom,
+        opts: &TransferOptions,
+        queue: impl FnOnce(&Remote, &mut SlotGuard, &mut RegUse) -> Result<Option<Error>>,
+    ) -> Result<Arc<ReqInner>> {
+        let inner = &self.inner;
+        if let Gate::Lost(r) = *ch.gate.read() {
+            return Err(ch.lost_error(r));
+        }
+        // Every exit from here until the request owns the slot gives it back.
+        let mut slot = match slot_from {
+            SlotFrom::Acquire(d) => SlotGuard::acquire(&inner.slots, d)?,
+            SlotFrom::Given(g) => g,
+        };
+        let gate = ch.gate.read();
+        let rem = match &*gate {
+            Gate::Open(r) => r,
+            Gate::Lost(r) => return Err(ch.lost_error(*r)),
+        };
+        let mut regs = RegUse(Vec::new());
+        let mut err = queue(rem, &mut slot, &mut regs)?;
+        let id = inner.next_req.fetch_add(1, Ordering::Relaxed);
+        let (slot, used, slots) = slot.into_parts();
+        let mut p = Pending {
+            slot,
+            used,
+            regs,
+            book: ch.book.clone(),
+            slots,
+            write,
+            bytes: size.0,
+            descs: size.1,
+        };
+        if err.is_none() {
+            if let Err(e) = p.record() {
+                err = Some(e);
+            }
+        }
+        let req = ReqInner::new(id, p, self.auto_disconnect(ch), opts.stall_timeout);
+        drop(gate);
+        if let Some(e) = err {
+            req.fail(e);
+            // The failure is the submission's result.
+            let r = req.wait(None);
+            req.disconnect_if_due(false);
+            return match r {
+                Some(Err(e)) => Err(e),
+                _ => Err(Error::Aborted),
+            };
+        }
+        Ok(req)
+    }
+
+    /// Waits for a submitted request until `deadline` (`timeout` after the call began), as
+    /// the synchronous transfers do: on timeout the request is aborted; under `AutoConnect`
+    /// a failed copy or a timeout disconnects the peer.
+    pub(crate) fn wait_sync(req: &ReqInner, deadline: Instant, timeout: Duration) -> Result<()> {
+        let r = req.wait(Some(deadline));
+        req.disconnect_if_due(r.is_none());
+        match r {
+            Some(r) => r,
+            None => {
+                req.abort();
+                Err(Error::Timeout {
+                    what: "transfer",
+                    after: timeout,
+                })
+            }
+        }
+    }
+}
