@@ -246,12 +246,15 @@ fn a_timed_out_transfer_disconnects_with_auto_connect() {
             2 * MIB2 as u64,
         )];
         b.connect(&a_addr, T).unwrap();
-        // 4 MiB of copies cannot finish in a microsecond.
+        // Every stream is held, so the copies cannot finish before the deadline whatever the
+        // machine's speed; the timeout aborts them (an aborted stream stops waiting).
+        let hold = ascend_sim::testing::hold_all_streams();
         let e = b
-            .transfer_sync(&a_addr, TransferOp::Write, &d, Duration::from_micros(1))
+            .transfer_sync(&a_addr, TransferOp::Write, &d, Duration::from_millis(20))
             .unwrap_err();
         assert!(matches!(e, Error::Timeout { .. }), "{e:?}");
         assert!(!b.is_connected(&a_addr));
+        drop(hold);
         b.transfer_sync(&a_addr, TransferOp::Write, &d, T).unwrap();
         assert!(b.is_connected(&a_addr));
     }
