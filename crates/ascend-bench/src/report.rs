@@ -7,7 +7,7 @@ use ascend_fabric::TransferOp;
 use plotters::prelude::*;
 
 use crate::collectives::Coll;
-use crate::transfer::{Pattern, Row, SIZES};
+use crate::transfer::{Latency, Pattern, Row, SIZES};
 use crate::util::{fmt_opt, ratio, size_name};
 use crate::{Res, Results};
 
@@ -87,111 +87,133 @@ pub(crate) fn result_line(res: &Results) -> String {
 /// Prints every table on stdout.
 pub(crate) fn print_tables(res: &Results) {
     if !res.transfer.is_empty() {
-        println!(
-            "transfer: engine (2 processes, {} copy streams) vs memcpy ({} threads, same mapped buffers) vs UCX put",
-            crate::peer::streams(),
-            crate::peer::streams()
-        );
-        println!(
-            "{:<7} {:<5} {:>7} {:>6} {:>9} {:>12} {:>9} {:>12} {:>8} {:>8} {:>8}",
-            "pattern",
-            "op",
-            "block",
-            "batch",
-            "eng GB/s",
-            "eng desc/s",
-            "mcp GB/s",
-            "mcp desc/s",
-            "vs mcp",
-            "UCX GB/s",
-            "vs UCX"
-        );
-        for r in &res.transfer {
-            println!(
-                "{:<7} {:<5} {:>7} {:>6} {:>9.2} {:>12.0} {:>9.2} {:>12.0} {:>8.3} {:>8} {:>8}",
-                r.pattern.name(),
-                r.op_name(),
-                size_name(r.block),
-                r.batch,
-                r.engine_gbs(),
-                r.engine_descs_s(),
-                r.memcpy_gbs(),
-                r.memcpy_descs_s(),
-                r.vs_memcpy(),
-                fmt_opt(r.ucx_gbs, 3),
-                fmt_opt(r.vs_ucx(), 2)
-            );
-        }
-        if let Some(n) = &res.ucx_note {
-            println!("{n}");
-        }
-        if let Some(r) = res.rss {
-            println!(
-                "peak RSS: initiator {:.1} MiB (registered touched {:.1} MiB), peer {:.1} MiB (registered touched {:.1} MiB): {:.1} MiB over",
-                r.initiator_hwm as f64 / 1048576.0,
-                r.initiator_touched as f64 / 1048576.0,
-                r.peer_hwm as f64 / 1048576.0,
-                r.peer_touched as f64 / 1048576.0,
-                r.over_mib()
-            );
-        }
-        println!();
+        print_transfer(res);
     }
     if let Some(l) = res.latency {
-        println!(
-            "latency of a synchronous 4 KiB WRITE ({} transfers): p50 {:.1} us, p99 {:.1} us; UCX put typical {} us",
-            l.n,
-            l.p50_us,
-            l.p99_us,
-            fmt_opt(l.ucx_us, 2)
-        );
-        println!();
+        print_latency(&l);
     }
     if !res.translate.is_empty() {
-        println!("translate: host-side cost per 4 KiB descriptor (batches of 1,024; deterministic streams)");
-        println!(
-            "{:>9} {:>14} {:>14} {:>16} {:>9} {:>11}",
-            "segments", "submit ns/desc", "total ns/desc", "prepared ns/desc", "descs", "connect s"
-        );
-        for r in &res.translate {
-            println!(
-                "{:>9} {:>14.1} {:>14.1} {:>16} {:>9} {:>11.3}",
-                r.segments,
-                r.submit_ns,
-                r.total_ns,
-                fmt_opt(r.prepared_ns, 1),
-                r.descs,
-                r.connect.as_secs_f64()
-            );
-        }
-        println!();
+        print_translate(res);
     }
     if !res.collectives.is_empty() {
-        println!(
-            "collectives: {} ranks (threads of one process), {} MiB fp32 per rank",
-            crate::collectives::RANKS,
-            crate::collectives::BYTES >> 20
-        );
-        println!(
-            "{:<10} {:<9} {:>10} {:>16} {:>6} {:>8}",
-            "collective", "path", "ms/op", "MiB copied/op", "iters", "on path"
-        );
-        for r in &res.collectives {
-            println!(
-                "{:<10} {:<9} {:>10.3} {:>16.1} {:>6} {:>8}",
-                r.coll.name(),
-                r.path(),
-                r.time.as_secs_f64() * 1e3,
-                r.bytes_copied as f64 / 1048576.0,
-                r.iters,
-                r.ops_on_path
-            );
-        }
-        println!();
+        print_collectives(res);
     }
     for (k, v) in result_pairs(res) {
         println!("{k:<30} {}", fmt_opt(v, 3));
     }
+}
+
+/// The transfer table, the UCX note and the peak RSS line.
+fn print_transfer(res: &Results) {
+    println!(
+        "transfer: engine (2 processes, {} copy streams) vs memcpy ({} threads, same mapped buffers) vs UCX put",
+        crate::peer::streams(),
+        crate::peer::streams()
+    );
+    println!(
+        "{:<7} {:<5} {:>7} {:>6} {:>9} {:>12} {:>9} {:>12} {:>8} {:>8} {:>8}",
+        "pattern",
+        "op",
+        "block",
+        "batch",
+        "eng GB/s",
+        "eng desc/s",
+        "mcp GB/s",
+        "mcp desc/s",
+        "vs mcp",
+        "UCX GB/s",
+        "vs UCX"
+    );
+    for r in &res.transfer {
+        println!(
+            "{:<7} {:<5} {:>7} {:>6} {:>9.2} {:>12.0} {:>9.2} {:>12.0} {:>8.3} {:>8} {:>8}",
+            r.pattern.name(),
+            r.op_name(),
+            size_name(r.block),
+            r.batch,
+            r.engine_gbs(),
+            r.engine_descs_s(),
+            r.memcpy_gbs(),
+            r.memcpy_descs_s(),
+            r.vs_memcpy(),
+            fmt_opt(r.ucx_gbs, 3),
+            fmt_opt(r.vs_ucx(), 2)
+        );
+    }
+    if let Some(n) = &res.ucx_note {
+        println!("{n}");
+    }
+    if let Some(r) = res.rss {
+        println!(
+            "peak RSS: initiator {:.1} MiB (registered touched {:.1} MiB), peer {:.1} MiB (registered touched {:.1} MiB): {:.1} MiB over",
+            r.initiator_hwm as f64 / 1048576.0,
+            r.initiator_touched as f64 / 1048576.0,
+            r.peer_hwm as f64 / 1048576.0,
+            r.peer_touched as f64 / 1048576.0,
+            r.over_mib()
+        );
+    }
+    println!();
+}
+
+/// The latency line.
+fn print_latency(l: &Latency) {
+    println!(
+        "latency of a synchronous 4 KiB WRITE ({} transfers): p50 {:.1} us, p99 {:.1} us; UCX put typical {} us",
+        l.n,
+        l.p50_us,
+        l.p99_us,
+        fmt_opt(l.ucx_us, 2)
+    );
+    println!();
+}
+
+/// The translate table.
+fn print_translate(res: &Results) {
+    println!(
+        "translate: host-side cost per 4 KiB descriptor (batches of 1,024; deterministic streams)"
+    );
+    println!(
+        "{:>9} {:>14} {:>14} {:>16} {:>9} {:>11}",
+        "segments", "submit ns/desc", "total ns/desc", "prepared ns/desc", "descs", "connect s"
+    );
+    for r in &res.translate {
+        println!(
+            "{:>9} {:>14.1} {:>14.1} {:>16} {:>9} {:>11.3}",
+            r.segments,
+            r.submit_ns,
+            r.total_ns,
+            fmt_opt(r.prepared_ns, 1),
+            r.descs,
+            r.connect.as_secs_f64()
+        );
+    }
+    println!();
+}
+
+/// The collectives table.
+fn print_collectives(res: &Results) {
+    println!(
+        "collectives: {} ranks (threads of one process), {} MiB fp32 per rank",
+        crate::collectives::RANKS,
+        crate::collectives::BYTES >> 20
+    );
+    println!(
+        "{:<10} {:<9} {:>10} {:>16} {:>6} {:>8}",
+        "collective", "path", "ms/op", "MiB copied/op", "iters", "on path"
+    );
+    for r in &res.collectives {
+        println!(
+            "{:<10} {:<9} {:>10.3} {:>16.1} {:>6} {:>8}",
+            r.coll.name(),
+            r.path(),
+            r.time.as_secs_f64() * 1e3,
+            r.bytes_copied as f64 / 1048576.0,
+            r.iters,
+            r.ops_on_path
+        );
+    }
+    println!();
 }
 
 /// Writes the CSV files and the plot; returns the paths written.
@@ -284,6 +306,14 @@ type Series = (String, RGBColor, Vec<(f64, f64)>);
 
 /// Bandwidth against block size: engine and memcpy (walk and repeat, WRITE), UCX put.
 fn plot(res: &Results, path: &Path) -> Res<()> {
+    let series = plot_series(res);
+    let (ymin, ymax) = y_range(&series);
+    draw(&series, ymin, ymax, path)
+}
+
+/// The plotted lines: engine and memcpy for walk WRITE, walk READ and repeat WRITE, then UCX
+/// put (repeat) if measured.
+fn plot_series(res: &Results) -> Vec<Series> {
     let x = |b: usize| (b as f64).log2();
     let mut series: Vec<Series> = Vec::new();
     for (pattern, op, c_eng, c_mem) in [
@@ -337,6 +367,11 @@ fn plot(res: &Results, path: &Path) -> Res<()> {
     if !ucx.is_empty() {
         series.push(("UCX put (repeat)".into(), RGBColor(0, 150, 60), ucx));
     }
+    series
+}
+
+/// The log-scale y range (GB/s) over every point of `series`.
+fn y_range(series: &[Series]) -> (f64, f64) {
     // Log scale: the repeat pattern's memcpy runs in cache at hundreds of GB/s, the walk at
     // memory speed; headroom above for the legend.
     let values = || series.iter().flat_map(|s| s.2.iter().map(|p| p.1));
@@ -346,6 +381,11 @@ fn plot(res: &Results, path: &Path) -> Res<()> {
         .fold(f64::MAX, f64::min)
         .min(ymax / 10.0)
         / 1.5;
+    (ymin, ymax)
+}
+
+/// Draws `series` (lines with point markers and a legend) into the SVG file at `path`.
+fn draw(series: &[Series], ymin: f64, ymax: f64, path: &Path) -> Res<()> {
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut chart = ChartBuilder::on(&root)
@@ -374,14 +414,14 @@ fn plot(res: &Results, path: &Path) -> Res<()> {
         .draw()
         .map_err(|e| e.to_string())?;
     for (name, color, pts) in series {
-        let c = color;
+        let c = *color;
         chart
             .draw_series(LineSeries::new(pts.clone(), c.stroke_width(2)))
             .map_err(|e| e.to_string())?
             .label(name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
         chart
-            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, c.filled())))
+            .draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled())))
             .map_err(|e| e.to_string())?;
     }
     chart

@@ -1,6 +1,7 @@
 //! The transfer benchmark: engine WRITE/READ between two processes against `memcpy` between
 //! the same mapped buffers, and UCX put.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
@@ -373,24 +374,7 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
     let local = eng.alloc_device(region)?;
     local.fill(0xa5)?;
     let _reg = eng.register(&local)?;
-    eng.connect(&peer_addr, T)?;
-    let segs = eng
-        .remote_segments(&peer_addr)
-        .ok_or("no segments from the peer")?;
-    let (r0, rlen) = segs[0];
-    if rlen < region as u64 {
-        return Err(format!("peer offered {rlen} bytes, expected {region}").into());
-    }
-    let mapped = eng
-        .peer_mapped_addr(&peer_addr, r0)
-        .ok_or("peer segment not mapped")?;
-    let bufs = Bufs {
-        local: local.as_raw() as usize,
-        remote: mapped as usize,
-    };
-    // Touch both mappings in this process (the peer filled its buffer already).
-    memcpy_run(bufs, true, &[(0, 0)], region, 1, true);
-    memcpy_run(bufs, false, &[(0, 0)], region, 1, true);
+    let (r0, bufs) = map_peer(&eng, &peer_addr, &local, region)?;
     pb.inc(1);
     let b = Bench {
         eng: &eng,
@@ -403,11 +387,63 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
     };
     // Profiling aid: `ASCEND_BENCH_FILTER="walk Write 4 KiB"` runs only the matching rows.
     let filter = std::env::var("ASCEND_BENCH_FILTER").ok();
+    measure_rows(&b, pb, filter.as_deref(), res)?;
+    measure_latency(&b, args, pb, filter.as_deref(), res)?;
+    pb.set_message("transfer: data check");
+    b.check(&local, &mut peer)?;
+    pb.inc(1);
+    // Peak RSS of both engine processes, now (before anything else runs in this process).
+    res.rss = Some(peak_rss(&mut peer, region)?);
+    let _ = b;
+    drop(_reg);
+    drop(eng);
+    peer.finish()?;
+    // UCX last, with the engines gone, so nothing else competes for the cores.
+    ucx(args, pb, filter.is_some(), res);
+    Ok(())
+}
+
+/// Connects `eng` to the peer at `peer_addr`, checks that it offers `region` bytes, and touches
+/// both mappings in this process; returns the peer's segment address and the raw addresses.
+fn map_peer(
+    eng: &Engine,
+    peer_addr: &str,
+    local: &ascend_mem::DeviceBuffer,
+    region: usize,
+) -> Res<(u64, Bufs)> {
+    eng.connect(peer_addr, T)?;
+    let segs = eng
+        .remote_segments(peer_addr)
+        .ok_or("no segments from the peer")?;
+    let (r0, rlen) = segs[0];
+    if rlen < region as u64 {
+        return Err(format!("peer offered {rlen} bytes, expected {region}").into());
+    }
+    let mapped = eng
+        .peer_mapped_addr(peer_addr, r0)
+        .ok_or("peer segment not mapped")?;
+    let bufs = Bufs {
+        local: local.as_raw() as usize,
+        remote: mapped as usize,
+    };
+    // Touch both mappings in this process (the peer filled its buffer already).
+    memcpy_run(bufs, true, &[(0, 0)], region, 1, true);
+    memcpy_run(bufs, false, &[(0, 0)], region, 1, true);
+    Ok((r0, bufs))
+}
+
+/// Measures every pattern, op and block size (those matching `filter`) into `res.transfer`.
+fn measure_rows(
+    b: &Bench<'_>,
+    pb: &ProgressBar,
+    filter: Option<&str>,
+    res: &mut Results,
+) -> Res<()> {
     for pattern in [Pattern::Walk, Pattern::Repeat] {
         for op in [TransferOp::Write, TransferOp::Read] {
             for &block in &SIZES {
                 let name = format!("{} {op:?} {}", pattern.name(), size_name(block));
-                if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+                if filter.is_some_and(|f| !name.contains(f)) {
                     pb.inc(1);
                     continue;
                 }
@@ -422,7 +458,18 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
             }
         }
     }
-    if filter.as_deref().map_or(true, |f| "latency".contains(f)) {
+    Ok(())
+}
+
+/// Measures the synchronous 4 KiB WRITE latency into `res.latency` (unless `filter` excludes it).
+fn measure_latency(
+    b: &Bench<'_>,
+    args: &Args,
+    pb: &ProgressBar,
+    filter: Option<&str>,
+    res: &mut Results,
+) -> Res<()> {
+    if filter.map_or(true, |f| "latency".contains(f)) {
         pb.set_message("transfer: latency of a synchronous 4 KiB WRITE");
         // Profiling aid: `ASCEND_BENCH_LAT_N=1000000` makes the latency loop dominate.
         let n = std::env::var("ASCEND_BENCH_LAT_N")
@@ -432,27 +479,28 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
         res.latency = Some(b.latency(n)?);
     }
     pb.inc(1);
-    pb.set_message("transfer: data check");
-    b.check(&local, &mut peer)?;
-    pb.inc(1);
-    // Peak RSS of both engine processes, now (before anything else runs in this process).
+    Ok(())
+}
+
+/// Peak RSS of this process and of `peer`, against the registered memory each touched.
+fn peak_rss(peer: &mut crate::peer::ChildProc, region: usize) -> Res<RssReport> {
     let initiator_hwm = proc_status_bytes("VmHWM")?;
     let r = peer.ask("rss", "RSS")?;
     let mut w = r.split_whitespace();
     let peer_hwm: u64 = w.next().ok_or("rss reply")?.parse()?;
     let peer_touched: u64 = w.next().ok_or("rss reply")?.parse()?;
-    res.rss = Some(RssReport {
+    Ok(RssReport {
         initiator_hwm,
         initiator_touched: 2 * region as u64,
         peer_hwm,
         peer_touched,
-    });
-    let _ = b;
-    drop(_reg);
-    drop(eng);
-    peer.finish()?;
-    // UCX last, with the engines gone, so nothing else competes for the cores.
-    let ucx = if filter.is_some() {
+    })
+}
+
+/// Runs UCX put bandwidth and latency if `ucx_perftest` is found and no filter is set;
+/// otherwise notes why it was skipped.
+fn ucx(args: &Args, pb: &ProgressBar, filtered: bool, res: &mut Results) {
+    let ucx = if filtered {
         Err("ASCEND_BENCH_FILTER is set".to_string())
     } else {
         crate::ucx::find()
@@ -462,51 +510,52 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
             res.ucx_note = Some(format!("UCX skipped: {why}"));
             pb.inc(SIZES.len() as u64 + 1);
         }
-        Ok(exe) => {
-            let mut notes = Vec::new();
-            for &block in &SIZES {
-                pb.set_message(format!("transfer: UCX put {}", size_name(block)));
-                match crate::ucx::put_bw(&exe, block, args.quick) {
-                    Ok(g) => {
-                        for row in res.transfer.iter_mut().filter(|r| {
-                            r.pattern == Pattern::Repeat
-                                && r.op == TransferOp::Write
-                                && r.block == block
-                        }) {
-                            row.ucx_gbs = Some(g);
-                        }
-                    }
-                    Err(e) => notes.push(format!("UCX {} failed: {e}", size_name(block))),
-                }
-                pb.inc(1);
-            }
-            pb.set_message(format!(
-                "transfer: UCX put latency {}",
-                size_name(LAT_BLOCK)
-            ));
-            match crate::ucx::put_lat(&exe, LAT_BLOCK, args.quick) {
-                Ok(us) => {
-                    if let Some(l) = &mut res.latency {
-                        l.ucx_us = Some(us);
-                    }
-                }
-                Err(e) => notes.push(format!("UCX latency failed: {e}")),
-            }
-            pb.inc(1);
-            res.ucx_note = Some(if notes.is_empty() {
-                format!(
-                    "UCX: {} -t ucp_put_bw and ucp_put_lat, UCX_TLS=posix,cma,self{}",
-                    exe.display(),
-                    if args.quick {
-                        ", iterations / 8 (--quick)"
-                    } else {
-                        ""
-                    }
-                )
-            } else {
-                notes.join("; ")
-            });
-        }
+        Ok(exe) => ucx_put(exe, args.quick, pb, res),
     }
-    Ok(())
+}
+
+/// UCX put bandwidth into the WRITE repeat rows, put latency into `res.latency`, and
+/// `res.ucx_note` (the command, or what failed).
+fn ucx_put(exe: PathBuf, quick: bool, pb: &ProgressBar, res: &mut Results) {
+    let mut notes = Vec::new();
+    for &block in &SIZES {
+        pb.set_message(format!("transfer: UCX put {}", size_name(block)));
+        match crate::ucx::put_bw(&exe, block, quick) {
+            Ok(g) => {
+                for row in res.transfer.iter_mut().filter(|r| {
+                    r.pattern == Pattern::Repeat && r.op == TransferOp::Write && r.block == block
+                }) {
+                    row.ucx_gbs = Some(g);
+                }
+            }
+            Err(e) => notes.push(format!("UCX {} failed: {e}", size_name(block))),
+        }
+        pb.inc(1);
+    }
+    pb.set_message(format!(
+        "transfer: UCX put latency {}",
+        size_name(LAT_BLOCK)
+    ));
+    match crate::ucx::put_lat(&exe, LAT_BLOCK, quick) {
+        Ok(us) => {
+            if let Some(l) = &mut res.latency {
+                l.ucx_us = Some(us);
+            }
+        }
+        Err(e) => notes.push(format!("UCX latency failed: {e}")),
+    }
+    pb.inc(1);
+    res.ucx_note = Some(if notes.is_empty() {
+        format!(
+            "UCX: {} -t ucp_put_bw and ucp_put_lat, UCX_TLS=posix,cma,self{}",
+            exe.display(),
+            if quick {
+                ", iterations / 8 (--quick)"
+            } else {
+                ""
+            }
+        )
+    } else {
+        notes.join("; ")
+    });
 }
