@@ -3,7 +3,6 @@
 use ascend_mem::CloseError;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -61,7 +60,6 @@ pub(crate) struct EngineInner {
     connect_lock: Mutex<()>,
     monitor: Arc<Monitor>,
     monitor_thread: Mutex<Option<JoinHandle<()>>>,
-    pub(crate) next_req: AtomicU64,
     /// Observes awaited and queued requests (a thread started on first use).
     pub(crate) progress: Arc<Progress>,
 }
@@ -246,7 +244,6 @@ impl Engine {
             connect_lock: Mutex::new(()),
             monitor: Arc::default(),
             monitor_thread: Mutex::new(None),
-            next_req: AtomicU64::new(1),
             progress: Progress::new(),
             opts,
         });

@@ -148,13 +148,14 @@ impl<T: Send + 'static> CompletionQueue<T> {
         let id = req.id();
         let inner = req.inner.clone();
         let progress = req.progress.clone();
-        self.shared.st.lock().entries.insert(
-            id,
-            Entry {
-                req,
-                data: user_data,
-            },
-        );
+        let entry = Entry {
+            req,
+            data: user_data,
+        };
+        let replaced = self.shared.st.lock().entries.insert(id, entry);
+        // Ids are unique in the process, so nothing is replaced; were anything, it is dropped
+        // (cancelled, which may call back into this queue) only after the lock is released.
+        drop(replaced);
         let sink: Weak<dyn Sink> = Arc::downgrade(&self.shared) as Weak<Shared<T>>;
         if !inner.set_sink(sink) {
             // Ended and told already (before it was pushed).

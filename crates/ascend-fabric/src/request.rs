@@ -10,7 +10,7 @@
 //! released (for a lost channel: before the imports are unmapped).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::Waker;
 use std::time::{Duration, Instant};
@@ -27,6 +27,15 @@ use crate::transfer::TransferStatus;
 /// What a request does under `AutoConnect` after a failed copy: disconnect the channel it
 /// used (and only that one).
 pub(crate) type AutoDisconnect = Box<dyn Fn() + Send + Sync>;
+
+/// The next request id: unique in the process, so requests of several engines can share a
+/// completion queue (keyed by id).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A new request id, never given before in this process.
+pub(crate) fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
 
 /// A channel's requests in flight, by id, and its counters: what a request updates when it
 /// finishes. Shared by the channel and its pending requests.
@@ -537,7 +546,8 @@ impl std::fmt::Debug for TransferRequest {
 }
 
 impl TransferRequest {
-    /// A sequence number, unique per engine (HIXL's `TransferReq` value).
+    /// A sequence number, unique in the process (across engines; HIXL's `TransferReq`
+    /// value).
     pub fn id(&self) -> u64 {
         self.inner.id
     }

@@ -2,7 +2,6 @@
 //! the request entered in the channel's in-flight table before the gate is released), the
 //! raw-descriptor submission over it, and the synchronous wait.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::plan;
 use crate::registry::RegUse;
 use crate::remote::Remote;
-use crate::request::{Pending, ReqInner};
+use crate::request::{self, Pending, ReqInner};
 use crate::slots::{SlotFrom, SlotGuard};
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
 
@@ -76,7 +75,7 @@ impl Engine {
         };
         let mut regs = RegUse(Vec::new());
         let mut err = queue(rem, &mut slot, &mut regs)?;
-        let id = inner.next_req.fetch_add(1, Ordering::Relaxed);
+        let id = request::next_id();
         let (slot, used, slots) = slot.into_parts();
         let mut p = Pending {
             slot,

@@ -215,3 +215,55 @@ fn listing_cancel_and_failures() {
     drop(hold);
     p.close();
 }
+
+/// Requests of two engines in one queue: their ids differ (ids are unique in the process,
+/// not per engine), so both are kept and each is reported with its own data. With ids per
+/// engine the second push replaced the first entry, whose drop cancelled it and called back
+/// into the queue under its own lock (a deadlock, caught here by the push thread never
+/// answering).
+#[test]
+fn two_engines_share_one_queue() {
+    let _env = setup();
+    let a = Pair::new(1 << 20, options(2, 4), true);
+    let b = Pair::new(1 << 20, options(2, 4), true);
+    let da = TransferDesc::new(a.local_addr(0), a.remote_addr(0), BLOCK as u64);
+    let db = TransferDesc::new(b.local_addr(0), b.remote_addr(0), BLOCK as u64);
+    // Both pending while pushed: a replaced entry would be cancelled.
+    let hold = ascend_sim::testing::hold_all_streams();
+    let ra = a
+        .client
+        .transfer_async(&a.peer_addr, TransferOp::Write, &[da])
+        .unwrap();
+    let rb = b
+        .client
+        .transfer_async(&b.peer_addr, TransferOp::Write, &[db])
+        .unwrap();
+    let (ia, ib) = (ra.id(), rb.id());
+    assert_ne!(ia, ib);
+    let queue: std::sync::Arc<CompletionQueue<&'static str>> =
+        std::sync::Arc::new(CompletionQueue::new());
+    let (tx, rx) = std::sync::mpsc::channel();
+    let q = queue.clone();
+    std::thread::spawn(move || {
+        let ids = (q.push(ra, "a"), q.push(rb, "b"));
+        tx.send(ids).unwrap();
+    });
+    let ids = rx.recv_timeout(T).expect("push deadlocked");
+    assert_eq!(ids, (ia, ib));
+    assert_eq!(queue.len(), 2);
+    drop(hold);
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        got.extend(queue.wait(2, T));
+    }
+    let mut seen: Vec<_> = got.iter().map(|c| (c.id, c.user_data)).collect();
+    seen.sort();
+    let mut want = vec![(ia, "a"), (ib, "b")];
+    want.sort();
+    assert_eq!(seen, want);
+    got.into_iter().for_each(|c| c.result.unwrap());
+    assert!(queue.is_empty());
+    drop(queue);
+    a.close();
+    b.close();
+}
