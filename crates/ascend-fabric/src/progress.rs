@@ -1,12 +1,15 @@
-//! The engine's progress thread: observes the requests that futures await and completion
-//! queues hold, so their wakers are woken and their queues filled without anyone polling.
+//! The engine's progress thread: observes every request from its submission until it ends,
+//! so a finished request gives its slot back, its future's waker is woken and its completion
+//! queue filled, whether or not anyone looks at it.
 //!
-//! Started when the first such request exists, it polls every watched request's events;
-//! after a round that finished nothing it keeps polling for a short while ([`SPIN`]), then
-//! blocks on the oldest request's events in slices (1 ms, growing to [`MAX_SLICE`] while
-//! nothing ends, and never past a stall deadline), so a completion wakes it at once. With
-//! nothing to watch it parks on a condition variable: no core is used while idle. Requests
-//! are held weakly: a dropped request leaves the list by itself.
+//! Started with the engine's first request, it polls every watched request's events; after
+//! a round that finished nothing it keeps polling for a short while ([`SPIN`]), then blocks
+//! on the events of the oldest request nobody else holds, in slices (1 ms, growing to
+//! [`MAX_SLICE`] while nothing ends, and never past a stall deadline), so a completion wakes
+//! it at once. When every watched request is held by someone else (a waiter blocked on its
+//! events), it waits the slice on its condition variable instead. With nothing to watch it
+//! parks on that condition variable: no core is used while idle. Requests are held weakly: a
+//! dropped request leaves the list by itself.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -138,13 +141,15 @@ fn run(p: &Progress) {
             std::thread::yield_now();
             continue;
         }
-        park(&watched, slice);
+        park(p, &watched, slice);
         slice = (slice * 2).min(MAX_SLICE);
     }
 }
 
-/// Blocks up to `slice` on the oldest watched request, never past a stall deadline.
-fn park(watched: &[Weak<ReqInner>], slice: Duration) {
+/// Blocks up to `slice` (never past a stall deadline) on the oldest watched request nobody
+/// else holds; when all are held, waits the slice on the condition variable (woken early by
+/// a new request or a stop), so a held request never makes the thread spin.
+fn park(p: &Progress, watched: &[Weak<ReqInner>], slice: Duration) {
     let live: Vec<Arc<ReqInner>> = watched.iter().filter_map(Weak::upgrade).collect();
     let now = Instant::now();
     let slice = live
@@ -152,8 +157,13 @@ fn park(watched: &[Weak<ReqInner>], slice: Duration) {
         .filter_map(|r| r.stall_deadline())
         .map(|d| d.saturating_duration_since(now))
         .fold(slice, Duration::min);
-    match live.first() {
-        Some(r) if !slice.is_zero() => r.park(slice),
-        _ => {}
+    if slice.is_zero() || live.iter().any(|r| r.park(slice)) {
+        return;
+    }
+    let mut st = p.st.lock();
+    if st.incoming.is_empty() && !st.stop {
+        st.idle = true;
+        p.cv.wait_for(&mut st, slice);
+        st.idle = false;
     }
 }

@@ -365,11 +365,11 @@ impl ReqInner {
         r
     }
 
-    /// Blocks up to `slice` on the request's events (the progress thread's park); nothing if
-    /// someone else holds it.
-    pub(crate) fn park(&self, slice: Duration) {
+    /// Blocks up to `slice` on the request's events (the progress thread's park). Returns
+    /// false at once, having done nothing, if someone else holds the request.
+    pub(crate) fn park(&self, slice: Duration) -> bool {
         let Some(mut st) = self.state.try_lock() else {
-            return;
+            return false;
         };
         if let ReqState::Pending(p) = &mut *st {
             match p.wait_events(slice) {
@@ -387,6 +387,7 @@ impl ReqInner {
         }
         drop(st);
         self.flush();
+        true
     }
 
     fn take(o: &mut Outcome) -> Result<()> {

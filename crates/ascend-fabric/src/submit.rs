@@ -1,6 +1,7 @@
 //! Submitting a transfer: what every submission shares (a stream slot, the channel's gate,
-//! the request entered in the channel's in-flight table before the gate is released), the
-//! raw-descriptor submission over it, and the synchronous wait.
+//! the request entered in the channel's in-flight table before the gate is released, and
+//! handed to the progress thread), the raw-descriptor submission over it, and the
+//! synchronous wait.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,6 +105,11 @@ impl Engine {
                 _ => Err(Error::Aborted),
             };
         }
+        // Watched from now on, held or not: its slot goes back once its copies end, even
+        // if nobody looks at it (a caller holding many requests before awaiting any, or a
+        // synchronous transfer queued behind finished asynchronous ones). If the progress
+        // thread cannot watch it, the request's own waits and polls still observe it.
+        inner.progress.watch(&req);
         Ok(req)
     }
 

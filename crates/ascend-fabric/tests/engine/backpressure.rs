@@ -87,3 +87,66 @@ fn ten_thousand_transfers_wait_for_128_slots() {
     let c = ascend_sim::counters();
     assert!(c.is_zero(), "{c}");
 }
+
+/// Requests held and not looked at still give their slots back once their copies end (the
+/// progress thread watches every request from its submission): posting twice as many
+/// transfers as there are slots before awaiting any gets a slot for each, and a synchronous
+/// transfer behind a full set of finished, never-observed asynchronous ones gets a slot too.
+#[test]
+fn held_requests_give_their_slots_back_unobserved() {
+    let _env = setup();
+    const STREAMS: u32 = 8;
+    const SLOTS: usize = STREAM_BUDGET / STREAMS as usize;
+    let n = 2 * SLOTS;
+    let p = Pair::new(n * BLOCK, options(STREAMS, 4), true);
+    let data = pattern(9, n * BLOCK);
+    p.local.write_from(&data, 0).unwrap();
+    let desc = |i: usize| {
+        TransferDesc::new(
+            p.local_addr(i * BLOCK),
+            p.remote_addr(i * BLOCK),
+            BLOCK as u64,
+        )
+    };
+
+    // Every `post` resolves (a lost wake-up or a slot never given back fails `block_on`);
+    // no request is polled or awaited meanwhile.
+    let mut reqs = Vec::with_capacity(n);
+    for i in 0..n {
+        let post = p.client.post(
+            &p.peer_addr,
+            TransferOp::Write,
+            &[desc(i)],
+            ascend_fabric::TransferOptions::new(),
+        );
+        reqs.push(block_on(post, T).output.unwrap());
+    }
+    for (i, r) in reqs.into_iter().enumerate() {
+        block_on(r, T)
+            .output
+            .unwrap_or_else(|e| panic!("transfer {i}: {e}"));
+    }
+    assert_eq!(p.remote.to_vec().unwrap()[..n * BLOCK], data[..]);
+
+    // A slot's worth of asynchronous requests, held and never looked at: the synchronous
+    // transfer waits for a slot one of them gives back.
+    let held: Vec<_> = (0..SLOTS)
+        .map(|i| {
+            p.client
+                .transfer_async(&p.peer_addr, TransferOp::Write, &[desc(i)])
+                .unwrap()
+        })
+        .collect();
+    p.client
+        .transfer_sync(&p.peer_addr, TransferOp::Write, &[desc(SLOTS)], T)
+        .unwrap();
+    for r in held {
+        r.wait(T).unwrap();
+    }
+    let s = p.client.peer_stats(&p.peer_addr).unwrap();
+    assert_eq!((s.in_flight, s.errors), (0, 0));
+    assert!(p.client.stream_slots() <= SLOTS);
+    p.close();
+    let c = ascend_sim::counters();
+    assert!(c.is_zero(), "{c}");
+}

@@ -8,9 +8,9 @@
 //! request has failed and every import is unmapped, so the counters are checked the moment
 //! the peer is gone, with no further wait.
 //!
-//! The client runs in a child process with `ASCEND_SIM_STREAM_MODE=deterministic`: its queued
-//! copies only run when someone waits on them, so the requests really are in flight when the
-//! peer dies.
+//! The client runs in a child process that holds every stream (the emulator's test hold)
+//! while its requests are queued, so the requests really are in flight when the peer dies;
+//! the loss aborts the held streams.
 
 use std::time::{Duration, Instant};
 
@@ -57,7 +57,9 @@ fn client_role(rt: &ascend_mem::Runtime) {
     let base = ascend_sim::counters();
     assert_eq!(base.imports, 4, "{base}");
 
-    // 64 async WRITEs of 64 KiB each, all queued and none run yet.
+    // 64 async WRITEs of 64 KiB each, all queued and none run yet: every stream is held
+    // (the engine's progress thread observes the requests, so the copies would run).
+    let hold = ascend_sim::testing::hold_all_streams();
     let chunk = 64 << 10;
     let reqs: Vec<_> = (0..IN_FLIGHT)
         .map(|i| {
@@ -103,6 +105,7 @@ fn client_role(rt: &ascend_mem::Runtime) {
         }
     }
     drop(reqs);
+    drop(hold);
     let mut back = vec![0u8; REGION];
     local.read_into(&mut back, 0).unwrap();
     assert!(back == pattern(7, REGION), "local data intact");
@@ -145,10 +148,7 @@ fn killed_peer_fails_in_flight_requests_and_reconnect_works() {
     let addr = format!("127.0.0.1:{}", free_port());
     let mut peer = Spawn::new(name, "peer").env(ADDR_VAR, &addr).start();
     let ready = peer.expect_line("READY");
-    let mut client = Spawn::new(name, "client")
-        .env(PEER_VAR, &addr)
-        .env("ASCEND_SIM_STREAM_MODE", "deterministic")
-        .start();
+    let mut client = Spawn::new(name, "client").env(PEER_VAR, &addr).start();
     client.send(&ready);
     assert_eq!(client.expect_line("INFLIGHT"), IN_FLIGHT.to_string());
     peer.child.kill().unwrap();
