@@ -608,7 +608,7 @@ impl Engine {
         descs: &[TransferDesc],
         timeout: Duration,
     ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Self::sync_deadline(timeout);
         let req = self.submit(
             remote,
             op,

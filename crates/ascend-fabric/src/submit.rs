@@ -16,6 +16,9 @@ use crate::request::{self, Pending, ReqInner};
 use crate::slots::{SlotFrom, SlotGuard};
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
 
+/// The longest wait of a synchronous transfer: about a century, what `Duration::MAX` means.
+const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 impl Engine {
     /// Queues the copies of one transfer on a slot (taken here, or by a future already).
     pub(crate) fn submit(
@@ -111,6 +114,15 @@ impl Engine {
         // thread cannot watch it, the request's own waits and polls still observe it.
         inner.progress.watch(&req);
         Ok(req)
+    }
+
+    /// The deadline of a synchronous transfer given `timeout` from now; a timeout too long
+    /// for the clock (`Duration::MAX` as "no limit") is cut to [`FOREVER`].
+    pub(crate) fn sync_deadline(timeout: Duration) -> Instant {
+        let now = Instant::now();
+        now.checked_add(timeout)
+            .or_else(|| now.checked_add(FOREVER))
+            .unwrap_or(now)
     }
 
     /// Waits for a submitted request until `deadline` (`timeout` after the call began), as

@@ -54,7 +54,7 @@ impl Engine {
         pairs: &[(usize, usize)],
         timeout: Duration,
     ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
+        let deadline = Self::sync_deadline(timeout);
         let req = self.submit_prepared(op, local, remote, pairs, Some(deadline))?;
         Self::wait_sync(&req, deadline, timeout)
     }

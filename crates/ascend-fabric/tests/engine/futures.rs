@@ -194,3 +194,19 @@ fn futures_resolve_to_typed_errors() {
     assert!(again.is_ok(), "{again:?}");
     p.close();
 }
+
+/// `Duration::MAX` as a synchronous transfer's timeout means no limit: the transfer runs
+/// (it used to overflow the deadline and panic).
+#[test]
+fn sync_transfer_with_no_time_limit() {
+    let _env = setup();
+    let p = Pair::new(BLOCKS * BLOCK, options(2, 4), true);
+    let data = pattern(3, BLOCK);
+    p.local.write_from(&data, 0).unwrap();
+    let d = blocks(&p)[0];
+    p.client
+        .transfer_sync(&p.peer_addr, TransferOp::Write, &[d], Duration::MAX)
+        .unwrap();
+    assert_eq!(p.remote.to_vec().unwrap()[..BLOCK], data[..]);
+    p.close();
+}

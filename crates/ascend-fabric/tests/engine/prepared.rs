@@ -109,7 +109,9 @@ fn moves_blocks_by_index(dev: &Device) {
         .unwrap();
     let per = PIECE / BLOCK as usize;
     assert_eq!((both.len(), both.first_block(1)), (per + n, Some(per)));
-    user.transfer_prepared_sync(TransferOp::Write, &local, &both, &[(0, 0), (5, per - 1)], T)
+    // `Duration::MAX` is "no limit" (it used to overflow the deadline and panic).
+    let pairs = [(0, 0), (5, per - 1)];
+    user.transfer_prepared_sync(TransferOp::Write, &local, &both, &pairs, Duration::MAX)
         .unwrap();
     let mut got = vec![0u8; PIECE];
     plain.read_into(&mut got, 0).unwrap();
