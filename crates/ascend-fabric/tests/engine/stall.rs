@@ -38,12 +38,18 @@ fn a_stalled_request_ends_with_a_timeout_and_releases_everything() {
         .unwrap();
     let r = req.wait(T);
     assert!(is_stall(&r), "{r:?}");
-    // Status calls.
+    // Status calls. Held copies with no deadline: waiting, whatever the time.
+    let req = p
+        .client
+        .transfer_async(&p.peer_addr, TransferOp::Write, &[d])
+        .unwrap();
+    assert_eq!(req.status(), TransferStatus::Waiting);
+    drop(req);
+    // With the deadline: waiting (if observed in time) until the deadline fails it.
     let req = p
         .client
         .transfer_async_with(&p.peer_addr, TransferOp::Write, &[d], &opts)
         .unwrap();
-    assert_eq!(req.status(), TransferStatus::Waiting);
     let t0 = std::time::Instant::now();
     while req.status() == TransferStatus::Waiting {
         assert!(
