@@ -168,7 +168,11 @@ enum Stage {
 ///
 /// It checks the descriptors and the channel at its first poll, connects first under
 /// `AutoConnect`, then waits in turn for a free stream slot (woken when one is given back),
-/// and queues the copies in the poll that gets it. Dropping it before then cancels the
+/// and queues the copies in the poll that gets it. No poll blocks on a connect: under
+/// `AutoConnect` the connect runs on a helper thread (as [`Engine::connect_async`]), also
+/// when the channel went away while the future waited for its slot (the slot goes on to
+/// the next waiter, and the future queues again once connected); without it, that ends the
+/// future with [`Error::NotConnected`]. Dropping it before then cancels the
 /// submission: nothing was queued, it leaves the slot queue, and a slot handed to it
 /// meanwhile goes on to the next waiter.
 #[must_use = "futures do nothing unless polled; dropping it cancels the submission (nothing is queued)"]
@@ -198,6 +202,11 @@ impl Post {
         if self.engine.is_connected(&self.remote) {
             return Ok(Stage::Slot(None));
         }
+        self.connecting()
+    }
+
+    /// Under `AutoConnect`, the stage that connects on a helper thread; else `NotConnected`.
+    fn connecting(&self) -> Result<Stage> {
         if !self.engine.options().auto_connect {
             return Err(Error::NotConnected {
                 peer: self.remote.clone(),
@@ -225,14 +234,19 @@ impl Post {
                     let slot = std::task::ready!(pool.poll_acquire(w, cx))?;
                     self.stage = Stage::Done;
                     let guard = SlotGuard::from_slot(&pool, slot);
-                    let inner = self.engine.submit(
+                    let r = self.engine.submit(
                         &self.remote,
                         self.op,
                         &self.descs,
                         SlotFrom::Given(guard),
                         &self.opts,
-                    )?;
-                    return Poll::Ready(Ok(self.engine.request(inner, &self.remote)));
+                    );
+                    match r {
+                        // The channel went away while waiting for the slot (given back by
+                        // now): connect again on the helper thread, never inside the poll.
+                        Err(Error::NotConnected { .. }) => self.stage = self.connecting()?,
+                        r => return Poll::Ready(Ok(self.engine.request(r?, &self.remote))),
+                    }
                 }
                 Stage::Done => {
                     return Poll::Ready(Err(Error::AlreadyReported(

@@ -21,6 +21,8 @@ const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 impl Engine {
     /// Queues the copies of one transfer on a slot (taken here, or by a future already).
+    /// Connects on demand under `AutoConnect` only when it takes the slot itself: with a
+    /// given slot and no channel it fails with [`Error::NotConnected`].
     pub(crate) fn submit(
         &self,
         remote: &str,
@@ -36,7 +38,19 @@ impl Engine {
         let inner = &self.inner;
         let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
         let bytes = plan::check_descs(descs)?;
-        let ch = self.channel_for(remote, slot_deadline)?;
+        let ch =
+            match &slot_from {
+                SlotFrom::Acquire(_) => self.channel_for(remote, slot_deadline)?,
+                // A future's poll: no connect here (it blocks); the future connects on its
+                // helper thread instead.
+                SlotFrom::Given(_) => {
+                    inner.channels.read().get(remote).cloned().ok_or_else(|| {
+                        Error::NotConnected {
+                            peer: remote.to_owned(),
+                        }
+                    })?
+                }
+            };
         let write = op == TransferOp::Write;
         let size = (bytes, descs.len() as u64);
         self.submit_on(&ch, write, size, slot_from, opts, |rem, slot, regs| {

@@ -210,3 +210,69 @@ fn sync_transfer_with_no_time_limit() {
     assert_eq!(p.remote.to_vec().unwrap()[..BLOCK], data[..]);
     p.close();
 }
+
+/// A post whose channel went away while it waited for a slot connects again on a helper
+/// thread, never in its poll: with another connect of the engine holding the engine's
+/// connect lock (in its exchange with a listener that never answers), the poll that gets
+/// the slot returns pending at once instead of blocking on that lock; the transfer goes
+/// through once the other connect has ended.
+#[test]
+fn a_post_reconnects_off_the_polling_thread() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let _env = setup();
+    const STREAMS: u32 = 8;
+    let opts = ascend_fabric::EngineOptions::builder()
+        .task_stream_num(STREAMS)
+        .pool_capacity(4 << 30)
+        .auto_connect(true)
+        .build()
+        .unwrap();
+    let p = Pair::new(BLOCKS * BLOCK, opts, true);
+    let d = blocks(&p)[0];
+
+    // Every slot busy with held copies: the post queues for a slot.
+    let hold = ascend_sim::testing::hold_all_streams();
+    let slots = ascend_fabric::STREAM_BUDGET / STREAMS as usize;
+    let reqs: Vec<_> = (0..slots)
+        .map(|_| {
+            p.client
+                .transfer_async(&p.peer_addr, TransferOp::Write, &[d])
+                .unwrap()
+        })
+        .collect();
+    let mut post = Box::pin(p.client.post(
+        &p.peer_addr,
+        TransferOp::Write,
+        &[d],
+        TransferOptions::new(),
+    ));
+    let flag = Flag::new();
+    let waker = Waker::from(flag.clone());
+    let mut cx = Context::from_waker(&waker);
+    assert!(post.as_mut().poll(&mut cx).is_pending());
+
+    // The channel goes away: its requests fail, and a slot goes to the post.
+    p.client.disconnect(&p.peer_addr, T).unwrap();
+    assert!(flag.wakes() > 0);
+    drop(reqs);
+    drop(hold);
+
+    // Another connect holds the connect lock, in its exchange with a silent listener.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_addr = silent.local_addr().unwrap().to_string();
+    let c = p.client.clone();
+    let other = std::thread::spawn(move || c.connect(&silent_addr, T));
+    let (conn, _) = silent.accept().unwrap();
+    assert!(
+        post.as_mut().poll(&mut cx).is_pending(),
+        "the poll connected in place"
+    );
+    drop(conn);
+    drop(silent);
+    assert!(other.join().unwrap().is_err());
+    let req = block_on(post, T).output.unwrap();
+    block_on(req, T).output.unwrap();
+    assert!(p.client.is_connected(&p.peer_addr));
+    p.close();
+}
