@@ -166,7 +166,7 @@ fn listing_cancel_and_failures() {
         .for_each(|c| c.result.unwrap());
 
     // Running requests are listed as waiting; a lost peer fails them, reported with their
-    // data. (The stream hold is process-wide: the other test's copies only wait meanwhile.)
+    // data. (The stream hold is process-wide; `setup` runs one test at a time.)
     let hold = ascend_sim::testing::hold_all_streams();
     let queue2: CompletionQueue<u32> = CompletionQueue::new();
     let id = queue2.push(
