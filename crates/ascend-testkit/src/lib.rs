@@ -3,12 +3,12 @@
 //! Without features it depends on no other crate of the workspace, so every crate's tests can
 //! use it:
 //!
-//! - [`lock`]: the process-wide test lock (the emulator's counters, faults and call log are
+//! - [`lock`](mod@lock): the process-wide test lock (the emulator's counters, faults and call log are
 //!   global to a process, so tests that read or arm them serialize on it);
-//! - [`role`]: child processes of the current test binary in a named role (the env var
+//! - [`role`](mod@role): child processes of the current test binary in a named role (the env var
 //!   protocol), with line I/O, and the self-spawn of a test as its own child;
 //! - [`result`]: the `RESULT ...` lines children report back;
-//! - [`watchdog`]: a child that gives up on its own when its parent stops driving it;
+//! - [`watchdog`](mod@watchdog): a child that gives up on its own when its parent stops driving it;
 //! - [`net`]: raw bytes to a server and its whole answer;
 //! - [`hex`]: bytes as hex text, for handing binary values to a child on a line.
 //!
