@@ -180,12 +180,14 @@ fn soak_loop(d: &mut Driver, args: &SoakArgs) -> Res<()> {
 fn report(s: &Stats, took: Duration) {
     println!(
         "soak: {} transfer batches ({:.1} MiB moved), {} checksums, {} local ({} refused as \
-         busy) and {} peer registration changes, {} connects, {} failed as expected",
+         busy, {} done after the engine saw their transfers end) and {} peer registration \
+         changes, {} connects, {} failed as expected",
         s.ops,
         s.bytes_moved as f64 / f64::from(1 << 20),
         s.checksums,
         s.local_reg_changes,
         s.busy_refusals,
+        s.released_after_completion,
         s.peer_reg_changes,
         s.connects,
         s.failed_as_expected

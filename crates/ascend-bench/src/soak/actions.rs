@@ -1,7 +1,7 @@
 //! The driver's actions besides transfers: checksums, registration changes on both sides,
 //! connects (with faults), and killing and restarting peers.
 
-use ascend_fabric::Error;
+use ascend_fabric::{Error, TransferRequest, TransferStatus};
 
 use super::batch::{self, MemId};
 use super::driver::{is_busy, region_span, wait_for, Driver, OP_TIMEOUT};
@@ -78,18 +78,24 @@ impl Driver {
     }
 
     /// Deregisters chunk `c` of local buffer `b`: refused with `Error::Busy` (the
-    /// registration kept) while a transfer not yet waited for uses it, done otherwise.
+    /// registration kept) while a transfer the engine has not yet seen complete uses it, done
+    /// otherwise. The engine's progress thread may see a transfer complete before this driver
+    /// waits for it, so a deregistration of a chunk that a transfer not yet waited for uses may
+    /// also succeed, but only once every such transfer has ended (none still `Waiting`).
     fn deregister_chunk(&mut self, b: usize, c: usize) {
         let chunk = (MemId::Local(b), c * CHUNK, CHUNK);
-        let busy: Vec<_> = self
+        let users: Vec<&TransferRequest> = self
             .outstanding
             .iter()
-            .flat_map(|o| o.batch.spans())
+            .filter(|o| o.batch.spans().any(|s| is_busy(&[s], &chunk)))
+            .map(|o| &o.req)
             .collect();
-        let in_use = is_busy(&busy, &chunk);
+        let in_use = !users.is_empty();
         let r = self.locals[b].deregister(&self.eng, c);
+        let all_ended = users.iter().all(|q| q.status() != TransferStatus::Waiting);
         match (&r, in_use) {
             (Ok(()), false) => {}
+            (Ok(()), true) if all_ended => self.stats.released_after_completion += 1,
             (Err(Error::Busy { .. }), true) if self.locals[b].is_registered(c) => {
                 self.stats.busy_refusals += 1
             }

@@ -31,6 +31,9 @@ pub(crate) struct Stats {
     pub(crate) unexplained_losses: u64,
     /// Deregistrations refused with `Busy` while a transfer used the chunk.
     pub(crate) busy_refusals: u64,
+    /// Deregistrations of chunks that transfers not yet waited for used, done because the
+    /// engine had already seen every one of those transfers end.
+    pub(crate) released_after_completion: u64,
     pub(crate) local_reg_changes: u64,
     pub(crate) peer_reg_changes: u64,
     pub(crate) connects: u64,
@@ -268,8 +271,12 @@ impl Driver {
         self.finish(b, r, &expect)
     }
 
-    /// A transfer with a fault armed in one of its ACL calls.
+    /// A transfer with a fault armed in one of its ACL calls. The transfers still outstanding
+    /// are waited for first: the engine's progress thread observes every request's completion
+    /// as it happens, so a fault armed in a completion call while others are in flight could
+    /// fire in one of theirs instead of this one.
     fn fault_transfer(&mut self, p: usize) -> Res<()> {
+        self.drain(None)?;
         let via_async = self.rng.chance(500);
         self.transfer(p, via_async, Some(Class::Transfer))
     }
