@@ -17,11 +17,13 @@
 //! otherwise the emulator (`ASCEND_ACL_LIB=…/libascend_sim.so` takes the dlopen path).
 
 mod common;
+#[path = "common/ranks.rs"]
+mod ranks;
 
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 use std::time::Duration;
 
-use ascend_launch::{Launcher, RankEnv, Rendezvous};
+use ascend_launch::{RankEnv, Rendezvous};
 use ascend_mem::hccl::{Comm, CommConfig, RootInfo, SymWindow};
 use ascend_mem::{Backend, MemSpec, PhysicalMem, ReservedVa, Runtime, Stream};
 
@@ -161,40 +163,6 @@ fn rank_main() -> AnyResult<bool> {
     Ok(ok && verified == n as usize)
 }
 
-fn parse_ranks() -> Result<u32, String> {
-    let mut args = std::env::args().skip(1);
-    let mut ranks = 2;
-    while let Some(a) = args.next() {
-        let v = match a.strip_prefix("--ranks=") {
-            Some(v) => v.to_string(),
-            None if a == "--ranks" => args.next().ok_or("--ranks needs a value")?,
-            None => return Err(format!("unknown argument {a:?} (usage: [--ranks N])")),
-        };
-        ranks = v
-            .parse()
-            .map_err(|_| format!("--ranks {v:?}: not a number"))?;
-    }
-    if !(1..=MAX_RANKS).contains(&ranks) {
-        return Err(format!("--ranks {ranks}: must be 1..={MAX_RANKS}"));
-    }
-    Ok(ranks)
-}
-
-fn launch() -> AnyResult<bool> {
-    let ranks = parse_ranks()?;
-    let exe = std::env::current_exe()?;
-    println!("launching {ranks} rank processes of {}", exe.display());
-    let job = Launcher::new(ranks)
-        .timeout(Duration::from_secs(300))
-        .run(|_| Command::new(&exe))?;
-    for (r, s) in job.statuses.iter().enumerate() {
-        if !s.success() {
-            eprintln!("rank {r}: {s}");
-        }
-    }
-    Ok(job.success())
-}
-
 fn main() -> ExitCode {
     // Logs to stderr (`RUST_LOG`, default `warn`).
     common::init_logging("warn");
@@ -202,7 +170,7 @@ fn main() -> ExitCode {
         let rank = std::env::var("RANK").unwrap_or_default();
         (format!("rank {rank}"), rank_main())
     } else {
-        ("launcher".to_string(), launch())
+        ("launcher".to_string(), ranks::launch(2, MAX_RANKS))
     };
     match r {
         Ok(true) => {
