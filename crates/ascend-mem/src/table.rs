@@ -56,6 +56,8 @@ pub(crate) struct TableInner {
     pub(crate) spans: Box<[(usize, usize)]>,
     /// The mappings, one per entry (the same mapping may appear more than once).
     maps: Box<[Mapping]>,
+    /// Whether each entry is host DRAM (for the batch call's direction rule).
+    pub(crate) host: Box<[bool]>,
     /// Dropped after `maps` (see [`MappingTable::with_keepalive`]).
     _keep: Option<Box<dyn Any + Send + Sync>>,
     pub(crate) dev: Device,
@@ -103,6 +105,7 @@ impl MappingTable {
     ) -> Result<MappingTable> {
         let mut spans = Vec::new();
         let mut maps = Vec::new();
+        let mut host = Vec::new();
         for e in entries {
             let m = e.mapping();
             if !std::ptr::eq(m.device().lib(), dev.lib()) {
@@ -113,6 +116,7 @@ impl MappingTable {
                 });
             }
             spans.push((e.as_raw() as usize, e.len()));
+            host.push(m.is_host());
             // A second owner of the mapping, as `Mapping::hold` makes.
             maps.push(Mapping {
                 inner: m.inner.clone(),
@@ -122,6 +126,7 @@ impl MappingTable {
             inner: Arc::new(TableInner {
                 spans: spans.into_boxed_slice(),
                 maps: maps.into_boxed_slice(),
+                host: host.into_boxed_slice(),
                 _keep: keep,
                 dev: dev.clone(),
             }),

@@ -18,6 +18,8 @@
 //!   it queues the same way: collectives (`collective.rs`; it also keeps the communicator)
 //!   and one-sided copies and signals through a peer's part of a window (`onesided.rs`; it
 //!   also keeps the window).
+//! * Copies between the entries of two mapping tables (`table.rs`): batched where the
+//!   runtime batches them, one call per copy elsewhere; the queue keeps the tables.
 //! * Loading libhccl and reading its error strings (`hccl_lib.rs`).
 //! * The crate's public `unsafe` entry points (`unchecked.rs`).
 
@@ -26,6 +28,7 @@ mod hccl;
 mod hccl_lib;
 mod onesided;
 mod stream;
+mod table;
 mod unchecked;
 mod vmm;
 

@@ -9,7 +9,6 @@
 
 use std::any::Any;
 use std::collections::HashSet;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use acl::AclLib;
@@ -18,7 +17,7 @@ use super::{MappedRef, OwnedStream, StreamRef};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
-use crate::table::{CopySide, TableCopy, TableInner};
+use crate::table::TableInner;
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
 
 /// What a stream keeps alive for its pending work.
@@ -256,44 +255,9 @@ impl StreamQueue {
         Ok(())
     }
 
-    /// Queues `aclrtMemcpyAsync` of each non-empty copy between entries of `dst` and `src`
-    /// (device to device), in order, keeping each table once (before the first copy, so the
-    /// copies queued ahead of a failure are covered too).
-    ///
-    /// # Errors
-    /// [`Error::NoTableEntry`] or [`Error::TableRange`] for a copy outside its table (the
-    /// copies before it stay queued: check them all first); an `aclrtMemcpyAsync` failure.
-    pub(crate) fn enqueue_table_copies(
-        &mut self,
-        lib: &AclLib,
-        dst: &Arc<TableInner>,
-        src: &Arc<TableInner>,
-        copies: &[TableCopy],
-    ) -> Result<()> {
-        self.keep.push(Keep::Table(dst.clone()));
-        if !Arc::ptr_eq(dst, src) {
-            self.keep.push(Keep::Table(src.clone()));
-        }
-        let kind = memcpy_kind(false, false);
-        for (i, c) in copies.iter().enumerate().filter(|(_, c)| c.len != 0) {
-            let to = dst.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len)?;
-            let from = src.addr(i, CopySide::Src, c.src, c.src_offset, c.len)?;
-            // SAFETY: both ranges lie inside entries of the tables (checked just above), whose
-            // mappings the tables own; the references pushed above keep them mapped until the
-            // stream is synchronized past this copy or destroyed.
-            unsafe {
-                ffi::copy::memcpy_async(
-                    lib,
-                    to as *mut c_void,
-                    c.len,
-                    from as *const c_void,
-                    c.len,
-                    kind,
-                    self.live()?,
-                )
-            }?;
-        }
-        Ok(())
+    /// Keeps `table` until the stream is synchronized past the work queued on it.
+    pub(super) fn keep_table(&mut self, table: &Arc<TableInner>) {
+        self.keep.push(Keep::Table(table.clone()));
     }
 
     /// Queues `aclrtValueWrite` of `value` into `word`, keeping its mapping.
@@ -506,7 +470,7 @@ impl StreamQueue {
 /// The C call of a batch (and the `api` of its errors).
 pub(crate) const BATCH_API: &str = "aclrtMemcpyBatchAsync";
 /// The call of the batch fallback, one per copy.
-const EACH_API: &str = "aclrtMemcpyAsync";
+pub(super) const EACH_API: &str = "aclrtMemcpyAsync";
 
 impl Drop for StreamQueue {
     fn drop(&mut self) {

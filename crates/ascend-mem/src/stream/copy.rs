@@ -75,8 +75,12 @@ impl Stream {
         self.copy_async(&dst, &src)
     }
 
-    /// Queues a batch of copies between entries of two [`MappingTable`]s (`aclrtMemcpyAsync`
-    /// per copy, device to device), in order. `dst` and `src` may be the same table.
+    /// Queues a batch of copies between entries of two [`MappingTable`]s, in order. `dst` and
+    /// `src` may be the same table. A run of two or more consecutive copies from host DRAM
+    /// into device memory (or back) goes to the runtime as one `aclrtMemcpyBatchAsync`, one
+    /// call and one stream task for the run; the runtime documents batches as host to device
+    /// or device to host only, so any other copy (device to device above all) is one
+    /// `aclrtMemcpyAsync`, as is every copy on a runtime without the batch call.
     ///
     /// Every copy is checked before any is queued; zero-length copies are skipped. The device
     /// is bound once for the batch, and the stream keeps each table (not each mapping) alive
@@ -87,8 +91,11 @@ impl Stream {
     /// [`Error::WrongDevice`] when a table belongs to another runtime;
     /// [`Error::NoTableEntry`] or [`Error::TableRange`] naming the first copy whose entry or
     /// range is not in its table (nothing is queued);
+    /// [`Error::BatchCopy`] naming the copy the batch call refused (its `failIndex`, as an
+    /// index in `copies`), or the batch call's error when not tied to one copy;
     /// an `aclrtMemcpyAsync` failure (the copies before it stay queued).
     #[doc(alias = "aclrtMemcpyAsync")]
+    #[doc(alias = "aclrtMemcpyBatchAsync")]
     pub fn copy_table_async(
         &mut self,
         dst: &MappingTable,
@@ -110,6 +117,14 @@ impl Stream {
         self.dev.enter()?;
         self.queue
             .enqueue_table_copies(self.dev.lib(), &dst.inner, &src.inner, copies)
+            .map_err(|f| match f.copy {
+                Some(copy) => Error::BatchCopy {
+                    api: f.api,
+                    copy,
+                    source: Box::new(f.error),
+                },
+                None => f.error,
+            })
     }
 
     /// Queues setting every byte of `dst` to `value` (`aclrtMemsetAsync`).

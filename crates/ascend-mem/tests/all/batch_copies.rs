@@ -3,10 +3,10 @@
 //! back to the caller's index, the fallback to one `aclrtMemcpyAsync` per copy on a runtime
 //! without the batch call, and what the stream keeps alive.
 
-use crate::common::{pattern, setup};
+use crate::common::{pattern, runtime_without_batch_call, setup};
 use ascend_mem::{
     BatchCopy, DeviceBuffer, Error, ErrorKind, HostBuffer, MemSpec, Origin, PhysicalMem,
-    ReservedVa, Runtime, Stream,
+    ReservedVa, Stream,
 };
 use ascend_sim::{fault, testing::hold_stream};
 
@@ -75,18 +75,8 @@ fn one_batch_call_per_batch() {
 #[test]
 fn falls_back_to_one_copy_per_entry_without_the_batch_call() {
     let env = setup();
-    fault::hide_symbol("aclrtMemcpyBatchAsync");
     // A fresh table, so the hidden symbol resolves (as absent) on first use.
-    // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
-    let table = unsafe {
-        acl::AclLib::from_source(acl::Source::InProcess {
-            name: "ascend-sim (no batch call)",
-            lookup: ascend_sim::lookup,
-        })
-    };
-    let table: &'static acl::AclLib = Box::leak(Box::new(table));
-    // SAFETY: as above.
-    let rt = unsafe { Runtime::from_table_unchecked(table) }.unwrap();
+    let rt = runtime_without_batch_call();
     let dev = rt.device(0).unwrap();
     let mut s = Stream::new(&dev).unwrap();
     let (b0, c0) = (

@@ -34,3 +34,20 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
         .collect()
 }
+
+/// A runtime over the emulator whose table resolves `aclrtMemcpyBatchAsync` as absent (an
+/// older CANN): hides the symbol and builds a fresh table, leaked for the test. The caller
+/// clears the fault state (`ascend_sim::fault::clear`) when done.
+pub fn runtime_without_batch_call() -> ascend_mem::Runtime {
+    ascend_sim::fault::hide_symbol("aclrtMemcpyBatchAsync");
+    // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
+    let table = unsafe {
+        acl::AclLib::from_source(acl::Source::InProcess {
+            name: "ascend-sim (no batch call)",
+            lookup: ascend_sim::lookup,
+        })
+    };
+    let table: &'static acl::AclLib = Box::leak(Box::new(table));
+    // SAFETY: as above.
+    unsafe { ascend_mem::Runtime::from_table_unchecked(table) }.unwrap()
+}

@@ -21,6 +21,7 @@ mod npu_vmm;
 mod sharing;
 mod stream_values;
 mod streams;
+mod table_batches;
 mod tables;
 mod typed;
 mod vmm_rules;

@@ -1,0 +1,213 @@
+//! Copies between the entries of two mapping tables, queued on a [`StreamQueue`].
+//!
+//! A run of consecutive copies that go host to device (or device to host) reaches the runtime
+//! as one `aclrtMemcpyBatchAsync`: one call and one stream task for the whole run instead of
+//! one per copy. The runtime documents a batch as one of those two directions only, so copies
+//! between two device-side entries (the usual case of imported peer memory and HBM) stay one
+//! `aclrtMemcpyAsync` each, as does every copy on a runtime without the batch call and a run
+//! of a single copy. Copies are queued in the caller's order.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use acl::AclLib;
+
+use super::stream::{BatchFailure, StreamQueue, BATCH_API, EACH_API};
+use super::StreamRef;
+use crate::error::Error;
+use crate::ffi;
+use crate::ffi::batch::BatchArgs;
+use crate::table::{CopySide, TableCopy, TableInner};
+use crate::vmm::memcpy_kind;
+
+/// Fewest copies of one direction sent as one batch call (a lone copy is cheaper alone).
+const BATCH_MIN: usize = 2;
+
+/// Which way a copy goes, for the batch call's rule.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Way {
+    /// Host DRAM into device memory: batchable.
+    ToDevice,
+    /// Device memory into host DRAM: batchable.
+    ToHost,
+    /// Anything else (device to device above all): one call per copy.
+    Single,
+}
+
+fn way(dst_host: bool, src_host: bool) -> Way {
+    match (dst_host, src_host) {
+        (false, true) => Way::ToDevice,
+        (true, false) => Way::ToHost,
+        _ => Way::Single,
+    }
+}
+
+/// A run of copies going one batchable way: the arrays of one batch call, and each copy's
+/// index in the caller's slice.
+#[derive(Default)]
+struct Run {
+    way: Option<Way>,
+    dsts: Vec<*mut c_void>,
+    srcs: Vec<*mut c_void>,
+    sizes: Vec<usize>,
+    index: Vec<usize>,
+}
+
+impl Run {
+    fn push(&mut self, w: Way, to: usize, from: usize, len: usize, i: usize) {
+        self.way = Some(w);
+        self.dsts.push(to as *mut c_void);
+        self.srcs.push(from as *mut c_void);
+        self.sizes.push(len);
+        self.index.push(i);
+    }
+
+    fn clear(&mut self) {
+        self.way = None;
+        self.dsts.clear();
+        self.srcs.clear();
+        self.sizes.clear();
+        self.index.clear();
+    }
+}
+
+fn fail(error: Error, api: &'static str, copy: Option<usize>) -> BatchFailure {
+    BatchFailure { error, api, copy }
+}
+
+impl StreamQueue {
+    /// Queues each non-empty copy between entries of `dst` and `src`, in order (runs of
+    /// host-to-device or device-to-host copies as one batch call each), keeping each table
+    /// once, before the first copy, so the copies queued ahead of a failure are covered too.
+    ///
+    /// # Errors
+    /// [`Error::NoTableEntry`] or [`Error::TableRange`] for a copy outside its table (the
+    /// copies before it stay queued: check them all first); the batch call's refusal of one
+    /// copy (its index in `copies`) or of the whole run; an `aclrtMemcpyAsync` failure.
+    pub(crate) fn enqueue_table_copies(
+        &mut self,
+        lib: &AclLib,
+        dst: &Arc<TableInner>,
+        src: &Arc<TableInner>,
+        copies: &[TableCopy],
+    ) -> std::result::Result<(), BatchFailure> {
+        self.keep_table(dst);
+        if !Arc::ptr_eq(dst, src) {
+            self.keep_table(src);
+        }
+        let dev = u32::try_from(dst.dev.id()).unwrap_or(u32::MAX);
+        let mut run = Run::default();
+        for (i, c) in copies.iter().enumerate().filter(|(_, c)| c.len != 0) {
+            let to = dst.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len);
+            let from = src.addr(i, CopySide::Src, c.src, c.src_offset, c.len);
+            let (to, from) = to
+                .and_then(|t| Ok((t, from?)))
+                .map_err(|e| fail(e, EACH_API, None))?;
+            let w = way(dst.host[c.dst], src.host[c.src]);
+            if run.way.is_some_and(|r| r != w) {
+                self.flush(lib, &mut run, dev)?;
+            }
+            if w == Way::Single {
+                let s = self.live().map_err(|e| fail(e, EACH_API, None))?;
+                // SAFETY: both ranges lie inside entries of the tables (checked just above),
+                // whose mappings the tables own; the tables kept above keep them mapped until
+                // the stream is synchronized past this copy or destroyed.
+                unsafe { copy_one(lib, to, from, c.len, s) }
+                    .map_err(|e| fail(e, EACH_API, None))?;
+                continue;
+            }
+            run.push(w, to, from, c.len, i);
+        }
+        self.flush(lib, &mut run, dev)
+    }
+
+    /// Queues `run` (one batch call, or one call per copy for a lone copy or a runtime without
+    /// the batch call) and empties it.
+    fn flush(
+        &self,
+        lib: &AclLib,
+        run: &mut Run,
+        dev: u32,
+    ) -> std::result::Result<(), BatchFailure> {
+        let Some(w) = run.way else {
+            return Ok(());
+        };
+        let s = self.live().map_err(|e| fail(e, BATCH_API, None))?;
+        if run.sizes.len() >= BATCH_MIN {
+            let device = acl::aclrtMemLocation {
+                id: dev,
+                type_: acl::ACL_MEM_LOCATION_TYPE_DEVICE,
+            };
+            let host = acl::aclrtMemLocation {
+                id: 0,
+                type_: acl::ACL_MEM_LOCATION_TYPE_HOST,
+            };
+            let (dst_loc, src_loc) = match w {
+                Way::ToHost => (host, device),
+                _ => (device, host),
+            };
+            let mut attrs = [acl::aclrtMemcpyBatchAttr {
+                dstLoc: dst_loc,
+                srcLoc: src_loc,
+                rsv: [0; 16],
+            }];
+            let mut maxs = run.sizes.clone();
+            let args = BatchArgs {
+                dsts: &mut run.dsts,
+                dest_maxs: &mut maxs,
+                srcs: &mut run.srcs,
+                sizes: &mut run.sizes,
+                attrs: &mut attrs,
+                attrs_indexes: &mut [0],
+            };
+            // SAFETY: every range lies inside an entry of the tables the queue keeps until the
+            // stream is synchronized past the batch; the runtime writes `sizes[i]` bytes.
+            match unsafe { ffi::batch::memcpy_batch_async(lib, args, s) } {
+                (Ok(()), _) => {
+                    run.clear();
+                    return Ok(());
+                }
+                // An older runtime: one call per copy below.
+                (Err(Error::MissingSymbol { .. }), _) => {}
+                (Err(e), k) => {
+                    let copy = k.and_then(|k| run.index.get(k).copied());
+                    return Err(fail(e, BATCH_API, copy));
+                }
+            }
+        }
+        for k in 0..run.sizes.len() {
+            let (to, from) = (run.dsts[k] as usize, run.srcs[k] as usize);
+            // SAFETY: as for the batch above.
+            unsafe { copy_one(lib, to, from, run.sizes[k], s) }
+                .map_err(|e| fail(e, EACH_API, None))?;
+        }
+        run.clear();
+        Ok(())
+    }
+}
+
+/// One `aclrtMemcpyAsync` of `len` bytes from `from` to `to` (device-side: mapped memory,
+/// HBM or host DRAM, lives in device VA).
+///
+/// # Safety
+/// Both ranges stay mapped until the stream is synchronized past the copy.
+unsafe fn copy_one(
+    lib: &AclLib,
+    to: usize,
+    from: usize,
+    len: usize,
+    s: StreamRef<'_>,
+) -> crate::error::Result<()> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        ffi::copy::memcpy_async(
+            lib,
+            to as *mut c_void,
+            len,
+            from as *const c_void,
+            len,
+            memcpy_kind(false, false),
+            s,
+        )
+    }
+}

@@ -1,0 +1,147 @@
+//! `Stream::copy_table_async` batching: runs of host-to-device or device-to-host copies go to
+//! the runtime as one `aclrtMemcpyBatchAsync` each, device-to-device copies and lone copies
+//! as one `aclrtMemcpyAsync` each, in the caller's order; every copy one call on a runtime
+//! without the batch call; and the batch's `failIndex` comes back as the caller's index.
+
+use crate::common::{pattern, runtime_without_batch_call, setup};
+use ascend_mem::{
+    Device, DeviceBuffer, Error, HostBuffer, MappingTable, MemSpec, Origin, PhysicalMem,
+    ReservedVa, Stream, TableCopy,
+};
+use ascend_sim::fault;
+
+const MIB2: usize = 2 << 20;
+const K: usize = 64 << 10;
+
+fn tc(dst: usize, dst_offset: usize, src: usize, src_offset: usize, len: usize) -> TableCopy {
+    TableCopy {
+        dst,
+        dst_offset,
+        src,
+        src_offset,
+        len,
+    }
+}
+
+/// Calls of the two copy entry points made by `f`.
+fn calls(f: impl FnOnce()) -> (u64, u64) {
+    let (b0, c0) = (
+        fault::calls("aclrtMemcpyBatchAsync"),
+        fault::calls("aclrtMemcpyAsync"),
+    );
+    f();
+    (
+        fault::calls("aclrtMemcpyBatchAsync") - b0,
+        fault::calls("aclrtMemcpyAsync") - c0,
+    )
+}
+
+/// One table of a host buffer (entry 0) and two device buffers (entries 1, 2), used as both
+/// sides: 8 host-to-device copies (with a zero-length one among them), 2 device-to-device, 4
+/// device-to-host, then one lone host-to-device copy. Returns the calls (batch, single) and
+/// checks every byte.
+fn mixed_run(dev: &Device) -> (u64, u64) {
+    let h = HostBuffer::new(dev, MIB2).unwrap();
+    let d1 = DeviceBuffer::new(dev, MIB2).unwrap();
+    let d2 = DeviceBuffer::new(dev, MIB2).unwrap();
+    let data = pattern(7, 8 * K);
+    h.write_from(&data, 0).unwrap();
+    let t = MappingTable::new(
+        dev,
+        [
+            h.slice(..).unwrap(),
+            d1.slice(..).unwrap(),
+            d2.slice(..).unwrap(),
+        ],
+    )
+    .unwrap();
+    let mut copies: Vec<TableCopy> = (0..8).rev().map(|k| tc(1, k * K, 0, k * K, K)).collect();
+    copies.insert(3, tc(1, 0, 0, 0, 0));
+    // d1 -> d2 in two halves, then d2 back into the host buffer's second half, in four.
+    copies.push(tc(2, 0, 1, 0, 4 * K));
+    copies.push(tc(2, 4 * K, 1, 4 * K, 4 * K));
+    copies.extend((0..4).map(|k| tc(0, MIB2 / 2 + 2 * k * K, 2, 2 * k * K, 2 * K)));
+    // A lone host-to-device copy: the first 64 KiB of the host buffer to the end of d2.
+    copies.push(tc(2, MIB2 - K, 0, 0, K));
+    let mut s = Stream::new(dev).unwrap();
+    let n = calls(|| s.copy_table_async(&t, &t, &copies).unwrap());
+    s.synchronize().unwrap();
+    assert_eq!(
+        d1.slice(..8 * K).unwrap().read_to_vec::<u8>().unwrap(),
+        data
+    );
+    assert_eq!(
+        d2.slice(..8 * K).unwrap().read_to_vec::<u8>().unwrap(),
+        data
+    );
+    let back = h.slice(MIB2 / 2..MIB2 / 2 + 8 * K).unwrap();
+    assert_eq!(back.read_to_vec::<u8>().unwrap(), data);
+    let tail = d2.slice(MIB2 - K..).unwrap().read_to_vec::<u8>().unwrap();
+    assert_eq!(tail, data[..K]);
+    drop((s, t, h, d1, d2));
+    n
+}
+
+#[test]
+fn host_device_runs_are_one_batch_call_each() {
+    let env = setup();
+    assert_eq!(mixed_run(&env.dev), (2, 3), "(batch calls, single copies)");
+    env.finish();
+}
+
+#[test]
+fn every_copy_is_one_call_without_the_batch_call() {
+    let env = setup();
+    let rt = runtime_without_batch_call();
+    let dev = rt.device(0).unwrap();
+    let n = mixed_run(&dev);
+    fault::clear();
+    // The batch call is looked up, found absent, and never reached.
+    assert_eq!(n, (0, 15), "(batch calls, single copies)");
+    drop((dev, rt));
+    env.finish();
+}
+
+/// Device 1's memory adopted as device 0's (the host cannot tell; the runtime refuses it as
+/// the DEVICE location of device 0): its copy's `failIndex` comes back as its index in the
+/// caller's slice, which counts the zero-length copy the batch call never saw.
+#[test]
+fn the_batch_calls_fail_index_names_the_callers_copy() {
+    let env = setup();
+    let h = HostBuffer::new(&env.dev, MIB2).unwrap();
+    let d = DeviceBuffer::new(&env.dev, MIB2).unwrap();
+    let size = env.dev.round_up(MIB2).unwrap();
+    let spec = MemSpec::DEVICE_HBM;
+    // SAFETY: plain values and a writable out-slot, through the runtime's own table.
+    let raw = unsafe { ascend_mem::ffi::phys::malloc(env.rt.acl(), size.get(), &spec.to_prop(1)) }
+        .unwrap();
+    // SAFETY: a live handle of this runtime, of `size` bytes, owned by nobody else (it claims
+    // device 0, which is the point of the test).
+    let mem = unsafe { PhysicalMem::from_raw(&env.dev, raw, size.get(), Origin::Allocated(spec)) };
+    let va = ReservedVa::new(&env.dev, size).unwrap();
+    let other = va.map(&mem, size.zero()).unwrap();
+    let dst =
+        MappingTable::new(&env.dev, [d.slice(..).unwrap(), other.slice(..).unwrap()]).unwrap();
+    let src = MappingTable::new(&env.dev, [h.slice(..).unwrap()]).unwrap();
+    let copies = [
+        tc(0, 0, 0, 0, K),
+        tc(0, K, 0, K, 0),
+        tc(0, K, 0, K, K),
+        tc(1, 0, 0, 0, K),
+    ];
+    let mut s = Stream::new(&env.dev).unwrap();
+    let e = s.copy_table_async(&dst, &src, &copies).unwrap_err();
+    assert!(
+        matches!(&e, Error::BatchCopy { api: "aclrtMemcpyBatchAsync", copy: 3, source }
+            if source.api() == Some("aclrtMemcpyBatchAsync")),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.code().map(|c| c.0),
+        Some(acl::ACL_ERROR_RT_PARAM_INVALID),
+        "{e}"
+    );
+    s.synchronize().unwrap();
+    drop((s, dst, src, other, va, mem, d, h));
+    env.finish();
+}
