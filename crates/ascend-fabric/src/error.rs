@@ -156,6 +156,16 @@ pub enum Error {
         /// The first address not covered.
         uncovered: u64,
     },
+    /// The runtime refused the copy of a descriptor (a batch call's `failIndex`, mapped back
+    /// through the plan to the descriptor the refused copy starts in).
+    #[error("transfer: descriptor {index}: {source}")]
+    CopyRefused {
+        /// Index of the descriptor.
+        index: usize,
+        /// The runtime's error (names the call and the copy).
+        #[source]
+        source: ascend_mem::Error,
+    },
     /// No channel to that peer.
     #[error("{peer}: not connected")]
     NotConnected {
@@ -257,7 +267,7 @@ impl Error {
     /// The HIXL status this error corresponds to.
     pub fn status(&self) -> HixlCode {
         match self {
-            Error::Mem(e) => match e.kind() {
+            Error::Mem(e) | Error::CopyRefused { source: e, .. } => match e.kind() {
                 ascend_mem::ErrorKind::InvalidArgument => HixlCode::PARAM_INVALID,
                 ascend_mem::ErrorKind::Timeout => HixlCode::TIMEOUT,
                 ascend_mem::ErrorKind::NotSupported => HixlCode::UNSUPPORTED,

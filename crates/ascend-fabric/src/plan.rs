@@ -16,9 +16,11 @@ const SPLIT_MIN: usize = 1 << 20;
 /// ... in chunks of at least this size.
 const SPLIT_CHUNK_MIN: usize = 256 << 10;
 
-/// A piece to copy, by segment index in the local and remote maps.
+/// A piece to copy, by segment index in the local and remote maps, and the descriptor (or
+/// prepared pair) it belongs to.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Piece {
+    desc: u32,
     l_idx: usize,
     l_off: u64,
     r_idx: usize,
@@ -27,10 +29,12 @@ pub(crate) struct Piece {
 }
 
 impl Piece {
-    /// `len` bytes at `l_off` of local entry `l_idx` and `r_off` of remote entry `r_idx`.
+    /// `len` bytes at `l_off` of local entry `l_idx` and `r_off` of remote entry `r_idx`, of
+    /// descriptor `desc`.
     #[inline]
-    pub(crate) fn new(l: (usize, u64), r: (usize, u64), len: u64) -> Piece {
+    pub(crate) fn new(desc: usize, l: (usize, u64), r: (usize, u64), len: u64) -> Piece {
         Piece {
+            desc: desc as u32,
             l_idx: l.0,
             l_off: l.1,
             r_idx: r.0,
@@ -138,18 +142,20 @@ fn translate_in<L, R>(
                 uncovered,
             });
         }
-        merge(&lp, &rp, &mut pieces);
+        merge(index, &lp, &rp, &mut pieces);
     }
     Ok(pieces)
 }
 
-/// Cuts one descriptor's local and remote spans at every boundary of either into pieces.
-pub(crate) fn merge(lp: &[Span], rp: &[Span], pieces: &mut Vec<Piece>) {
+/// Cuts the local and remote spans of descriptor `desc` at every boundary of either into
+/// pieces.
+pub(crate) fn merge(desc: usize, lp: &[Span], rp: &[Span], pieces: &mut Vec<Piece>) {
     let (mut i, mut j) = (0, 0);
     let (mut li, mut ri) = (lp[0], rp[0]);
     while i < lp.len() && j < rp.len() {
         let n = li.2.min(ri.2);
         pieces.push(Piece {
+            desc: desc as u32,
             l_idx: li.0,
             l_off: li.1,
             r_idx: ri.0,
@@ -173,13 +179,21 @@ pub(crate) fn merge(lp: &[Span], rp: &[Span], pieces: &mut Vec<Piece>) {
     }
 }
 
+/// One stream's share of a transfer: its table copies, and for each the descriptor its run
+/// of coalesced pieces starts in (what an error about the copy names).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StreamBatch {
+    pub(crate) copies: Vec<TableCopy>,
+    pub(crate) descs: Vec<u32>,
+}
+
 /// Cuts the pieces into copies, coalescing ones contiguous on both sides, and deals them
 /// round-robin to `streams` streams: one table batch per stream. A large piece is cut into
 /// up to `streams` chunks, so one big op uses every stream of the slot (HIXL issues it whole,
 /// on one stream). WRITE copies local to remote, READ remote to local.
-pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Vec<TableCopy>> {
+pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<StreamBatch> {
     let k = streams.max(1);
-    let mut batches: Vec<Vec<TableCopy>> = vec![Vec::new(); k];
+    let mut batches: Vec<StreamBatch> = vec![StreamBatch::default(); k];
     let mut rr = 0usize;
     let mut put = |p: Piece| {
         let len = p.len as usize;
@@ -195,13 +209,15 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Vec<T
             let l = (p.l_idx, p.l_off as usize + at);
             let r = (p.r_idx, p.r_off as usize + at);
             let ((dst, dst_offset), (src, src_offset)) = if write { (r, l) } else { (l, r) };
-            batches[rr % k].push(TableCopy {
+            let b = &mut batches[rr % k];
+            b.copies.push(TableCopy {
                 dst,
                 dst_offset,
                 src,
                 src_offset,
                 len: n,
             });
+            b.descs.push(p.desc);
             rr += 1;
             at += n;
         }
@@ -232,11 +248,13 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Vec<T
 
 /// Queues each stream's batch of `batches` on the slot's streams, addressed in the peer's
 /// imports (`remote`) and the local segments (`local`): the one place copies reach the
-/// runtime. Returns the first failure (streams that got work are marked used in `slot`, so
-/// what was queued before it is aborted with the request).
+/// runtime (host-device runs batched, see [`ascend_mem::Stream::copy_table_async`]).
+/// Returns the first failure, a copy the runtime refused as [`Error::CopyRefused`] naming
+/// its descriptor (streams that got work are marked used in `slot`, so what was queued
+/// before it is aborted with the request).
 pub(crate) fn issue(
     slot: &mut SlotGuard,
-    batches: &[Vec<TableCopy>],
+    batches: &[StreamBatch],
     remote: &MappingTable,
     local: &MappingTable,
     write: bool,
@@ -247,11 +265,17 @@ pub(crate) fn issue(
         (local, remote)
     };
     for (i, b) in batches.iter().enumerate() {
-        if b.is_empty() {
+        if b.copies.is_empty() {
             continue;
         }
-        if let Err(e) = slot.stream(i).copy_table_async(dst, src, b) {
-            return Some(e.into());
+        if let Err(e) = slot.stream(i).copy_table_async(dst, src, &b.copies) {
+            return Some(match &e {
+                ascend_mem::Error::BatchCopy { copy, .. } => Error::CopyRefused {
+                    index: b.descs.get(*copy).map_or(usize::MAX, |&d| d as usize),
+                    source: e,
+                },
+                _ => e.into(),
+            });
         }
     }
     None

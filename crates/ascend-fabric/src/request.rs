@@ -242,7 +242,12 @@ impl ReqInner {
                 slot.abort(used);
                 slots.discard(slot);
                 book.counters.finished(None);
-                if self.auto.is_some() && matches!(e, Error::Mem(_) | Error::Timeout { .. }) {
+                if self.auto.is_some()
+                    && matches!(
+                        e,
+                        Error::Mem(_) | Error::CopyRefused { .. } | Error::Timeout { .. }
+                    )
+                {
                     self.auto_due.store(true, Ordering::Release);
                 }
             }

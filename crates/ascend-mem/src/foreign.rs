@@ -242,7 +242,7 @@ impl PhysicalMem {
                 let mem = PhysicalMem {
                     inner: Arc::new(inner),
                 };
-                Ok(mem.with_granule(granule))
+                Ok(mem.with_import_props(granule, spec.is_host()))
             }
             Err(inner) => Ok(PhysicalMem { inner }),
         }

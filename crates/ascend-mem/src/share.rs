@@ -175,7 +175,7 @@ impl SharedHandle {
         let h = OwnedPhys::import(lib, &self.data, self.kind.raw())?;
         let mem = PhysicalMem::from_handle(dev, h, self.len(), 0, Origin::Imported);
         // On any error below, `mem` drops and frees the imported handle.
-        let granule = self.real_granule(dev, &mem.inner.mem)?;
+        let (granule, host) = self.real_props(dev, &mem.inner.mem)?;
         if granule != 0 && self.len() % granule != 0 {
             return Err(Error::ImportSizeMismatch {
                 claimed: self.len(),
@@ -184,27 +184,32 @@ impl SharedHandle {
                 source: None,
             });
         }
-        Ok(mem.with_granule(granule))
+        Ok(mem.with_import_props(granule, host))
     }
 
-    /// The MINIMUM granularity of the imported allocation's kind, read back from its handle;
-    /// 0 when the runtime cannot say (no such call, or reported unsupported).
-    fn real_granule(&self, dev: &Device, h: &OwnedPhys) -> Result<usize> {
+    /// The MINIMUM granularity of the imported allocation's kind, read back from its handle,
+    /// and whether it is host DRAM; (0, false) when the runtime cannot say (no such call, or
+    /// reported unsupported).
+    fn real_props(&self, dev: &Device, h: &OwnedPhys) -> Result<(usize, bool)> {
         let lib = dev.lib();
         let mut prop = match h.properties(lib) {
             Ok(p) => p,
             Err(e) if e.kind() == crate::ErrorKind::NotSupported => {
                 tracing::debug!(error = %e, "cannot read imported properties; size unchecked");
-                return Ok(0);
+                return Ok((0, false));
             }
             Err(e) => return Err(e),
         };
+        let host = prop.location.type_ != acl::ACL_MEM_LOCATION_TYPE_DEVICE;
         // The properties name the exporter's device, which need not exist here: ask about the
         // same kind of memory on the importing device.
         if prop.location.type_ == acl::ACL_MEM_LOCATION_TYPE_DEVICE {
             prop.location.id = dev.id() as u32;
         }
-        granularity(lib, &prop, acl::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM)
+        Ok((
+            granularity(lib, &prop, acl::ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM)?,
+            host,
+        ))
     }
 }
 

@@ -151,40 +151,42 @@ proptest! {
         // Pieces as translate makes them: optionally each one continuing the last on both
         // sides (which deal coalesces).
         let mut pieces: Vec<Piece> = Vec::new();
-        for &(l_idx, l_off, r_idx, r_off, len) in &raw {
+        for (desc, &(l_idx, l_off, r_idx, r_off, len)) in raw.iter().enumerate() {
+            let desc = desc as u32;
             let p = match pieces.last() {
-                Some(q) if adjacent => Piece { l_off: q.l_off + q.len, r_off: q.r_off + q.len, len, ..*q },
-                _ => Piece { l_idx, l_off, r_idx, r_off, len },
+                Some(q) if adjacent => Piece { desc, l_off: q.l_off + q.len, r_off: q.r_off + q.len, len, ..*q },
+                _ => Piece { desc, l_idx, l_off, r_idx, r_off, len },
             };
             pieces.push(p);
         }
         let batches = deal(pieces.clone(), streams, write);
         let k = streams.max(1);
         prop_assert_eq!(batches.len(), k);
-        let (min, max) = (
-            batches.iter().map(Vec::len).min().unwrap(),
-            batches.iter().map(Vec::len).max().unwrap(),
-        );
-        prop_assert!(max - min <= 1, "round robin: {:?}", batches.iter().map(Vec::len).collect::<Vec<_>>());
+        prop_assert!(batches.iter().all(|b| b.descs.len() == b.copies.len()));
+        let lens: Vec<usize> = batches.iter().map(|b| b.copies.len()).collect();
+        let (min, max) = (lens.iter().min().unwrap(), lens.iter().max().unwrap());
+        prop_assert!(max - min <= 1, "round robin: {:?}", lens);
 
         // The copies in the order they were dealt, as pieces again.
-        let n: usize = batches.iter().map(Vec::len).sum();
+        let n: usize = lens.iter().sum();
         let mut next = vec![0usize; k];
         let copies: Vec<Piece> = (0..n)
             .map(|rr| {
-                let c = &batches[rr % k][next[rr % k]];
+                let b = &batches[rr % k];
+                let (c, desc) = (&b.copies[next[rr % k]], b.descs[next[rr % k]]);
                 next[rr % k] += 1;
                 let ((l_idx, l_off), (r_idx, r_off)) = if write {
                     ((c.src, c.src_offset), (c.dst, c.dst_offset))
                 } else {
                     ((c.dst, c.dst_offset), (c.src, c.src_offset))
                 };
-                Piece { l_idx, l_off: l_off as u64, r_idx, r_off: r_off as u64, len: c.len as u64 }
+                Piece { desc, l_idx, l_off: l_off as u64, r_idx, r_off: r_off as u64, len: c.len as u64 }
             })
             .collect();
         prop_assert!(copies.iter().all(|c| c.len > 0));
 
-        // Same bytes, same order: the coalesced copies are the coalesced pieces.
+        // Same bytes, same order: the coalesced copies are the coalesced pieces, each part
+        // naming the descriptor its coalesced run starts in.
         let want = coalesce(&pieces);
         prop_assert_eq!(coalesce(&copies), want.clone());
 

@@ -130,6 +130,7 @@ fn pieces(
         let (rr, ro) = remote.blocks.locate(j as u64);
         if lr.entry != CROSSES && rr.entry != CROSSES {
             out.push(Piece::new(
+                index,
                 (lr.entry as usize, lr.off + lo),
                 (rr.entry as usize, rr.off + ro),
                 bl,
@@ -149,7 +150,7 @@ fn pieces(
             // Lists are checked when made and their tables do not change: not reached.
             return Err(prep_err(format!("pair {index}: {e}")));
         }
-        plan::merge(&lp, &rp, &mut out);
+        plan::merge(index, &lp, &rp, &mut out);
     }
     Ok(out)
 }

@@ -11,6 +11,7 @@ mod util;
 mod autoconnect;
 mod backpressure;
 mod bad_inputs;
+mod batching;
 mod cancel;
 mod completion_queue;
 mod connect_failure;

@@ -28,6 +28,8 @@ pub(crate) struct PhysInner {
     /// The granule mapping offsets must respect (the kind's granularity; 0 = unknown).
     pub(super) granule: usize,
     pub(crate) origin: Origin,
+    /// Host DRAM: allocated as host memory, or imported from it (its properties say so).
+    pub(crate) host: bool,
     /// Set once exported (rule R15: one export per handle per process).
     pub(crate) exported: Mutex<bool>,
 }
@@ -158,17 +160,19 @@ impl PhysicalMem {
                 mem,
                 len,
                 granule,
+                host: matches!(origin, Origin::Allocated(s) if s.is_host()),
                 origin,
                 exported: Mutex::new(false),
             }),
         }
     }
 
-    /// The same memory with the mapping-offset granule now known (imports learn it after the
-    /// handle exists). Only called on a fresh, unshared value.
-    pub(crate) fn with_granule(mut self, granule: usize) -> PhysicalMem {
+    /// The same memory with the mapping-offset granule and whether it is host DRAM now known
+    /// (imports learn them after the handle exists). Only called on a fresh, unshared value.
+    pub(crate) fn with_import_props(mut self, granule: usize, host: bool) -> PhysicalMem {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.granule = granule;
+            inner.host = host;
         }
         self
     }
@@ -198,9 +202,10 @@ impl PhysicalMem {
         self.inner.origin
     }
 
-    /// Whether the memory is host DRAM (false for imports: treated as device memory).
+    /// Whether the memory is host DRAM: allocated as host memory, or imported (or retained)
+    /// from an allocation whose properties say host (false when the runtime cannot say).
     pub fn is_host(&self) -> bool {
-        matches!(self.inner.origin, Origin::Allocated(s) if s.is_host())
+        self.inner.host
     }
 
     /// Frees the memory now, returning the error (and the memory) on failure.

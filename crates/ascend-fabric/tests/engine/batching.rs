@@ -1,0 +1,156 @@
+//! Batched submission: a transfer between local host DRAM and a peer's device memory reaches
+//! the runtime as one `aclrtMemcpyBatchAsync` per stream; device-to-device transfers stay one
+//! `aclrtMemcpyAsync` per copy (the runtime batches host-device copies only); a copy the
+//! batch call refuses fails the transfer with the descriptor it came from.
+
+use std::time::Duration;
+
+use crate::util::*;
+use ascend_fabric::{Engine, Error, TransferDesc, TransferOp};
+use ascend_mem::{MemSpec, Origin, PhysicalMem, ReservedVa};
+use ascend_sim::fault;
+
+const T: Duration = Duration::from_secs(10);
+const MIB: usize = 1 << 20;
+const BLOCK: usize = 4096;
+const N: usize = 64;
+
+/// Calls of (the batch call, the single copy) made by `f`.
+fn calls(f: impl FnOnce()) -> (u64, u64) {
+    let (b0, c0) = (
+        fault::calls("aclrtMemcpyBatchAsync"),
+        fault::calls("aclrtMemcpyAsync"),
+    );
+    f();
+    (
+        fault::calls("aclrtMemcpyBatchAsync") - b0,
+        fault::calls("aclrtMemcpyAsync") - c0,
+    )
+}
+
+/// `N` 4 KiB descriptors, local blocks in order, remote blocks scattered (none adjacent).
+fn descs(l: u64, r: u64) -> Vec<TransferDesc> {
+    (0..N)
+        .map(|i| {
+            let j = (i * 37) % N;
+            TransferDesc::new(l + (i * BLOCK) as u64, r + (j * BLOCK) as u64, BLOCK as u64)
+        })
+        .collect()
+}
+
+#[test]
+fn host_local_transfers_are_one_batch_call_per_stream() {
+    let env = setup();
+    let addr = listen_addr();
+    {
+        // The peer on another device: its imports here are this device's memory.
+        let dev1 = env.rt.device(1).unwrap();
+        let a = Engine::new(&dev1, &addr, test_options(4)).unwrap();
+        let remote = a.alloc_device(MIB).unwrap();
+        let _ra = a.register(&remote).unwrap();
+        let b = Engine::new(&env.dev, "127.0.0.1", test_options(4)).unwrap();
+        let host = b.alloc_host(MIB).unwrap();
+        let back = b.alloc_host(MIB).unwrap();
+        let dev = b.alloc_device(MIB).unwrap();
+        let _rb = (
+            b.register(&host).unwrap(),
+            b.register(&back).unwrap(),
+            b.register(&dev).unwrap(),
+        );
+        b.connect(&addr, T).unwrap();
+        let data = pattern(5, N * BLOCK);
+        host.write_from(&data, 0).unwrap();
+        let r = remote.as_raw() as u64;
+
+        let write = descs(host.as_raw() as u64, r);
+        let n = calls(|| {
+            b.transfer_sync(&addr, TransferOp::Write, &write, T)
+                .unwrap()
+        });
+        assert_eq!(n, (4, 0), "WRITE from host: (batch calls, single copies)");
+        let got = remote
+            .slice(..N * BLOCK)
+            .unwrap()
+            .read_to_vec::<u8>()
+            .unwrap();
+        for i in 0..N {
+            let j = (i * 37) % N;
+            assert_eq!(
+                got[j * BLOCK..(j + 1) * BLOCK],
+                data[i * BLOCK..(i + 1) * BLOCK]
+            );
+        }
+        let read = descs(back.as_raw() as u64, r);
+        let n = calls(|| b.transfer_sync(&addr, TransferOp::Read, &read, T).unwrap());
+        assert_eq!(n, (4, 0), "READ into host: (batch calls, single copies)");
+        let again = back
+            .slice(..N * BLOCK)
+            .unwrap()
+            .read_to_vec::<u8>()
+            .unwrap();
+        assert_eq!(again, data);
+
+        // Device to device: no batch.
+        let d2d = descs(dev.as_raw() as u64, r);
+        let n = calls(|| b.transfer_sync(&addr, TransferOp::Read, &d2d, T).unwrap());
+        assert_eq!(
+            n,
+            (0, N as u64),
+            "READ into HBM: (batch calls, single copies)"
+        );
+        assert_eq!(
+            dev.slice(..N * BLOCK).unwrap().read_to_vec::<u8>().unwrap(),
+            data
+        );
+    }
+    env.finish();
+}
+
+/// Device memory adopted as host DRAM (the host cannot tell; the runtime refuses it as a
+/// HOST location): the batch call's `failIndex` names its copy, which the transfer's error
+/// maps back to the descriptor.
+#[test]
+fn a_refused_copy_names_its_descriptor() {
+    let env = setup();
+    let addr = listen_addr();
+    {
+        let a = Engine::new(&env.dev, &addr, test_options(4)).unwrap();
+        let remote = a.alloc_device(MIB).unwrap();
+        let _ra = a.register(&remote).unwrap();
+        let b = Engine::new(&env.dev, "127.0.0.1", test_options(1)).unwrap();
+        let host = b.alloc_host(MIB).unwrap();
+        let size = env.dev.round_up(MIB).unwrap();
+        let spec = MemSpec::DEVICE_HBM;
+        // SAFETY: plain values and a writable out-slot, through the runtime's own table.
+        let raw =
+            unsafe { ascend_mem::ffi::phys::malloc(env.rt.acl(), size.get(), &spec.to_prop(0)) }
+                .unwrap();
+        // SAFETY: a live handle of this runtime, of `size` bytes, owned by nobody else; it is
+        // HBM claimed as host DRAM, which is the point of the test.
+        let fake = unsafe {
+            PhysicalMem::from_raw(&env.dev, raw, size.get(), Origin::Allocated(MemSpec::HOST))
+        };
+        let va = ReservedVa::new(&env.dev, size).unwrap();
+        let fake_map = va.map(&fake, size.zero()).unwrap();
+        let _rb = (
+            b.register(&host).unwrap(),
+            b.register_slice(&fake_map.slice(..).unwrap()).unwrap(),
+        );
+        b.connect(&addr, T).unwrap();
+        let r = remote.as_raw() as u64;
+        let mut d = descs(host.as_raw() as u64, r);
+        d[5] = TransferDesc::new(fake_map.as_raw() as u64, r + (40 * BLOCK) as u64, 512);
+        let e = b
+            .transfer_sync(&addr, TransferOp::Write, &d, T)
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::CopyRefused { index: 5, source }
+                if source.api() == Some("aclrtMemcpyBatchAsync")),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("descriptor 5"), "{e}");
+        drop(_rb);
+        drop((fake_map, va, fake, host));
+    }
+    env.finish();
+}
