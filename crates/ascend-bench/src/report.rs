@@ -27,22 +27,19 @@ fn coll(res: &Results, c: Coll, sym: bool) -> Option<&crate::collectives::Row> {
 pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
     let walk = |op, b| find(res, Pattern::Walk, op, b).map(Row::vs_memcpy);
     let ucx = |b| find(res, Pattern::Repeat, TransferOp::Write, b).and_then(Row::vs_ucx);
-    let tr = |n| {
+    let row = |n, host| {
         res.translate
             .iter()
-            .find(|r| r.segments == n)
-            .map(|r| r.submit_ns)
+            .find(|r| r.segments == n && r.host == host)
     };
+    let tr = |n| row(n, false).map(|r| r.submit_ns);
     let ag = ratio(
         coll(res, Coll::AllGather, false).map(|r| r.time.as_secs_f64()),
         coll(res, Coll::AllGather, true).map(|r| r.time.as_secs_f64()),
     );
-    let prep = |n| {
-        res.translate
-            .iter()
-            .find(|r| r.segments == n)
-            .and_then(|r| r.prepared_ns)
-    };
+    let prep = |n| row(n, false).and_then(|r| r.prepared_ns);
+    let host_raw = row(1, true).map(|r| r.submit_ns);
+    let host_prep = row(1, true).and_then(|r| r.prepared_ns);
     let lat = res.latency;
     let a2a = ratio(
         coll(res, Coll::AllToAll, false).map(|r| r.time.as_secs_f64()),
@@ -57,6 +54,8 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         ("translate_10k_vs_1", ratio(tr(10_000), tr(1))),
         ("translate_prepared_10k_vs_1", ratio(prep(10_000), prep(1))),
         ("prepared_vs_raw_submit", ratio(prep(1), tr(1))),
+        ("host_batched_vs_raw_submit", ratio(host_raw, tr(1))),
+        ("host_prepared_vs_raw_submit", ratio(host_prep, tr(1))),
         ("walk_1MiB_vs_memcpy", walk(TransferOp::Write, 1 << 20)),
         ("repeat_4KiB_vs_ucx", ucx(4 << 10)),
         (
@@ -174,13 +173,20 @@ fn print_translate(res: &Results) {
         "translate: host-side cost per 4 KiB descriptor (batches of 1,024; deterministic streams)"
     );
     println!(
-        "{:>9} {:>14} {:>14} {:>16} {:>9} {:>11}",
-        "segments", "submit ns/desc", "total ns/desc", "prepared ns/desc", "descs", "connect s"
+        "{:>9} {:>6} {:>14} {:>14} {:>16} {:>9} {:>11}",
+        "segments",
+        "local",
+        "submit ns/desc",
+        "total ns/desc",
+        "prepared ns/desc",
+        "descs",
+        "connect s"
     );
     for r in &res.translate {
         println!(
-            "{:>9} {:>14.1} {:>14.1} {:>16} {:>9} {:>11.3}",
+            "{:>9} {:>6} {:>14.1} {:>14.1} {:>16} {:>9} {:>11.3}",
             r.segments,
+            if r.host { "host" } else { "HBM" },
             r.submit_ns,
             r.total_ns,
             fmt_opt(r.prepared_ns, 1),
@@ -254,12 +260,13 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
     }
     if !res.translate.is_empty() {
         let mut s =
-            String::from("segments,submit_ns_per_desc,total_ns_per_desc,prepared_submit_ns_per_desc,descriptors,connect_s\n");
+            String::from("segments,local,submit_ns_per_desc,total_ns_per_desc,prepared_submit_ns_per_desc,descriptors,connect_s\n");
         for r in &res.translate {
             let _ = writeln!(
                 s,
-                "{},{:.1},{:.1},{},{},{:.4}",
+                "{},{},{:.1},{:.1},{},{},{:.4}",
                 r.segments,
+                if r.host { "host" } else { "hbm" },
                 r.submit_ns,
                 r.total_ns,
                 fmt_opt(r.prepared_ns, 1),

@@ -27,6 +27,11 @@ use crate::{Args, Res};
 
 /// Segment counts measured.
 pub(crate) const SEGMENTS: [usize; 2] = [1, 10_000];
+/// The configurations measured: (segments, local memory is host DRAM). With a host-DRAM local
+/// registration, each stream's copies of a batch go to the runtime as one
+/// `aclrtMemcpyBatchAsync` (the runtime batches host-device copies only); with HBM, one
+/// `aclrtMemcpyAsync` per copy.
+const CONFIGS: [(usize, bool); 3] = [(1, false), (10_000, false), (1, true)];
 /// Most segments one peer offers (the 1 MiB response frame).
 const PER_PEER: usize = 2_000;
 /// Progress steps (rounds; at most 3).
@@ -40,6 +45,8 @@ const T: Duration = Duration::from_secs(120);
 #[derive(Clone, Debug)]
 pub(crate) struct Row {
     pub(crate) segments: usize,
+    /// The local registration is host DRAM (copies batched), not HBM.
+    pub(crate) host: bool,
     /// Submission (`transfer_async`) per descriptor.
     pub(crate) submit_ns: f64,
     /// Submission plus the copies and completion, per descriptor.
@@ -85,15 +92,20 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar) -> Res<Vec<Row>> {
         }
         addrs.push(a.join(","));
     }
-    let mut best: Vec<Option<Row>> = vec![None; SEGMENTS.len()];
+    let mut best: Vec<Option<Row>> = vec![None; CONFIGS.len()];
     for _ in 0..rounds(args) {
-        for (k, &segs) in SEGMENTS.iter().enumerate() {
-            pb.set_message(format!("translate: {segs} remote segment(s)"));
+        for (k, &(segs, host)) in CONFIGS.iter().enumerate() {
+            pb.set_message(format!(
+                "translate: {segs} remote segment(s), local {}",
+                if host { "host DRAM" } else { "HBM" }
+            ));
+            let peers = SEGMENTS.iter().position(|&s| s == segs).ok_or("segments")?;
             let mut c = ChildProc::spawn(
                 "translate",
                 &[
                     ("ASCEND_SIM_STREAM_MODE", "deterministic".into()),
-                    ("BENCH_PEERS", addrs[k].clone()),
+                    ("BENCH_LOCAL_HOST", u8::from(host).to_string()),
+                    ("BENCH_PEERS", addrs[peers].clone()),
                     ("BENCH_BATCHES", batches.to_string()),
                     ("BENCH_REPS", "2".into()),
                 ],
@@ -109,6 +121,7 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar) -> Res<Vec<Row>> {
             }
             let row = Row {
                 segments: segs,
+                host,
                 submit_ns: v[0],
                 total_ns: v[1],
                 prepared_ns: Some(v[4]),
@@ -185,9 +198,14 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
     let reps: usize = std::env::var("BENCH_REPS")?.parse()?;
     let dev = rt.device(0)?;
     let eng = Engine::new(&dev, "127.0.0.1", engine_options()?)?;
-    let local = eng.alloc_device(LOCAL_BYTES)?;
-    local.fill(1)?;
-    let _reg = eng.register(&local)?;
+    let host = std::env::var("BENCH_LOCAL_HOST").is_ok_and(|v| v == "1");
+    let local = if host {
+        eng.alloc_host(LOCAL_BYTES)?.into_mapping()
+    } else {
+        eng.alloc_device(LOCAL_BYTES)?.into_mapping()
+    };
+    local.slice(..)?.fill(1)?;
+    let _reg = eng.register_slice(&local.slice(..)?)?;
     let t = Instant::now();
     let mut segs = Vec::new();
     for p in peers {

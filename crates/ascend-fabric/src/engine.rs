@@ -19,7 +19,7 @@ use crate::pool::VaPool;
 use crate::progress::Progress;
 use crate::registry::{Registrable, Registration, Registry};
 use crate::remote::Remote;
-use crate::request::{AutoDisconnect, TransferRequest};
+use crate::request::{AutoDisconnect, Observer, TransferRequest};
 use crate::slots::{SlotFrom, SlotPool};
 use crate::stats::PeerStats;
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
@@ -615,6 +615,7 @@ impl Engine {
             descs,
             SlotFrom::Acquire(Some(deadline)),
             &TransferOptions::default(),
+            Observer::Caller,
         )?;
         Self::wait_sync(&req, deadline, timeout)
     }
@@ -646,7 +647,8 @@ impl Engine {
         descs: &[TransferDesc],
         opts: &TransferOptions,
     ) -> Result<TransferRequest> {
-        let inner = self.submit(remote, op, descs, SlotFrom::Acquire(None), opts)?;
+        let slot = SlotFrom::Acquire(None);
+        let inner = self.submit(remote, op, descs, slot, opts, Observer::Progress)?;
         Ok(self.request(inner, remote))
     }
 

@@ -23,7 +23,7 @@ use parking_lot::Mutex;
 use crate::engine::{Engine, AUTO_CONNECT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::plan;
-use crate::request::{ReqInner, TransferRequest};
+use crate::request::{Observer, ReqInner, TransferRequest};
 use crate::slots::{SlotFrom, SlotGuard, SlotPool, SlotWaiter};
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
 
@@ -240,6 +240,7 @@ impl Post {
                         &self.descs,
                         SlotFrom::Given(guard),
                         &self.opts,
+                        Observer::Progress,
                     );
                     match r {
                         // The channel went away while waiting for the slot (given back by

@@ -24,6 +24,16 @@ use crate::slots::{Slot, SlotPool};
 use crate::stats::Counters;
 use crate::transfer::TransferStatus;
 
+/// Who observes a submitted request until it ends.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Observer {
+    /// The submitting thread waits for it at once (a synchronous transfer): the progress
+    /// thread is not told, so it spends no core polling a request someone already waits on.
+    Caller,
+    /// The engine's progress thread watches it from its submission.
+    Progress,
+}
+
 /// What a request does under `AutoConnect` after a failed copy: disconnect the channel it
 /// used (and only that one).
 pub(crate) type AutoDisconnect = Box<dyn Fn() + Send + Sync>;

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::plan;
 use crate::registry::RegUse;
 use crate::remote::Remote;
-use crate::request::{self, Pending, ReqInner};
+use crate::request::{self, Observer, Pending, ReqInner};
 use crate::slots::{SlotFrom, SlotGuard};
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
 
@@ -30,6 +30,7 @@ impl Engine {
         descs: &[TransferDesc],
         slot_from: SlotFrom,
         opts: &TransferOptions,
+        observer: Observer,
     ) -> Result<Arc<ReqInner>> {
         let slot_deadline = match &slot_from {
             SlotFrom::Acquire(d) => *d,
@@ -53,7 +54,8 @@ impl Engine {
             };
         let write = op == TransferOp::Write;
         let size = (bytes, descs.len() as u64);
-        self.submit_on(&ch, write, size, slot_from, opts, |rem, slot, regs| {
+        let how = (slot_from, opts, observer);
+        self.submit_on(&ch, write, size, how, |rem, slot, regs| {
             let reg = inner.registry.state.read();
             // Check and translate every descriptor before queuing anything.
             let pieces = plan::translate(descs, &reg.ranges, rem, regs)?;
@@ -66,15 +68,14 @@ impl Engine {
     /// What every submission on `ch` shares: takes a stream slot and the channel's gate,
     /// lets `queue` check, translate and queue the copies (an `Err` from it: nothing was
     /// queued; `Ok(Some(e))`: queuing failed part way, and the request fails with `e`), and
-    /// enters the request in the channel's in-flight table before releasing the gate.
-    /// `size` is (bytes, descriptors), for the counters.
+    /// enters the request in the channel's in-flight table before releasing the gate, then
+    /// hands it to its observer. `size` is (bytes, descriptors), for the counters.
     pub(crate) fn submit_on(
         &self,
         ch: &Arc<Channel>,
         write: bool,
         size: (u64, u64),
-        slot_from: SlotFrom,
-        opts: &TransferOptions,
+        (slot_from, opts, observer): (SlotFrom, &TransferOptions, Observer),
         queue: impl FnOnce(&Remote, &mut SlotGuard, &mut RegUse) -> Result<Option<Error>>,
     ) -> Result<Arc<ReqInner>> {
         let inner = &self.inner;
@@ -126,7 +127,9 @@ impl Engine {
         // if nobody looks at it (a caller holding many requests before awaiting any, or a
         // synchronous transfer queued behind finished asynchronous ones). If the progress
         // thread cannot watch it, the request's own waits and polls still observe it.
-        inner.progress.watch(&req);
+        if observer == Observer::Progress {
+            inner.progress.watch(&req);
+        }
         Ok(req)
     }
 

@@ -9,7 +9,7 @@ use crate::engine::{Engine, EngineInner};
 use crate::error::{Error, Result, Side};
 use crate::plan::{self, Piece, Span};
 use crate::remote::Remote;
-use crate::request::{ReqInner, TransferRequest};
+use crate::request::{Observer, ReqInner, TransferRequest};
 use crate::slots::SlotFrom;
 use crate::transfer::{TransferOp, TransferOptions};
 
@@ -37,7 +37,8 @@ impl Engine {
         remote: &RemoteBlocks,
         pairs: &[(usize, usize)],
     ) -> Result<TransferRequest> {
-        let inner = self.submit_prepared(op, local, remote, pairs, None)?;
+        let how = (None, Observer::Progress);
+        let inner = self.submit_prepared(op, local, remote, pairs, how)?;
         Ok(self.request(inner, &remote.ch.peer))
     }
 
@@ -55,7 +56,8 @@ impl Engine {
         timeout: Duration,
     ) -> Result<()> {
         let deadline = Self::sync_deadline(timeout);
-        let req = self.submit_prepared(op, local, remote, pairs, Some(deadline))?;
+        let how = (Some(deadline), Observer::Caller);
+        let req = self.submit_prepared(op, local, remote, pairs, how)?;
         Self::wait_sync(&req, deadline, timeout)
     }
 
@@ -65,7 +67,7 @@ impl Engine {
         local: &LocalBlocks,
         remote: &RemoteBlocks,
         pairs: &[(usize, usize)],
-        slot_deadline: Option<Instant>,
+        (slot_deadline, observer): (Option<Instant>, Observer),
     ) -> Result<Arc<ReqInner>> {
         if pairs.is_empty() {
             return Err(Error::EmptyBatch);
@@ -85,7 +87,8 @@ impl Engine {
         let size = (bl.saturating_mul(pairs.len() as u64), pairs.len() as u64);
         let slot = SlotFrom::Acquire(slot_deadline);
         let opts = TransferOptions::default();
-        self.submit_on(&remote.ch, write, size, slot, &opts, |rem, slot, regs| {
+        let how = (slot, &opts, observer);
+        self.submit_on(&remote.ch, write, size, how, |rem, slot, regs| {
             {
                 // Under the registry's lock, as a deregistration checks `in_flight` under it.
                 let _st = self.inner.registry.state.read();

@@ -98,3 +98,46 @@ fn eight_threads_times_a_thousand_transfers() {
     );
     env.finish();
 }
+
+/// Threads of this process named `name` (from `/proc/self/task/*/comm`).
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim_end() == name)
+        .count()
+}
+
+/// A synchronous transfer is observed by its caller alone: the engine's progress thread is
+/// started by the first asynchronous one, not before.
+#[test]
+fn synchronous_transfers_start_no_progress_thread() {
+    let env = setup();
+    let a_addr = listen_addr();
+    {
+        let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();
+        let b = Engine::new(&env.dev, "127.0.0.1", test_options(2)).unwrap();
+        let remote = a.alloc_device(AREA).unwrap();
+        let local = b.alloc_device(AREA).unwrap();
+        let _r = (a.register(&remote).unwrap(), b.register(&local).unwrap());
+        b.connect(&a_addr, T).unwrap();
+        let d = [TransferDesc::new(
+            local.as_raw() as u64,
+            remote.as_raw() as u64,
+            AREA as u64,
+        )];
+        let before = threads_named("fabric-progress");
+        for op in [TransferOp::Write, TransferOp::Read] {
+            for _ in 0..50 {
+                b.transfer_sync(&a_addr, op, &d, T).unwrap();
+            }
+        }
+        assert_eq!(threads_named("fabric-progress"), before);
+        b.transfer_async(&a_addr, TransferOp::Write, &d)
+            .unwrap()
+            .wait(T)
+            .unwrap();
+        assert_eq!(threads_named("fabric-progress"), before + 1);
+    }
+    env.finish();
+}
