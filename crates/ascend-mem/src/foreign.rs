@@ -80,8 +80,16 @@ struct CacheEntry {
 }
 
 /// Exports made through [`PhysicalMem::export_cached`], keyed by the allocation's address.
-fn cache() -> &'static Mutex<HashMap<usize, CacheEntry>> {
-    static C: OnceLock<Mutex<HashMap<usize, CacheEntry>>> = OnceLock::new();
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<usize, CacheEntry>,
+    /// Dead entries are dropped when `entries` reaches this size (then twice the live count):
+    /// amortized constant time per export, not a scan of the whole cache each time.
+    prune_at: usize,
+}
+
+fn cache() -> &'static Mutex<Cache> {
+    static C: OnceLock<Mutex<Cache>> = OnceLock::new();
     C.get_or_init(Default::default)
 }
 
@@ -99,7 +107,7 @@ impl PhysicalMem {
     pub fn export_cached(&self, kind: ShareKind, flags: ExportFlags) -> Result<SharedHandle> {
         let key = Arc::as_ptr(&self.inner) as usize;
         let mut c = cache().lock();
-        if let Some(e) = c.get(&key) {
+        if let Some(e) = c.entries.get(&key) {
             if e.mem
                 .upgrade()
                 .is_some_and(|m| Arc::ptr_eq(&m, &self.inner))
@@ -115,8 +123,11 @@ impl PhysicalMem {
             }
         }
         let h = self.export(kind, flags)?;
-        c.retain(|_, e| e.mem.strong_count() > 0);
-        c.insert(
+        if c.entries.len() >= c.prune_at {
+            c.entries.retain(|_, e| e.mem.strong_count() > 0);
+            c.prune_at = (2 * c.entries.len()).max(64);
+        }
+        c.entries.insert(
             key,
             CacheEntry {
                 mem: Arc::downgrade(&self.inner),

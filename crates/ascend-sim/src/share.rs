@@ -196,7 +196,10 @@ fn do_export(
     write_header(fd, &h)?;
     obj.exported.store(true, Relaxed);
     inc(Ctr::Exports);
-    mem.exports.retain(|_, w| w.strong_count() > 0);
+    if mem.exports.len() >= mem.exports_prune_at {
+        mem.exports.retain(|_, w| w.strong_count() > 0);
+        mem.exports_prune_at = (2 * mem.exports.len()).max(64);
+    }
     mem.exports.insert(fd, Arc::downgrade(&obj));
     Ok(out)
 }

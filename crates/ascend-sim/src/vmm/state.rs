@@ -160,12 +160,16 @@ pub(crate) struct MemState {
     pub(crate) phys: BTreeMap<u64, PhysHandle>,
     /// Exported objects by their fd number (for aclrtMemSetPid…).
     pub(crate) exports: BTreeMap<i32, Weak<PhysObj>>,
+    /// `exports` is cleared of dead entries when it reaches this size (then twice the live
+    /// count): amortized constant time per export, not a scan of every export each time.
+    pub(crate) exports_prune_at: usize,
 }
 
 pub(crate) static MEM: RwLock<MemState> = RwLock::new(MemState {
     regions: AddrMap::new(),
     phys: BTreeMap::new(),
     exports: BTreeMap::new(),
+    exports_prune_at: 0,
 });
 
 pub(crate) fn drv_err(what: &str) -> AclErr {
