@@ -151,6 +151,9 @@ pub(crate) struct ReqInner {
     notify: Mutex<Notify>,
     /// Set by `finish`; whoever finished the request tells `notify` once it has unlocked.
     notify_due: AtomicBool,
+    /// The waker of the task handed this request's slot (or its room) by `finish`, woken by
+    /// `flush` (a waker may run its task at once: never under the state lock).
+    slot_wake: Mutex<Option<Waker>>,
     /// In the progress thread's list (or was).
     pub(crate) watched: AtomicBool,
 }
@@ -200,6 +203,7 @@ impl ReqInner {
             stall: stall.and_then(|d| Some((Instant::now().checked_add(d)?, d))),
             notify: Mutex::default(),
             notify_due: AtomicBool::new(false),
+            slot_wake: Mutex::new(None),
             watched: AtomicBool::new(false),
         });
         book.insert(id, &req);
@@ -243,14 +247,14 @@ impl ReqInner {
             bytes,
             descs,
         } = *p;
+        if result.is_err() {
+            slot.abort(used);
+        }
+        // Woken by `flush`, after the caller released the state lock.
+        *self.slot_wake.lock() = slots.put_back_deferred(slot, result.is_ok());
         match &result {
-            Ok(()) => {
-                slots.release(slot);
-                book.counters.finished(Some((write, bytes, descs)));
-            }
+            Ok(()) => book.counters.finished(Some((write, bytes, descs))),
             Err(e) => {
-                slot.abort(used);
-                slots.discard(slot);
                 book.counters.finished(None);
                 if self.auto.is_some()
                     && matches!(
@@ -280,10 +284,15 @@ impl ReqInner {
         self.flush();
     }
 
-    /// Tells the waker and the queue, once, after `finish` (call without the state lock).
+    /// Tells the waker and the queue, once, after `finish` (call without the state lock);
+    /// first wakes the task handed this request's slot, if any.
     pub(crate) fn flush(&self) {
         if !self.notify_due.swap(false, Ordering::AcqRel) {
             return;
+        }
+        let slot_wake = self.slot_wake.lock().take();
+        if let Some(w) = slot_wake {
+            w.wake();
         }
         let (waker, sink) = {
             let mut n = self.notify.lock();

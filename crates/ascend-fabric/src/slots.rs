@@ -313,8 +313,17 @@ impl SlotPool {
     }
 
     /// Hands `g` to the first waiter, or puts it back (a slot to the free list, room to the
-    /// budget).
+    /// budget), and wakes the waiter.
     pub(crate) fn give(&self, g: Grant) {
+        if let Some(k) = self.hand(g) {
+            k.wake();
+        }
+    }
+
+    /// [`SlotPool::give`] without the wake: returns the waiter's waker, for a caller holding
+    /// a lock to wake once it has released it (a waker may run the woken task at once).
+    #[must_use = "the waiter handed the grant must be woken"]
+    fn hand(&self, g: Grant) -> Option<Waker> {
         let mut st = self.st.lock();
         while let Some(w) = st.waiters.pop_front() {
             let mut ws = w.st.lock();
@@ -322,18 +331,13 @@ impl SlotPool {
                 continue;
             }
             ws.grant = Some(g);
-            let waker = ws.waker.take();
-            drop(ws);
-            drop(st);
-            if let Some(k) = waker {
-                k.wake();
-            }
-            return;
+            return ws.waker.take();
         }
         match g {
             Grant::Slot(s) => st.free.push(s),
             Grant::Room => st.created -= 1,
         }
+        None
     }
 
     /// Returns `slot`, its streams idle, for reuse.
@@ -345,6 +349,18 @@ impl SlotPool {
     pub(crate) fn discard(&self, slot: Slot) {
         drop(slot);
         self.give(Grant::Room);
+    }
+
+    /// [`SlotPool::release`] (`ok`) or [`SlotPool::discard`], returning the waker of the
+    /// waiter handed the slot or the room, to wake without the caller's locks.
+    #[must_use = "the waiter handed the grant must be woken"]
+    pub(crate) fn put_back_deferred(&self, slot: Slot, ok: bool) -> Option<Waker> {
+        if ok {
+            self.hand(Grant::Slot(slot))
+        } else {
+            drop(slot);
+            self.hand(Grant::Room)
+        }
     }
 
     /// Slots created and not destroyed.

@@ -276,3 +276,81 @@ fn a_post_reconnects_off_the_polling_thread() {
     assert!(p.client.is_connected(&p.peer_addr));
     p.close();
 }
+
+/// A waker that, when woken, asks every request in `reqs` for its status (which takes each
+/// request's lock) and counts the wakes.
+struct Asks {
+    reqs: std::sync::Mutex<Vec<std::sync::Arc<ascend_fabric::TransferRequest>>>,
+    wakes: std::sync::atomic::AtomicUsize,
+}
+
+impl std::task::Wake for Asks {
+    fn wake(self: std::sync::Arc<Self>) {
+        for r in self.reqs.lock().unwrap().iter() {
+            let _ = r.status();
+        }
+        self.wakes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A task waiting for a stream slot is woken only after the request that gave the slot up
+/// has released its own lock: a waker may run its task at once, and that task may look at
+/// the very request (here the waker asks every in-flight request for its status, which
+/// would deadlock on the finishing request's lock were the wake made under it).
+#[test]
+fn a_slot_waiter_is_woken_outside_the_finishing_requests_lock() {
+    use std::future::Future;
+    use std::sync::Arc;
+    use std::task::{Context, Waker};
+
+    let _env = setup();
+    let streams = 4;
+    let slots = ascend_fabric::STREAM_BUDGET / streams as usize;
+    let p = Pair::new(slots * 4096, options(streams, 4), true);
+    let d = |i: usize| TransferDesc::new(p.local_addr(i * 4096), p.remote_addr(i * 4096), 4096);
+    let hold = ascend_sim::testing::hold_all_streams();
+    let busy: Vec<Arc<ascend_fabric::TransferRequest>> = (0..slots)
+        .map(|i| {
+            let r = p
+                .client
+                .transfer_async(&p.peer_addr, TransferOp::Write, &[d(i)]);
+            Arc::new(r.unwrap())
+        })
+        .collect();
+    let asks = Arc::new(Asks {
+        reqs: std::sync::Mutex::new(busy.clone()),
+        wakes: Default::default(),
+    });
+    let waker = Waker::from(asks.clone());
+    let mut post = Box::pin(p.client.transfer(&p.peer_addr, TransferOp::Write, &[d(0)]));
+    assert!(post
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    drop(hold);
+    // Waited on a helper thread: were the wake made under a request's lock, that lock would
+    // never be released, and the wait on it would block for good.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let waited = busy.clone();
+    std::thread::spawn(move || {
+        let r: Result<(), Error> = waited.iter().try_for_each(|r| r.wait(T));
+        let _ = tx.send(r);
+    });
+    let Ok(done) = rx.recv_timeout(T) else {
+        // Unwinding would drop the engine, whose progress thread is the one deadlocked.
+        eprintln!("the busy transfers did not finish within {T:?}: a wake deadlocked");
+        std::process::abort();
+    };
+    done.unwrap();
+    // The progress thread or the helper finished them; one handed its slot to `post`.
+    let t0 = std::time::Instant::now();
+    while asks.wakes.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        assert!(t0.elapsed() < T, "the slot waiter was never woken");
+        std::thread::yield_now();
+    }
+    asks.reqs.lock().unwrap().clear();
+    drop(busy);
+    let r = block_on(post, T);
+    r.output.unwrap();
+    p.close();
+}
