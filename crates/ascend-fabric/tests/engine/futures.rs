@@ -332,7 +332,7 @@ fn a_slot_waiter_is_woken_outside_the_finishing_requests_lock() {
     // never be released, and the wait on it would block for good.
     let (tx, rx) = std::sync::mpsc::channel();
     let waited = busy.clone();
-    std::thread::spawn(move || {
+    let helper = std::thread::spawn(move || {
         let r: Result<(), Error> = waited.iter().try_for_each(|r| r.wait(T));
         let _ = tx.send(r);
     });
@@ -342,6 +342,8 @@ fn a_slot_waiter_is_woken_outside_the_finishing_requests_lock() {
         std::process::abort();
     };
     done.unwrap();
+    // Its references to the requests (and so to the engine) are gone before the test ends.
+    helper.join().unwrap();
     // The progress thread or the helper finished them; one handed its slot to `post`.
     let t0 = std::time::Instant::now();
     while asks.wakes.load(std::sync::atomic::Ordering::SeqCst) == 0 {

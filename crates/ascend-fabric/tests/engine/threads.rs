@@ -99,13 +99,22 @@ fn eight_threads_times_a_thousand_transfers() {
     env.finish();
 }
 
-/// Threads of this process named `name` (from `/proc/self/task/*/comm`).
-fn threads_named(name: &str) -> usize {
+/// The ids of this process's threads named `name` (from `/proc/self/task/*/comm`).
+fn threads_named(name: &str) -> std::collections::BTreeSet<u64> {
     std::fs::read_dir("/proc/self/task")
         .unwrap()
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|c| c.trim_end() == name)
-        .count()
+        .filter_map(|t| {
+            let t = t.ok()?;
+            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
+            (comm.trim_end() == name).then(|| t.file_name().to_str()?.parse().ok())?
+        })
+        .collect()
+}
+
+/// Threads named `name` that are not in `before` (threads of earlier tests' engines may
+/// still be ending: only new ones count).
+fn new_threads(name: &str, before: &std::collections::BTreeSet<u64>) -> usize {
+    threads_named(name).difference(before).count()
 }
 
 /// A synchronous transfer is observed by its caller alone: the engine's progress thread is
@@ -132,12 +141,17 @@ fn synchronous_transfers_start_no_progress_thread() {
                 b.transfer_sync(&a_addr, op, &d, T).unwrap();
             }
         }
-        assert_eq!(threads_named("fabric-progress"), before);
+        assert_eq!(new_threads("fabric-progress", &before), 0);
         b.transfer_async(&a_addr, TransferOp::Write, &d)
             .unwrap()
             .wait(T)
             .unwrap();
-        assert_eq!(threads_named("fabric-progress"), before + 1);
+        // The new thread names itself once it runs: wait for that (bounded).
+        let t0 = Instant::now();
+        while new_threads("fabric-progress", &before) == 0 && t0.elapsed() < T {
+            std::thread::yield_now();
+        }
+        assert_eq!(new_threads("fabric-progress", &before), 1);
     }
     env.finish();
 }
