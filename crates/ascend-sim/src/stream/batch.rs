@@ -12,7 +12,7 @@ use super::exports::resolve;
 use super::queue::{ExtTask, Task, HOLD_BYTES};
 use crate::rt::Res;
 use crate::vmm::batch::{read, with_fail_index, Batch, BatchErr, RawBatch};
-use crate::vmm::copy::exec_copy_in;
+use crate::vmm::copy::{exec_copy_hinted, CopyHints};
 use crate::vmm::state::MEM;
 
 /// A queued batch.
@@ -26,6 +26,7 @@ impl ExtTask for BatchTask {
         let mut i = 0;
         while i < b.pieces.len() {
             let mem = MEM.read();
+            let mut hints = CopyHints::default();
             let mut bytes = 0usize;
             while let Some(p) = b.pieces.get(i) {
                 if bytes > 0 && bytes.saturating_add(p.n) > HOLD_BYTES {
@@ -34,7 +35,7 @@ impl ExtTask for BatchTask {
                 if cancelled() {
                     return Ok(());
                 }
-                exec_copy_in(&mem, p.dst, p.src, p.n, b.kind)?;
+                exec_copy_hinted(&mem, (p.dst, p.src, p.n), b.kind, &mut hints)?;
                 bytes = bytes.saturating_add(p.n);
                 i += 1;
             }

@@ -14,6 +14,7 @@ use crate::config::{config, StreamMode};
 use crate::counters::{inc, Ctr};
 use crate::handles::{self, Kind};
 use crate::rt::{self, AclErr, Res};
+use crate::vmm::copy::{exec_copy_hinted, CopyHints};
 
 pub(crate) const POLL: Duration = Duration::from_millis(2);
 pub(crate) const SPIN: Duration = Duration::from_micros(50);
@@ -350,6 +351,7 @@ pub(crate) fn run_batch(s: &Stream, batch: &mut VecDeque<Task>, epoch: u64) {
         let r = if matches!(front, Task::Copy { .. }) {
             // Consecutive copies run under one read guard of the address table.
             let mem = crate::vmm::state::MEM.read();
+            let mut hints = CopyHints::default();
             let mut bytes = 0usize;
             let mut r = Ok(());
             while let Some(&Task::Copy { dst, src, n, kind }) = batch.front() {
@@ -357,7 +359,7 @@ pub(crate) fn run_batch(s: &Stream, batch: &mut VecDeque<Task>, epoch: u64) {
                     break;
                 }
                 batch.pop_front();
-                r = crate::vmm::copy::exec_copy_in(&mem, dst, src, n, kind);
+                r = exec_copy_hinted(&mem, (dst, src, n), kind, &mut hints);
                 bytes = bytes.saturating_add(n);
                 if r.is_err() || aborted(s, epoch) {
                     break;

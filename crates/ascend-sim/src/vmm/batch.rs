@@ -24,8 +24,8 @@ use acl_sys::*;
 
 use crate::rt::{self, AclErr, Res};
 
-use super::copy::exec_copy_in;
-use super::state::{Class, MemState, MEM};
+use super::copy::{exec_copy_hinted, CopyHints};
+use super::state::{Class, Hint, MemState, MEM};
 
 /// One copy of a batch.
 #[derive(Debug, Clone, Copy)]
@@ -213,9 +213,14 @@ fn matches_loc(c: Class, l: &aclrtMemLocation) -> bool {
     }
 }
 
-fn check_side(mem: &MemState, addr: usize, n: usize, write: bool, l: &aclrtMemLocation) -> Res {
+fn check_side(
+    mem: &MemState,
+    (addr, n, write): (usize, usize, bool),
+    l: &aclrtMemLocation,
+    hint: &mut Hint,
+) -> Res {
     let what = if write { "dst" } else { "src" };
-    let c = mem.classify(addr, n, write, what)?;
+    let c = mem.classify_hinted(addr, n, write, what, hint)?;
     ensure!(
         matches_loc(c, l),
         ACL_ERROR_RT_PARAM_INVALID,
@@ -234,17 +239,20 @@ fn check_side(mem: &MemState, addr: usize, n: usize, write: bool, l: &aclrtMemLo
 impl Batch {
     /// Checks every copy's memory against the address table and its locations.
     pub(crate) fn check_memory(&self, mem: &MemState) -> Result<(), BatchErr> {
+        let mut hints = CopyHints::default();
         for (i, (p, (dl, sl))) in self.pieces.iter().zip(&self.locs).enumerate() {
-            check_side(mem, p.dst, p.n, true, dl).map_err(|e| at(i, e))?;
-            check_side(mem, p.src, p.n, false, sl).map_err(|e| at(i, e))?;
+            check_side(mem, (p.dst, p.n, true), dl, &mut hints.0).map_err(|e| at(i, e))?;
+            check_side(mem, (p.src, p.n, false), sl, &mut hints.1).map_err(|e| at(i, e))?;
         }
         Ok(())
     }
 
     /// Runs the copies in order under `mem` (each re-checked as it runs).
     pub(crate) fn run_in(&self, mem: &MemState) -> Result<(), BatchErr> {
+        let mut hints = CopyHints::default();
         for (i, p) in self.pieces.iter().enumerate() {
-            exec_copy_in(mem, p.dst, p.src, p.n, self.kind).map_err(|e| at(i, e))?;
+            exec_copy_hinted(mem, (p.dst, p.src, p.n), self.kind, &mut hints)
+                .map_err(|e| at(i, e))?;
         }
         Ok(())
     }

@@ -6,7 +6,7 @@ use acl_sys::*;
 
 use crate::rt::Res;
 
-use super::state::{Class, MemState, MEM};
+use super::state::{Class, Hint, MemState, MEM};
 pub(crate) fn kind_name(kind: aclrtMemcpyKind) -> &'static str {
     match kind {
         ACL_MEMCPY_HOST_TO_HOST => "ACL_MEMCPY_HOST_TO_HOST",
@@ -74,8 +74,21 @@ pub(crate) fn exec_copy_in(
     n: usize,
     kind: aclrtMemcpyKind,
 ) -> Res {
-    let dc = mem.classify(dst, n, true, "dst")?;
-    let sc = mem.classify(src, n, false, "src")?;
+    exec_copy_hinted(mem, (dst, src, n), kind, &mut CopyHints::default())
+}
+
+/// The (dst, src) hints of a run of copies under one read guard.
+pub(crate) type CopyHints = (Hint, Hint);
+
+/// [`exec_copy_in`] of `(dst, src, n)` with the run's hints (fresh for each read guard).
+pub(crate) fn exec_copy_hinted(
+    mem: &MemState,
+    (dst, src, n): (usize, usize, usize),
+    kind: aclrtMemcpyKind,
+    hints: &mut CopyHints,
+) -> Res {
+    let dc = mem.classify_hinted(dst, n, true, "dst", &mut hints.0)?;
+    let sc = mem.classify_hinted(src, n, false, "src", &mut hints.1)?;
     check_kind(kind, dst, dc, src, sc)?;
     if n > 0 {
         // SAFETY: both ranges were just checked to lie inside live, accessible mappings or

@@ -218,6 +218,38 @@ impl MemState {
     /// The class of `[addr, addr + len)`, which must lie entirely in known memory (or entirely
     /// outside it) with the access `write` needs.
     pub(crate) fn classify(&self, addr: usize, len: usize, write: bool, what: &str) -> Res<Class> {
+        self.classify_span(addr, len, write, what).map(|(c, _)| c)
+    }
+
+    /// [`MemState::classify`], answered from `hint` when the range lies inside the mapping or
+    /// allocation it remembers (with the access asked for), else looked up and remembered.
+    /// A hint is valid only under the read guard it was filled under.
+    pub(crate) fn classify_hinted(
+        &self,
+        addr: usize,
+        len: usize,
+        write: bool,
+        what: &str,
+        hint: &mut Hint,
+    ) -> Res<Class> {
+        if let Some(c) = hint.answer(addr, len, write) {
+            return Ok(c);
+        }
+        let (c, h) = self.classify_span(addr, len, write, what)?;
+        if let Some(h) = h {
+            *hint = h;
+        }
+        Ok(c)
+    }
+
+    /// [`MemState::classify`], and the mapping or allocation the range lies in when it is one.
+    fn classify_span(
+        &self,
+        addr: usize,
+        len: usize,
+        write: bool,
+        what: &str,
+    ) -> Res<(Class, Option<Hint>)> {
         let Some(end) = addr.checked_add(len) else {
             bail!(
                 ACL_ERROR_INVALID_PARAM,
@@ -232,11 +264,13 @@ impl MemState {
                     "{what} range [{addr:#x}, {end:#x}) runs past the end of the allocation at {b:#x} of {} bytes",
                     m.size
                 );
-                Ok(m.class)
+                let h = Hint::new(b, b + m.size, m.class, true, true);
+                Ok((m.class, Some(h)))
             }
             Some((b, Region::Res(r))) => {
                 let mut cur = addr;
                 let mut class: Option<Class> = None;
+                let mut hint = None;
                 loop {
                     let m = r.mappings.pred_ent(cur).filter(|e| cur - e.start < e.len);
                     let Some(Ent {
@@ -274,12 +308,18 @@ impl MemState {
                             mclass.describe()
                         ),
                     }
+                    if class == Some(mclass) && cur == addr && mb + msize >= end {
+                        let read = flags & ACL_RT_MEM_ACCESS_FLAGS_READ != 0;
+                        let rw = flags & ACL_RT_MEM_ACCESS_FLAGS_READWRITE
+                            == ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
+                        hint = Some(Hint::new(mb, mb + msize, mclass, read, rw));
+                    }
                     cur = mb + msize;
                     if cur >= end {
                         break;
                     }
                 }
-                Ok(class.unwrap_or(Class::Host))
+                Ok((class.unwrap_or(Class::Host), hint))
             }
             None => {
                 if len > 0 {
@@ -290,9 +330,44 @@ impl MemState {
                         );
                     }
                 }
-                Ok(Class::Host)
+                Ok((Class::Host, None))
             }
         }
+    }
+}
+
+/// The mapping (or allocation) a range was last classified in, for
+/// [`MemState::classify_hinted`]: runs of copies under one read guard mostly touch the same
+/// few mappings, and a range inside one classifies the same without a lookup.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Hint {
+    lo: usize,
+    hi: usize,
+    class: Option<Class>,
+    read: bool,
+    write: bool,
+}
+
+impl Hint {
+    fn new(lo: usize, hi: usize, class: Class, read: bool, write: bool) -> Hint {
+        Hint {
+            lo,
+            hi,
+            class: Some(class),
+            read,
+            write,
+        }
+    }
+
+    /// The class of `[addr, addr + len)` when it lies inside the remembered span and the
+    /// access is allowed there.
+    #[inline]
+    fn answer(&self, addr: usize, len: usize, write: bool) -> Option<Class> {
+        let end = addr.checked_add(len)?;
+        let allowed = if write { self.write } else { self.read };
+        (addr >= self.lo && end <= self.hi && allowed)
+            .then_some(self.class)
+            .flatten()
     }
 }
 
