@@ -12,9 +12,14 @@ use crate::util::{fmt_opt, ratio, size_name};
 use crate::{Res, Results};
 
 fn find(res: &Results, p: Pattern, op: TransferOp, block: usize) -> Option<&Row> {
+    find_in(res, p, op, block, false)
+}
+
+/// The row measured with an HBM (`host` false) or host-DRAM local buffer.
+fn find_in(res: &Results, p: Pattern, op: TransferOp, block: usize, host: bool) -> Option<&Row> {
     res.transfer
         .iter()
-        .find(|r| r.pattern == p && r.op == op && r.block == block)
+        .find(|r| r.pattern == p && r.op == op && r.block == block && r.local_host == host)
 }
 
 fn coll(res: &Results, c: Coll, sym: bool) -> Option<&crate::collectives::Row> {
@@ -58,6 +63,10 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         ("host_prepared_vs_raw_submit", ratio(host_prep, tr(1))),
         ("walk_1MiB_vs_memcpy", walk(TransferOp::Write, 1 << 20)),
         ("repeat_4KiB_vs_ucx", ucx(4 << 10)),
+        (
+            "repeat_4KiB_host_vs_ucx",
+            find_in(res, Pattern::Repeat, TransferOp::Write, 4 << 10, true).and_then(Row::vs_ucx),
+        ),
         (
             "lat_4KiB_p50_vs_ucx",
             lat.and_then(|l| ratio(Some(l.p50_us), l.ucx_us)),
@@ -110,7 +119,7 @@ fn print_transfer(res: &Results) {
         crate::peer::streams()
     );
     println!(
-        "{:<7} {:<5} {:>7} {:>6} {:>9} {:>12} {:>9} {:>12} {:>8} {:>8} {:>8}",
+        "{:<11} {:<5} {:>7} {:>6} {:>9} {:>12} {:>9} {:>12} {:>8} {:>8} {:>8}",
         "pattern",
         "op",
         "block",
@@ -125,8 +134,8 @@ fn print_transfer(res: &Results) {
     );
     for r in &res.transfer {
         println!(
-            "{:<7} {:<5} {:>7} {:>6} {:>9.2} {:>12.0} {:>9.2} {:>12.0} {:>8.3} {:>8} {:>8}",
-            r.pattern.name(),
+            "{:<11} {:<5} {:>7} {:>6} {:>9.2} {:>12.0} {:>9.2} {:>12.0} {:>8.3} {:>8} {:>8}",
+            r.label(),
             r.op_name(),
             size_name(r.block),
             r.batch,
@@ -239,7 +248,7 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
             let _ = writeln!(
                 s,
                 "{},{},{},{},{},{},{:.6},{:.4},{:.0},{:.6},{:.4},{:.0},{:.4},{},{}",
-                r.pattern.name(),
+                r.label(),
                 r.op_name(),
                 r.block,
                 r.batch,

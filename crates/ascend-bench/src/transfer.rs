@@ -61,6 +61,8 @@ pub(crate) struct Row {
     pub(crate) memcpy: Duration,
     /// UCX put bandwidth in GB/s (WRITE repeat rows only).
     pub(crate) ucx_gbs: Option<f64>,
+    /// The local buffer is host DRAM (the engine batches its copies), not HBM.
+    pub(crate) local_host: bool,
 }
 
 impl Row {
@@ -82,6 +84,14 @@ impl Row {
     }
     pub(crate) fn vs_ucx(&self) -> Option<f64> {
         crate::util::ratio(Some(self.engine_gbs()), self.ucx_gbs)
+    }
+    /// The pattern's name, marked `/host` for a host-DRAM local buffer.
+    pub(crate) fn label(&self) -> String {
+        if self.local_host {
+            format!("{}/host", self.pattern.name())
+        } else {
+            self.pattern.name().to_owned()
+        }
     }
     pub(crate) fn op_name(&self) -> &'static str {
         match self.op {
@@ -149,8 +159,8 @@ fn reps(args: &Args) -> usize {
 
 /// Progress steps of [`run`].
 pub(crate) fn steps(_args: &Args) -> u64 {
-    // setup, 2 patterns x 2 ops x sizes, latency, check, UCX sizes and latency
-    1 + 4 * SIZES.len() as u64 + 2 + SIZES.len() as u64 + 1
+    // setup, 2 patterns x 2 ops x sizes, the host row, latency, check, UCX sizes and latency
+    1 + 4 * SIZES.len() as u64 + 1 + 2 + SIZES.len() as u64 + 1
 }
 
 /// Raw addresses of the two mappings in this process.
@@ -222,6 +232,8 @@ struct Bench<'a> {
     bufs: Bufs,
     region: usize,
     reps: usize,
+    /// `l0` and `bufs.local` are host DRAM.
+    local_host: bool,
 }
 
 impl Bench<'_> {
@@ -299,6 +311,7 @@ impl Bench<'_> {
             engine,
             memcpy,
             ucx_gbs: None,
+            local_host: self.local_host,
         })
     }
 
@@ -384,10 +397,34 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
         bufs,
         region,
         reps: reps(args),
+        local_host: false,
     };
     // Profiling aid: `ASCEND_BENCH_FILTER="walk Write 4 KiB"` runs only the matching rows.
     let filter = std::env::var("ASCEND_BENCH_FILTER").ok();
     measure_rows(&b, pb, filter.as_deref(), res)?;
+    // Repeated 4 KiB WRITEs from host DRAM: the engine batches them (one batch call per
+    // stream per transfer; the runtime batches host-device copies only).
+    let host = eng.alloc_host(2 << 20)?;
+    host.fill(0x5a)?;
+    let _host_reg = eng.register(&host)?;
+    let hb = Bench {
+        l0: host.as_raw() as u64,
+        bufs: Bufs {
+            local: host.as_raw() as usize,
+            remote: bufs.remote,
+        },
+        local_host: true,
+        ..b
+    };
+    if filter
+        .as_deref()
+        .map_or(true, |f| "repeat/host Write 4 KiB".contains(f))
+    {
+        pb.set_message("transfer: repeat Write 4 KiB from host DRAM");
+        res.transfer
+            .push(hb.measure(Pattern::Repeat, TransferOp::Write, 4 << 10)?);
+    }
+    pb.inc(1);
     measure_latency(&b, args, pb, filter.as_deref(), res)?;
     pb.set_message("transfer: data check");
     b.check(&local, &mut peer)?;
