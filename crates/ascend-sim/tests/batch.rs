@@ -408,6 +408,60 @@ fn argument_rules_with_codes_and_fail_index() {
     assert_clean();
 }
 
+/// Copies of one batch that stay inside one mapping are checked against it without a new
+/// lookup each; a copy that leaves it (into a second mapping, or past the mapped part of the
+/// reservation) is still looked up and refused at its index, in every form.
+#[test]
+fn copies_leaving_a_mapping_are_checked_in_full() {
+    let _g = LOCK.lock();
+    set_device(0);
+    let s = stream();
+    const G: usize = 2 << 20;
+    let va = reserve(2 * G);
+    let (h0, h1) = (malloc_phys(G, &dev_prop(0)), malloc_phys(G, &dev_prop(0)));
+    ok!(aclrtMapMem(va, G, 0, h0, 0));
+    let at = |o: usize| va.cast::<u8>().wrapping_add(o).cast::<c_void>();
+    let src = vec![7u8; 256];
+    let sp = src.as_ptr() as *mut c_void;
+    let run = |last: usize| {
+        Args::new(
+            &[(at(0), sp, 64), (at(4096), sp, 64), (at(last), sp, 128)],
+            &[h2d(0)],
+            &[0],
+        )
+    };
+    for form in [0, 2] {
+        // Past the only mapping: reserved but unmapped.
+        let (c, f) = run(G - 64).call(form, s);
+        assert_eq!(
+            (c, f),
+            (ACL_ERROR_RT_DEVICE_MEM_ERROR, 2),
+            "form {form}: {}",
+            last_msg()
+        );
+    }
+    // With the second half mapped too, the same range spans two mappings of one class: fine.
+    ok!(aclrtMapMem(at(G), G, 0, h1, 0));
+    for form in 0..4 {
+        assert_eq!(
+            run(G - 64).call(form, s).0,
+            0,
+            "form {form}: {}",
+            last_msg()
+        );
+    }
+    ok!(aclrtSynchronizeStream(s));
+    assert_eq!(read_dev(at(G - 64), 128), vec![7u8; 128]);
+    ok!(aclrtUnmapMem(at(G)));
+    ok!(aclrtUnmapMem(va));
+    ok!(aclrtFreePhysical(h0));
+    ok!(aclrtFreePhysical(h1));
+    ok!(aclrtReleaseMemAddress(va));
+    ok!(aclrtDestroyStream(s));
+    reset_device(0);
+    assert_clean();
+}
+
 #[test]
 fn message_names_the_copy() {
     let _g = LOCK.lock();
