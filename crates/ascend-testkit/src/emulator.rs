@@ -64,3 +64,19 @@ pub fn sim_library() -> Option<PathBuf> {
     .into_iter()
     .find(|p| p.exists())
 }
+
+/// The calls of `aclrtMemcpyBatchAsync` and of `aclrtMemcpyAsync` (in that order) the
+/// emulator received while `f` ran: how many batch calls and single copies a piece of work
+/// reached the runtime as.
+pub fn copy_calls(f: impl FnOnce()) -> (u64, u64) {
+    let calls = || {
+        (
+            ascend_sim::fault::calls("aclrtMemcpyBatchAsync"),
+            ascend_sim::fault::calls("aclrtMemcpyAsync"),
+        )
+    };
+    let (b0, c0) = calls();
+    f();
+    let (b1, c1) = calls();
+    (b1 - b0, c1 - c0)
+}

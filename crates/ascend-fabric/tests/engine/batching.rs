@@ -8,25 +8,12 @@ use std::time::Duration;
 use crate::util::*;
 use ascend_fabric::{Engine, Error, TransferDesc, TransferOp};
 use ascend_mem::{MemSpec, Origin, PhysicalMem, ReservedVa};
-use ascend_sim::fault;
+use ascend_testkit::emulator::copy_calls;
 
 const T: Duration = Duration::from_secs(10);
 const MIB: usize = 1 << 20;
 const BLOCK: usize = 4096;
 const N: usize = 64;
-
-/// Calls of (the batch call, the single copy) made by `f`.
-fn calls(f: impl FnOnce()) -> (u64, u64) {
-    let (b0, c0) = (
-        fault::calls("aclrtMemcpyBatchAsync"),
-        fault::calls("aclrtMemcpyAsync"),
-    );
-    f();
-    (
-        fault::calls("aclrtMemcpyBatchAsync") - b0,
-        fault::calls("aclrtMemcpyAsync") - c0,
-    )
-}
 
 /// `N` 4 KiB descriptors, local blocks in order, remote blocks scattered (none adjacent).
 fn descs(l: u64, r: u64) -> Vec<TransferDesc> {
@@ -63,7 +50,7 @@ fn host_local_transfers_are_one_batch_call_per_stream() {
         let r = remote.as_raw() as u64;
 
         let write = descs(host.as_raw() as u64, r);
-        let n = calls(|| {
+        let n = copy_calls(|| {
             b.transfer_sync(&addr, TransferOp::Write, &write, T)
                 .unwrap()
         });
@@ -81,7 +68,7 @@ fn host_local_transfers_are_one_batch_call_per_stream() {
             );
         }
         let read = descs(back.as_raw() as u64, r);
-        let n = calls(|| b.transfer_sync(&addr, TransferOp::Read, &read, T).unwrap());
+        let n = copy_calls(|| b.transfer_sync(&addr, TransferOp::Read, &read, T).unwrap());
         assert_eq!(n, (4, 0), "READ into host: (batch calls, single copies)");
         let again = back
             .slice(..N * BLOCK)
@@ -92,7 +79,7 @@ fn host_local_transfers_are_one_batch_call_per_stream() {
 
         // Device to device: no batch.
         let d2d = descs(dev.as_raw() as u64, r);
-        let n = calls(|| b.transfer_sync(&addr, TransferOp::Read, &d2d, T).unwrap());
+        let n = copy_calls(|| b.transfer_sync(&addr, TransferOp::Read, &d2d, T).unwrap());
         assert_eq!(
             n,
             (0, N as u64),

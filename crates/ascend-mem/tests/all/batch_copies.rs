@@ -3,11 +3,8 @@
 //! back to the caller's index, the fallback to one `aclrtMemcpyAsync` per copy on a runtime
 //! without the batch call, and what the stream keeps alive.
 
-use crate::common::{pattern, runtime_without_batch_call, setup};
-use ascend_mem::{
-    BatchCopy, DeviceBuffer, Error, ErrorKind, HostBuffer, MemSpec, Origin, PhysicalMem,
-    ReservedVa, Stream,
-};
+use crate::common::{device1_as_device0, pattern, runtime_without_batch_call, setup};
+use ascend_mem::{BatchCopy, DeviceBuffer, Error, ErrorKind, HostBuffer, Stream};
 use ascend_sim::{fault, testing::hold_stream};
 
 const MIB2: usize = 2 << 20;
@@ -161,16 +158,7 @@ fn fail_index_maps_back_to_the_callers_index() {
     let mut s = Stream::new(&env.dev).unwrap();
     let d = DeviceBuffer::new(&env.dev, MIB2).unwrap();
     let h = HostBuffer::new(&env.dev, MIB2).unwrap();
-    let size = env.dev.round_up(MIB2).unwrap();
-    let spec = MemSpec::DEVICE_HBM;
-    // SAFETY: plain values and a writable out-slot, through the runtime's own table.
-    let raw = unsafe { ascend_mem::ffi::phys::malloc(env.rt.acl(), size.get(), &spec.to_prop(1)) }
-        .unwrap();
-    // SAFETY: a live handle of this runtime, of `size` bytes, owned by nobody else (it claims
-    // device 0, which is the point of the test).
-    let mem = unsafe { PhysicalMem::from_raw(&env.dev, raw, size.get(), Origin::Allocated(spec)) };
-    let va = ReservedVa::new(&env.dev, size).unwrap();
-    let other = va.map(&mem, size.zero()).unwrap();
+    let (mem, va, other) = device1_as_device0(&env.dev, MIB2);
     let copies = [
         BatchCopy::new(h.slice(0..64).unwrap(), d.slice(0..64).unwrap()),
         BatchCopy::new(h.slice(64..64).unwrap(), d.slice(0..0).unwrap()),

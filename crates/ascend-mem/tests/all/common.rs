@@ -51,3 +51,29 @@ pub fn runtime_without_batch_call() -> ascend_mem::Runtime {
     // SAFETY: as above.
     unsafe { ascend_mem::Runtime::from_table_unchecked(table) }.unwrap()
 }
+
+/// Device 1's HBM adopted as device 0's (`PhysicalMem::from_raw` claiming device 0) and
+/// mapped in a reservation of `dev` (device 0): memory the host cannot tell from device 0's,
+/// which the runtime refuses wherever a DEVICE location of device 0 names it. Returns the
+/// memory, the reservation and the mapping (drop them in reverse order).
+pub fn device1_as_device0(
+    dev: &ascend_mem::Device,
+    len: usize,
+) -> (
+    ascend_mem::PhysicalMem,
+    ascend_mem::ReservedVa,
+    ascend_mem::Mapping,
+) {
+    use ascend_mem::{MemSpec, Origin, PhysicalMem, ReservedVa};
+    let size = dev.round_up(len).unwrap();
+    let spec = MemSpec::DEVICE_HBM;
+    let acl = dev.runtime().acl();
+    // SAFETY: plain values and a writable out-slot, through the runtime's own table.
+    let raw = unsafe { ascend_mem::ffi::phys::malloc(acl, size.get(), &spec.to_prop(1)) }.unwrap();
+    // SAFETY: a live handle of this runtime, of `size` bytes, owned by nobody else (it claims
+    // device 0, which is the point).
+    let mem = unsafe { PhysicalMem::from_raw(dev, raw, size.get(), Origin::Allocated(spec)) };
+    let va = ReservedVa::new(dev, size).unwrap();
+    let map = va.map(&mem, size.zero()).unwrap();
+    (mem, va, map)
+}

@@ -3,12 +3,10 @@
 //! as one `aclrtMemcpyAsync` each, in the caller's order; every copy one call on a runtime
 //! without the batch call; and the batch's `failIndex` comes back as the caller's index.
 
-use crate::common::{pattern, runtime_without_batch_call, setup};
-use ascend_mem::{
-    Device, DeviceBuffer, Error, HostBuffer, MappingTable, MemSpec, Origin, PhysicalMem,
-    ReservedVa, Stream, TableCopy,
-};
+use crate::common::{device1_as_device0, pattern, runtime_without_batch_call, setup};
+use ascend_mem::{Device, DeviceBuffer, Error, HostBuffer, MappingTable, Stream, TableCopy};
 use ascend_sim::fault;
+use ascend_testkit::emulator::copy_calls;
 
 const MIB2: usize = 2 << 20;
 const K: usize = 64 << 10;
@@ -21,19 +19,6 @@ fn tc(dst: usize, dst_offset: usize, src: usize, src_offset: usize, len: usize) 
         src_offset,
         len,
     }
-}
-
-/// Calls of the two copy entry points made by `f`.
-fn calls(f: impl FnOnce()) -> (u64, u64) {
-    let (b0, c0) = (
-        fault::calls("aclrtMemcpyBatchAsync"),
-        fault::calls("aclrtMemcpyAsync"),
-    );
-    f();
-    (
-        fault::calls("aclrtMemcpyBatchAsync") - b0,
-        fault::calls("aclrtMemcpyAsync") - c0,
-    )
 }
 
 /// One table of a host buffer (entry 0) and two device buffers (entries 1, 2), used as both
@@ -64,7 +49,7 @@ fn mixed_run(dev: &Device) -> (u64, u64) {
     // A lone host-to-device copy: the first 64 KiB of the host buffer to the end of d2.
     copies.push(tc(2, MIB2 - K, 0, 0, K));
     let mut s = Stream::new(dev).unwrap();
-    let n = calls(|| s.copy_table_async(&t, &t, &copies).unwrap());
+    let n = copy_calls(|| s.copy_table_async(&t, &t, &copies).unwrap());
     s.synchronize().unwrap();
     assert_eq!(
         d1.slice(..8 * K).unwrap().read_to_vec::<u8>().unwrap(),
@@ -110,16 +95,7 @@ fn the_batch_calls_fail_index_names_the_callers_copy() {
     let env = setup();
     let h = HostBuffer::new(&env.dev, MIB2).unwrap();
     let d = DeviceBuffer::new(&env.dev, MIB2).unwrap();
-    let size = env.dev.round_up(MIB2).unwrap();
-    let spec = MemSpec::DEVICE_HBM;
-    // SAFETY: plain values and a writable out-slot, through the runtime's own table.
-    let raw = unsafe { ascend_mem::ffi::phys::malloc(env.rt.acl(), size.get(), &spec.to_prop(1)) }
-        .unwrap();
-    // SAFETY: a live handle of this runtime, of `size` bytes, owned by nobody else (it claims
-    // device 0, which is the point of the test).
-    let mem = unsafe { PhysicalMem::from_raw(&env.dev, raw, size.get(), Origin::Allocated(spec)) };
-    let va = ReservedVa::new(&env.dev, size).unwrap();
-    let other = va.map(&mem, size.zero()).unwrap();
+    let (mem, va, other) = device1_as_device0(&env.dev, MIB2);
     let dst =
         MappingTable::new(&env.dev, [d.slice(..).unwrap(), other.slice(..).unwrap()]).unwrap();
     let src = MappingTable::new(&env.dev, [h.slice(..).unwrap()]).unwrap();
