@@ -60,7 +60,7 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         ("translate_prepared_10k_vs_1", ratio(prep(10_000), prep(1))),
         ("prepared_vs_raw_submit", ratio(prep(1), tr(1))),
         ("host_batched_vs_raw_submit", ratio(host_raw, tr(1))),
-        ("host_prepared_vs_raw_submit", ratio(host_prep, tr(1))),
+        ("host_prepared_vs_raw_submit", ratio(host_prep, host_raw)),
         ("walk_1MiB_vs_memcpy", walk(TransferOp::Write, 1 << 20)),
         ("repeat_4KiB_vs_ucx", ucx(4 << 10)),
         (

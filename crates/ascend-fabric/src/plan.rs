@@ -195,7 +195,14 @@ pub(crate) struct StreamBatch {
 /// on one stream). WRITE copies local to remote, READ remote to local.
 pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<StreamBatch> {
     let k = streams.max(1);
-    let mut batches: Vec<StreamBatch> = vec![StreamBatch::default(); k];
+    // Each stream gets about its share of the pieces (more when large ones are cut).
+    let share = pieces.len() / k + 1;
+    let mut batches: Vec<StreamBatch> = (0..k)
+        .map(|_| StreamBatch {
+            copies: Vec::with_capacity(share),
+            descs: Vec::with_capacity(share),
+        })
+        .collect();
     let mut rr = 0usize;
     let mut put = |p: Piece| {
         let len = p.len as usize;

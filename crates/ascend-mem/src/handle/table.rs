@@ -44,7 +44,6 @@ fn way(dst_host: bool, src_host: bool) -> Way {
 
 /// A run of copies going one batchable way: the arrays of one batch call, and each copy's
 /// index in the caller's slice.
-#[derive(Default)]
 struct Run {
     way: Option<Way>,
     dsts: Vec<*mut c_void>,
@@ -54,6 +53,17 @@ struct Run {
 }
 
 impl Run {
+    /// An empty run with room for `n` copies.
+    fn with_capacity(n: usize) -> Run {
+        Run {
+            way: None,
+            dsts: Vec::with_capacity(n),
+            srcs: Vec::with_capacity(n),
+            sizes: Vec::with_capacity(n),
+            index: Vec::with_capacity(n),
+        }
+    }
+
     fn push(&mut self, w: Way, to: usize, from: usize, len: usize, i: usize) {
         self.way = Some(w);
         self.dsts.push(to as *mut c_void);
@@ -96,7 +106,7 @@ impl StreamQueue {
             self.keep_table(src);
         }
         let dev = u32::try_from(dst.dev.id()).unwrap_or(u32::MAX);
-        let mut run = Run::default();
+        let mut run = Run::with_capacity(copies.len());
         for (i, c) in copies.iter().enumerate().filter(|(_, c)| c.len != 0) {
             let to = dst.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len);
             let from = src.addr(i, CopySide::Src, c.src, c.src_offset, c.len);
