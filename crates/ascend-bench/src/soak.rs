@@ -24,7 +24,8 @@
 //! * a transfer, a connect or a register with a fault armed (`ascend_sim::fault::fail_nth`)
 //!   at a call the operation makes of one ACL symbol of its kind (the symbols and call
 //!   numbers are learnt by counting the calls of clean operations with
-//!   `ascend_sim::fault::calls`): `aclrtMemcpyAsync`, `aclrtRecordEvent`,
+//!   `ascend_sim::fault::calls`): `aclrtMemcpyAsync`, `aclrtMemcpyBatchAsync` (host-DRAM
+//!   chunks' copies are batched), `aclrtRecordEvent`,
 //!   `aclrtSynchronizeEventWithTimeout`, `aclrtQueryEventStatus`, `aclrtSynchronizeStream`,
 //!   `aclrtCreateStreamWithConfig`, `aclrtCreateEvent` (transfers),
 //!   `aclrtMemImportFromShareableHandleV2`, `aclrtMapMem`, `aclrtMemSetAccess` (connects),
