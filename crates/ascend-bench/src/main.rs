@@ -19,14 +19,18 @@
 //!   before timing. The ceiling is `memcpy` between the same mapped buffers (this process's
 //!   local buffer and its mapping of the peer's buffer), the same blocks, on as many threads as
 //!   the engine has copy streams. *latency*: 10,000 synchronous 4 KiB WRITEs (2,000 with
-//!   `--quick`) one after the other, p50 and p99. UCX: `ucx_perftest -t ucp_put_bw` with
+//!   `--quick`) one after the other, p50 and p99. One more row, `repeat/host`: repeated 4 KiB
+//!   WRITEs from a host-DRAM local buffer, whose copies the engine batches (one
+//!   `aclrtMemcpyBatchAsync` per stream per transfer; the runtime batches host-device copies
+//!   only, so the HBM rows are one `aclrtMemcpyAsync` per copy). UCX: `ucx_perftest -t ucp_put_bw` with
 //!   `UCX_TLS=posix,cma,self` at the same sizes, and `-t ucp_put_lat` at 4 KiB, when
 //!   `ucx_perftest` is installed.
 //! * **translate**: host-side cost of a descriptor (checks, translation, `aclrtMemcpyAsync`
 //!   submission) with 1 and with 10,000 segments offered by the peer (each its own 2 MiB
 //!   allocation), measured in a child process whose emulator runs streams in `deterministic`
 //!   mode, so no copy runs while descriptors are submitted; and the same copies posted as
-//!   (local block, remote block) pairs of prepared lists.
+//!   (local block, remote block) pairs of prepared lists. With 1 segment it is measured again
+//!   from a host-DRAM local registration, whose copies go as one batch call per stream.
 //! * **collectives**: AllGather and AllReduce (sum), 4 ranks as threads of this process (one
 //!   emulated device each), 8 MiB per rank, fp32, with symmetric windows and staged.
 //! * **soak**: a randomized run against peer processes that are killed and restarted, with
@@ -38,10 +42,14 @@
 //! `write_1MiB_vs_ucx`, `write_64MiB_vs_ucx` (repeat, engine over UCX put), `translate_10k_vs_1`
 //! (submission cost per descriptor with 10,000 segments over with 1: a cost ratio),
 //! `translate_prepared_10k_vs_1` (the same for prepared lists), `prepared_vs_raw_submit`
-//! (prepared over raw submission cost per descriptor, 1 segment), `walk_1MiB_vs_memcpy`,
-//! `repeat_4KiB_vs_ucx` (WRITE), `lat_4KiB_p50_vs_ucx` (p50 of a synchronous 4 KiB WRITE over
+//! (prepared over raw submission cost per descriptor, 1 segment), `host_batched_vs_raw_submit`
+//! (raw submission from host DRAM, batched, over raw submission from HBM, one call per copy),
+//! `host_prepared_vs_raw_submit` (prepared over raw, both from host DRAM),
+//! `walk_1MiB_vs_memcpy`, `repeat_4KiB_vs_ucx` (WRITE), `repeat_4KiB_host_vs_ucx` (the same
+//! from host DRAM, batched), `lat_4KiB_p50_vs_ucx` (p50 of a synchronous 4 KiB WRITE over
 //! UCX's typical put latency: a time ratio), `lat_4KiB_p50_us`, `lat_4KiB_p99_us`,
-//! `allgather_sym_vs_staged` (staged time over symmetric), `peak_rss_over_registered_MiB`
+//! `allgather_sym_vs_staged` (staged time over symmetric), `alltoall_onesided_vs_staged`
+//! (staged all-to-all time over one-sided puts), `peak_rss_over_registered_MiB`
 //! (sum over the two transfer processes of VmHWM minus the registered memory each touches: the
 //! initiator its buffer and its mapping of the peer's, the peer its buffer). `nan` when a part
 //! did not run or UCX is missing.
