@@ -599,7 +599,8 @@ impl Engine {
     /// [`Error::NotRegistered`] (naming the descriptor and address); [`Error::NotConnected`]
     /// (with [`EngineOptions::auto_connect`], the connect's own errors instead);
     /// [`Error::PeerLost`]; [`Error::Timeout`] (no free slot, or the copies took too long);
-    /// [`Error::Mem`] for a failed copy. With `auto_connect`, a failed copy or a timeout also
+    /// [`Error::Mem`] for a failed copy; [`Error::CopyRefused`] naming the descriptor of a
+    /// copy the runtime refused when it was queued. With `auto_connect`, a failed copy or a timeout also
     /// disconnects the peer.
     pub fn transfer_sync(
         &self,

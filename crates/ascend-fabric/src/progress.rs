@@ -1,8 +1,10 @@
-//! The engine's progress thread: observes every request from its submission until it ends,
-//! so a finished request gives its slot back, its future's waker is woken and its completion
-//! queue filled, whether or not anyone looks at it.
+//! The engine's progress thread: observes every asynchronous request (transfer futures,
+//! `transfer_async`, completion queues) from its submission until it ends, so a finished
+//! request gives its slot back, its future's waker is woken and its completion queue filled,
+//! whether or not anyone looks at it. A synchronous transfer is observed by its waiting caller
+//! alone.
 //!
-//! Started with the engine's first request, it polls every watched request's events; after
+//! Started with the engine's first asynchronous request, it polls every watched request's events; after
 //! a round that finished nothing it keeps polling for a short while ([`SPIN`]), then blocks
 //! on the events of the oldest request nobody else holds, in slices (1 ms, growing to
 //! [`MAX_SLICE`] while nothing ends, and never past a stall deadline), so a completion wakes

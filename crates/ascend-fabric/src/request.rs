@@ -224,8 +224,11 @@ impl ReqInner {
 
     /// Ends a pending request: returns or destroys its slot, updates counters, forgets it.
     /// The caller calls [`ReqInner::flush`] once it has released the lock.
+    ///
+    /// `notify_due` is set last, once everything `flush` hands on is in place: another
+    /// thread's `flush` (it released this lock a moment ago) may run while this one is still
+    /// here, and must find either nothing due or all of it (the slot waiter's waker above all).
     fn finish(&self, st: &mut MutexGuard<'_, ReqState>, result: Result<()>) {
-        self.notify_due.store(true, Ordering::Release);
         let prev = std::mem::replace(
             &mut **st,
             ReqState::Done(match &result {
@@ -235,6 +238,7 @@ impl ReqInner {
         );
         let ReqState::Pending(p) = prev else {
             **st = prev;
+            self.notify_due.store(true, Ordering::Release);
             return;
         };
         let Pending {
@@ -272,6 +276,7 @@ impl ReqInner {
         if let Err(e) = result {
             **st = ReqState::Done(Outcome::Err(e));
         }
+        self.notify_due.store(true, Ordering::Release);
     }
 
     /// Fails a pending request (aborting its streams); no effect once done.
@@ -596,8 +601,9 @@ impl TransferRequest {
     ///
     /// # Errors
     /// [`Error::Timeout`]; the transfer's failure ([`Error::PeerLost`] when the peer died or
-    /// was disconnected, [`Error::Mem`] for a failed copy); [`Error::AlreadyReported`] when an
-    /// earlier call returned the failure already.
+    /// was disconnected, [`Error::Mem`] for a failed copy, [`Error::CopyRefused`] for a copy
+    /// the runtime refused at submission); [`Error::AlreadyReported`] when an earlier call
+    /// returned the failure already.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
         let r = self.inner.wait(Instant::now().checked_add(timeout));
         self.inner.disconnect_if_due(false);

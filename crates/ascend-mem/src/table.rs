@@ -58,6 +58,8 @@ pub(crate) struct TableInner {
     maps: Box<[Mapping]>,
     /// Whether each entry is host DRAM (for the batch call's direction rule).
     pub(crate) host: Box<[bool]>,
+    /// The device of each entry's mapping (a batch's DEVICE location names it).
+    pub(crate) devs: Box<[u32]>,
     /// Dropped after `maps` (see [`MappingTable::with_keepalive`]).
     _keep: Option<Box<dyn Any + Send + Sync>>,
     pub(crate) dev: Device,
@@ -106,6 +108,7 @@ impl MappingTable {
         let mut spans = Vec::new();
         let mut maps = Vec::new();
         let mut host = Vec::new();
+        let mut devs = Vec::new();
         for e in entries {
             let m = e.mapping();
             if !std::ptr::eq(m.device().lib(), dev.lib()) {
@@ -117,6 +120,7 @@ impl MappingTable {
             }
             spans.push((e.as_raw() as usize, e.len()));
             host.push(m.is_host());
+            devs.push(u32::try_from(m.device().id()).unwrap_or(u32::MAX));
             // A second owner of the mapping, as `Mapping::hold` makes.
             maps.push(Mapping {
                 inner: m.inner.clone(),
@@ -127,6 +131,7 @@ impl MappingTable {
                 spans: spans.into_boxed_slice(),
                 maps: maps.into_boxed_slice(),
                 host: host.into_boxed_slice(),
+                devs: devs.into_boxed_slice(),
                 _keep: keep,
                 dev: dev.clone(),
             }),

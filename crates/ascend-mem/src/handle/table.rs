@@ -5,7 +5,9 @@
 //! one per copy. The runtime documents a batch as one of those two directions only, so copies
 //! between two device-side entries (the usual case of imported peer memory and HBM) stay one
 //! `aclrtMemcpyAsync` each, as does every copy on a runtime without the batch call and a run
-//! of a single copy. Copies are queued in the caller's order.
+//! of a single copy. A batch the runtime refuses as a whole (no `failIndex`) is queued again
+//! one copy at a time; a refusal naming one copy is reported. Copies are queued in the
+//! caller's order, and a run's DEVICE location is its device-side entries' device.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -42,10 +44,11 @@ fn way(dst_host: bool, src_host: bool) -> Way {
     }
 }
 
-/// A run of copies going one batchable way: the arrays of one batch call, and each copy's
-/// index in the caller's slice.
+/// A run of copies going one batchable way with one device: the arrays of one batch call, and
+/// each copy's index in the caller's slice.
 struct Run {
-    way: Option<Way>,
+    /// The way and the device of the device-side entries (the batch's DEVICE location).
+    way: Option<(Way, u32)>,
     dsts: Vec<*mut c_void>,
     srcs: Vec<*mut c_void>,
     sizes: Vec<usize>,
@@ -64,7 +67,7 @@ impl Run {
         }
     }
 
-    fn push(&mut self, w: Way, to: usize, from: usize, len: usize, i: usize) {
+    fn push(&mut self, w: (Way, u32), to: usize, from: usize, len: usize, i: usize) {
         self.way = Some(w);
         self.dsts.push(to as *mut c_void);
         self.srcs.push(from as *mut c_void);
@@ -105,7 +108,6 @@ impl StreamQueue {
         if !Arc::ptr_eq(dst, src) {
             self.keep_table(src);
         }
-        let dev = u32::try_from(dst.dev.id()).unwrap_or(u32::MAX);
         let mut run = Run::with_capacity(copies.len());
         for (i, c) in copies.iter().enumerate().filter(|(_, c)| c.len != 0) {
             let to = dst.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len);
@@ -114,8 +116,13 @@ impl StreamQueue {
                 .and_then(|t| Ok((t, from?)))
                 .map_err(|e| fail(e, EACH_API, None))?;
             let w = way(dst.host[c.dst], src.host[c.src]);
-            if run.way.is_some_and(|r| r != w) {
-                self.flush(lib, &mut run, dev)?;
+            // The device side's device: a batch names one per run.
+            let dev = match w {
+                Way::ToHost => src.devs[c.src],
+                _ => dst.devs[c.dst],
+            };
+            if run.way.is_some_and(|r| r != (w, dev)) {
+                self.flush(lib, &mut run)?;
             }
             if w == Way::Single {
                 let s = self.live().map_err(|e| fail(e, EACH_API, None))?;
@@ -126,20 +133,15 @@ impl StreamQueue {
                     .map_err(|e| fail(e, EACH_API, None))?;
                 continue;
             }
-            run.push(w, to, from, c.len, i);
+            run.push((w, dev), to, from, c.len, i);
         }
-        self.flush(lib, &mut run, dev)
+        self.flush(lib, &mut run)
     }
 
     /// Queues `run` (one batch call, or one call per copy for a lone copy or a runtime without
     /// the batch call) and empties it.
-    fn flush(
-        &self,
-        lib: &AclLib,
-        run: &mut Run,
-        dev: u32,
-    ) -> std::result::Result<(), BatchFailure> {
-        let Some(w) = run.way else {
+    fn flush(&self, lib: &AclLib, run: &mut Run) -> std::result::Result<(), BatchFailure> {
+        let Some((w, dev)) = run.way else {
             return Ok(());
         };
         let s = self.live().map_err(|e| fail(e, BATCH_API, None))?;
@@ -177,11 +179,15 @@ impl StreamQueue {
                     run.clear();
                     return Ok(());
                 }
-                // An older runtime: one call per copy below.
-                (Err(Error::MissingSymbol { .. }), _) => {}
-                (Err(e), k) => {
-                    let copy = k.and_then(|k| run.index.get(k).copied());
-                    return Err(fail(e, BATCH_API, copy));
+                // The runtime refused one copy: report it (nothing of the run was queued).
+                (Err(e), Some(k)) => {
+                    return Err(fail(e, BATCH_API, run.index.get(k).copied()));
+                }
+                // An older runtime (no such call), or a refusal of the whole batch (a runtime
+                // that does not batch these, say): one call per copy below, whose own error
+                // is the one reported if the copies fail too.
+                (Err(e), None) => {
+                    tracing::debug!(error = %e, copies = run.sizes.len(), "batch refused; copying one by one");
                 }
             }
         }

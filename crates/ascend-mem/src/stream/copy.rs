@@ -80,7 +80,8 @@ impl Stream {
     /// into device memory (or back) goes to the runtime as one `aclrtMemcpyBatchAsync`, one
     /// call and one stream task for the run; the runtime documents batches as host to device
     /// or device to host only, so any other copy (device to device above all) is one
-    /// `aclrtMemcpyAsync`, as is every copy on a runtime without the batch call.
+    /// `aclrtMemcpyAsync`, as is every copy on a runtime without the batch call, and of a run
+    /// the runtime refuses as a whole (no `failIndex`).
     ///
     /// Every copy is checked before any is queued; zero-length copies are skipped. The device
     /// is bound once for the batch, and the stream keeps each table (not each mapping) alive
@@ -92,7 +93,7 @@ impl Stream {
     /// [`Error::NoTableEntry`] or [`Error::TableRange`] naming the first copy whose entry or
     /// range is not in its table (nothing is queued);
     /// [`Error::BatchCopy`] naming the copy the batch call refused (its `failIndex`, as an
-    /// index in `copies`), or the batch call's error when not tied to one copy;
+    /// index in `copies`; nothing of that run is queued);
     /// an `aclrtMemcpyAsync` failure (the copies before it stay queued).
     #[doc(alias = "aclrtMemcpyAsync")]
     #[doc(alias = "aclrtMemcpyBatchAsync")]

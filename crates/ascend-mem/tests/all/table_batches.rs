@@ -121,3 +121,82 @@ fn the_batch_calls_fail_index_names_the_callers_copy() {
     drop((s, dst, src, other, va, mem, d, h));
     env.finish();
 }
+
+/// A batch refused as a whole (no `failIndex`: here an injected failure, on hardware a
+/// runtime that does not batch these copies) is queued again one copy at a time, and the
+/// copies land.
+#[test]
+fn a_batch_refused_as_a_whole_is_copied_one_by_one() {
+    let env = setup();
+    let h = HostBuffer::new(&env.dev, MIB2).unwrap();
+    let d = DeviceBuffer::new(&env.dev, MIB2).unwrap();
+    let data = pattern(9, 4 * K);
+    h.write_from(&data, 0).unwrap();
+    let (dt, ht) = (
+        MappingTable::new(&env.dev, [d.slice(..).unwrap()]).unwrap(),
+        MappingTable::new(&env.dev, [h.slice(..).unwrap()]).unwrap(),
+    );
+    let copies: Vec<TableCopy> = (0..4).map(|k| tc(0, k * K, 0, k * K, K)).collect();
+    let mut s = Stream::new(&env.dev).unwrap();
+    fault::fail_nth(
+        "aclrtMemcpyBatchAsync",
+        1,
+        acl::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+    );
+    let n = copy_calls(|| s.copy_table_async(&dt, &ht, &copies).unwrap());
+    fault::clear();
+    assert_eq!(n, (1, 4), "(batch calls, single copies)");
+    s.synchronize().unwrap();
+    assert_eq!(d.slice(..4 * K).unwrap().read_to_vec::<u8>().unwrap(), data);
+    drop((s, dt, ht, h, d));
+    env.finish();
+}
+
+/// A run's DEVICE location is its device-side entries' device: a table made on device 0
+/// holding memory of device 1 batches the copies to each device apart, each naming its own.
+#[test]
+fn runs_name_the_device_of_their_device_side() {
+    let env = setup();
+    let dev1 = env.rt.device(1).unwrap();
+    let h = HostBuffer::new(&env.dev, MIB2).unwrap();
+    let (d0, d1) = (
+        DeviceBuffer::new(&env.dev, MIB2).unwrap(),
+        DeviceBuffer::new(&dev1, MIB2).unwrap(),
+    );
+    let data = pattern(3, 4 * K);
+    h.write_from(&data, 0).unwrap();
+    let t = MappingTable::new(
+        &env.dev,
+        [
+            h.slice(..).unwrap(),
+            d0.slice(..).unwrap(),
+            d1.slice(..).unwrap(),
+        ],
+    )
+    .unwrap();
+    // Host -> device 0 (2), host -> device 1 (2), device 1 -> host (2).
+    let copies = [
+        tc(1, 0, 0, 0, 2 * K),
+        tc(1, 2 * K, 0, 2 * K, 2 * K),
+        tc(2, 0, 0, 0, 2 * K),
+        tc(2, 2 * K, 0, 2 * K, 2 * K),
+        tc(0, MIB2 / 2, 2, 0, 2 * K),
+        tc(0, MIB2 / 2 + 2 * K, 2, 2 * K, 2 * K),
+    ];
+    let mut s = Stream::new(&env.dev).unwrap();
+    let n = copy_calls(|| s.copy_table_async(&t, &t, &copies).unwrap());
+    assert_eq!(n, (3, 0), "(batch calls, single copies)");
+    s.synchronize().unwrap();
+    assert_eq!(
+        d0.slice(..4 * K).unwrap().read_to_vec::<u8>().unwrap(),
+        data
+    );
+    assert_eq!(
+        d1.slice(..4 * K).unwrap().read_to_vec::<u8>().unwrap(),
+        data
+    );
+    let back = h.slice(MIB2 / 2..MIB2 / 2 + 4 * K).unwrap();
+    assert_eq!(back.read_to_vec::<u8>().unwrap(), data);
+    drop((s, t, h, d0, d1, dev1));
+    env.finish();
+}

@@ -359,13 +359,14 @@ impl Hint {
         }
     }
 
-    /// The class of `[addr, addr + len)` when it lies inside the remembered span and the
+    /// The class of `[addr, addr + len)` when it lies inside the remembered span (its start
+    /// too, even when empty: an empty range at the span's end is another mapping's) and the
     /// access is allowed there.
     #[inline]
     fn answer(&self, addr: usize, len: usize, write: bool) -> Option<Class> {
         let end = addr.checked_add(len)?;
         let allowed = if write { self.write } else { self.read };
-        (addr >= self.lo && end <= self.hi && allowed)
+        (addr >= self.lo && addr < self.hi && end <= self.hi && allowed)
             .then_some(self.class)
             .flatten()
     }
