@@ -81,6 +81,11 @@ fn argument_rules(r: &Rank, buf: &VmmBuf, w: HcclCommSymWindow) {
     let (code, last) = peer_ptr(w, buf.len - 1, r.n - 1);
     assert_eq!(code, 0);
     assert!(!last.is_null());
+    // A peer pointer is no aclrtMalloc block: freeing it is refused, and the window lives on.
+    let (_, first) = peer_ptr(w, 0, (r.rank + 1) % r.n);
+    assert_eq!(acl!(aclrtFree(first)), ACL_ERROR_RT_PARAM_INVALID);
+    assert_eq!(acl!(aclrtFreeHost(first)), ACL_ERROR_RT_PARAM_INVALID);
+    assert_eq!(peer_ptr(w, 0, (r.rank + 1) % r.n), (0, first));
     // Lookups: inside, at the end, past the end, outside.
     let (mut got, mut off) = (null_mut(), 0usize);
     hok!(HcclCommSymWinGet(

@@ -139,6 +139,7 @@ impl Window {
                 map_len: self.size,
                 class: Class::Dev(self.dev),
                 charge: None,
+                freeable: false,
             };
             mem.regions
                 .insert(self.peer_addr(r, 0), Region::Malloc(block));

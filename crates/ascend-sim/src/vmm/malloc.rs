@@ -21,6 +21,7 @@ pub(crate) fn plain_alloc(size: usize, class: Class, charge: Option<(Pool, u64)>
             map_len,
             class,
             charge,
+            freeable: true,
         }),
     );
     Ok(p)
@@ -30,7 +31,8 @@ pub(crate) fn plain_free(ptr: *mut c_void, host: bool) -> Res {
     ensure!(!ptr.is_null(), ACL_ERROR_INVALID_PARAM, "pointer is NULL");
     let addr = ptr as usize;
     let mut mem = MEM.write();
-    let ok = matches!(mem.regions.get(&addr), Some(Region::Malloc(m)) if (m.class == Class::HostDev) == host);
+    let ok = matches!(mem.regions.get(&addr),
+        Some(Region::Malloc(m)) if m.freeable && (m.class == Class::HostDev) == host);
     ensure!(
         ok,
         ACL_ERROR_RT_PARAM_INVALID,

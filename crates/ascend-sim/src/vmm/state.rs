@@ -139,6 +139,9 @@ pub(crate) struct MallocBlock {
     pub(crate) map_len: usize,
     pub(crate) class: Class,
     pub(crate) charge: Option<(Pool, u64)>,
+    /// Made by `aclrtMalloc`/`aclrtMallocHost`, so `aclrtFree`/`aclrtFreeHost` may end it;
+    /// false for ranges entered by others (a symmetric window's peer slots).
+    pub(crate) freeable: bool,
 }
 
 pub(crate) enum Region {
