@@ -191,6 +191,11 @@ pub struct EngineOptions {
     /// that neither listen nor use AutoConnect send none, so serving those for longer than
     /// this needs `None`.
     pub session_heartbeat_timeout: Option<Duration>,
+    /// Send each stream's host-DRAM ↔ device copies of a transfer to the runtime as one
+    /// `aclrtMemcpyBatchAsync` (on by default; see `Stream::copy_table_async` in ascend-mem).
+    /// Off: one `aclrtMemcpyAsync` per copy, as HIXL issues them, for a runtime whose batch
+    /// call refuses the engine's copies (for example their memory locations).
+    pub batch_copies: bool,
 }
 
 const TB: u64 = 1 << 40;
@@ -207,6 +212,7 @@ impl Default for EngineOptions {
             shared_secret: None,
             allowed_peers: None,
             session_heartbeat_timeout: Some(Duration::from_secs(120)),
+            batch_copies: true,
         }
     }
 }
@@ -445,6 +451,12 @@ impl EngineOptionsBuilder {
     /// forever); see [`EngineOptions::session_heartbeat_timeout`].
     pub fn session_heartbeat_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.opts.session_heartbeat_timeout = timeout;
+        self
+    }
+
+    /// Batch host-DRAM ↔ device copies (default on); see [`EngineOptions::batch_copies`].
+    pub fn batch_copies(mut self, on: bool) -> Self {
+        self.opts.batch_copies = on;
         self
     }
 

@@ -257,16 +257,17 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Strea
 
 /// Queues each stream's batch of `batches` on the slot's streams, addressed in the peer's
 /// imports (`remote`) and the local segments (`local`): the one place copies reach the
-/// runtime (host-device runs batched, see [`ascend_mem::Stream::copy_table_async`]).
+/// runtime (host-device runs batched unless `batch` is off, see
+/// [`ascend_mem::Stream::copy_table_async`]).
 /// Returns the first failure, a copy the runtime refused as [`Error::CopyRefused`] naming
 /// its descriptor (streams that got work are marked used in `slot`, so what was queued
 /// before it is aborted with the request).
 pub(crate) fn issue(
     slot: &mut SlotGuard,
     batches: &[StreamBatch],
-    remote: &MappingTable,
-    local: &MappingTable,
+    (remote, local): (&MappingTable, &MappingTable),
     write: bool,
+    batch: bool,
 ) -> Option<Error> {
     let (dst, src) = if write {
         (remote, local)
@@ -277,7 +278,13 @@ pub(crate) fn issue(
         if b.copies.is_empty() {
             continue;
         }
-        if let Err(e) = slot.stream(i).copy_table_async(dst, src, &b.copies) {
+        let s = slot.stream(i);
+        let r = if batch {
+            s.copy_table_async(dst, src, &b.copies)
+        } else {
+            s.copy_table_each_async(dst, src, &b.copies)
+        };
+        if let Err(e) = r {
             return Some(match &e {
                 ascend_mem::Error::BatchCopy { copy, .. } => Error::CopyRefused {
                     index: b.descs.get(*copy).map_or(usize::MAX, |&d| d as usize),

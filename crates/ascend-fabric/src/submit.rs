@@ -61,7 +61,14 @@ impl Engine {
             let pieces = plan::translate(descs, &reg.ranges, rem, regs)?;
             let ltab = reg.table(&inner.dev)?;
             let batches = plan::deal(pieces, slot.streams(), write);
-            Ok(plan::issue(slot, &batches, &rem.table, ltab, write))
+            let batch = self.options().batch_copies;
+            Ok(plan::issue(
+                slot,
+                &batches,
+                (&rem.table, ltab),
+                write,
+                batch,
+            ))
         })
     }
 

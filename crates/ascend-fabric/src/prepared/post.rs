@@ -102,7 +102,9 @@ impl Engine {
             }
             let pieces = pieces(pairs, local, remote, rem)?;
             let batches = plan::deal(pieces, slot.streams(), write);
-            Ok(plan::issue(slot, &batches, &rem.table, &local.table, write))
+            let tables = (&rem.table, &local.table);
+            let batch = self.options().batch_copies;
+            Ok(plan::issue(slot, &batches, tables, write, batch))
         })
     }
 }

@@ -141,3 +141,49 @@ fn a_refused_copy_names_its_descriptor() {
     }
     env.finish();
 }
+
+/// With `batch_copies(false)` every copy is one `aclrtMemcpyAsync`, host DRAM or not.
+#[test]
+fn batching_can_be_turned_off() {
+    let env = setup();
+    let addr = listen_addr();
+    {
+        let a = Engine::new(&env.dev, &addr, test_options(4)).unwrap();
+        let remote = a.alloc_device(MIB).unwrap();
+        let _ra = a.register(&remote).unwrap();
+        let opts = ascend_fabric::EngineOptions {
+            batch_copies: false,
+            ..test_options(4)
+        };
+        assert_eq!(
+            ascend_fabric::EngineOptions::builder()
+                .batch_copies(false)
+                .build()
+                .unwrap()
+                .batch_copies,
+            opts.batch_copies
+        );
+        let b = Engine::new(&env.dev, "127.0.0.1", opts).unwrap();
+        let host = b.alloc_host(MIB).unwrap();
+        let _rb = b.register(&host).unwrap();
+        b.connect(&addr, T).unwrap();
+        let data = pattern(8, N * BLOCK);
+        host.write_from(&data, 0).unwrap();
+        let d = descs(host.as_raw() as u64, remote.as_raw() as u64);
+        let n = copy_calls(|| b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap());
+        assert_eq!(n, (0, N as u64), "(batch calls, single copies)");
+        let got = remote
+            .slice(..N * BLOCK)
+            .unwrap()
+            .read_to_vec::<u8>()
+            .unwrap();
+        for i in 0..N {
+            let j = (i * 37) % N;
+            assert_eq!(
+                got[j * BLOCK..(j + 1) * BLOCK],
+                data[i * BLOCK..(i + 1) * BLOCK]
+            );
+        }
+    }
+    env.finish();
+}

@@ -89,9 +89,10 @@ fn fail(error: Error, api: &'static str, copy: Option<usize>) -> BatchFailure {
 }
 
 impl StreamQueue {
-    /// Queues each non-empty copy between entries of `dst` and `src`, in order (runs of
-    /// host-to-device or device-to-host copies as one batch call each), keeping each table
-    /// once, before the first copy, so the copies queued ahead of a failure are covered too.
+    /// Queues each non-empty copy between entries of `dst` and `src`, in order (with `batch`,
+    /// runs of host-to-device or device-to-host copies as one batch call each), keeping each
+    /// table once, before the first copy, so the copies queued ahead of a failure are covered
+    /// too.
     ///
     /// # Errors
     /// [`Error::NoTableEntry`] or [`Error::TableRange`] for a copy outside its table (the
@@ -103,6 +104,7 @@ impl StreamQueue {
         dst: &Arc<TableInner>,
         src: &Arc<TableInner>,
         copies: &[TableCopy],
+        batch: bool,
     ) -> std::result::Result<(), BatchFailure> {
         self.keep_table(dst);
         if !Arc::ptr_eq(dst, src) {
@@ -115,7 +117,11 @@ impl StreamQueue {
             let (to, from) = to
                 .and_then(|t| Ok((t, from?)))
                 .map_err(|e| fail(e, EACH_API, None))?;
-            let w = way(dst.host[c.dst], src.host[c.src]);
+            let w = if batch {
+                way(dst.host[c.dst], src.host[c.src])
+            } else {
+                Way::Single
+            };
             // The device side's device: a batch names one per run.
             let dev = match w {
                 Way::ToHost => src.devs[c.src],

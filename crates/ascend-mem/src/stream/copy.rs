@@ -103,6 +103,32 @@ impl Stream {
         src: &MappingTable,
         copies: &[TableCopy],
     ) -> Result<()> {
+        self.copy_table(dst, src, copies, true)
+    }
+
+    /// As [`Stream::copy_table_async`], with one `aclrtMemcpyAsync` per copy whatever its
+    /// memory (never a batch call), for a runtime whose batch call refuses copies the host
+    /// cannot tell apart from good ones (memory locations it sees otherwise, say).
+    ///
+    /// # Errors
+    /// As [`Stream::copy_table_async`], without the batch call's.
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub fn copy_table_each_async(
+        &mut self,
+        dst: &MappingTable,
+        src: &MappingTable,
+        copies: &[TableCopy],
+    ) -> Result<()> {
+        self.copy_table(dst, src, copies, false)
+    }
+
+    fn copy_table(
+        &mut self,
+        dst: &MappingTable,
+        src: &MappingTable,
+        copies: &[TableCopy],
+        batch: bool,
+    ) -> Result<()> {
         self.same_runtime(&dst.inner.dev, "aclrtMemcpyAsync (table batch) dst")?;
         self.same_runtime(&src.inner.dev, "aclrtMemcpyAsync (table batch) src")?;
         let (d, s) = (&*dst.inner, &*src.inner);
@@ -117,7 +143,7 @@ impl Stream {
         }
         self.dev.enter()?;
         self.queue
-            .enqueue_table_copies(self.dev.lib(), &dst.inner, &src.inner, copies)
+            .enqueue_table_copies(self.dev.lib(), &dst.inner, &src.inner, copies, batch)
             .map_err(|f| match f.copy {
                 Some(copy) => Error::BatchCopy {
                     api: f.api,

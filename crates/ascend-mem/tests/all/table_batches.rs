@@ -25,7 +25,7 @@ fn tc(dst: usize, dst_offset: usize, src: usize, src_offset: usize, len: usize) 
 /// sides: 8 host-to-device copies (with a zero-length one among them), 2 device-to-device, 4
 /// device-to-host, then one lone host-to-device copy. Returns the calls (batch, single) and
 /// checks every byte.
-fn mixed_run(dev: &Device) -> (u64, u64) {
+fn mixed_run(dev: &Device, batch: bool) -> (u64, u64) {
     let h = HostBuffer::new(dev, MIB2).unwrap();
     let d1 = DeviceBuffer::new(dev, MIB2).unwrap();
     let d2 = DeviceBuffer::new(dev, MIB2).unwrap();
@@ -49,7 +49,13 @@ fn mixed_run(dev: &Device) -> (u64, u64) {
     // A lone host-to-device copy: the first 64 KiB of the host buffer to the end of d2.
     copies.push(tc(2, MIB2 - K, 0, 0, K));
     let mut s = Stream::new(dev).unwrap();
-    let n = copy_calls(|| s.copy_table_async(&t, &t, &copies).unwrap());
+    let n = copy_calls(|| {
+        if batch {
+            s.copy_table_async(&t, &t, &copies).unwrap()
+        } else {
+            s.copy_table_each_async(&t, &t, &copies).unwrap()
+        }
+    });
     s.synchronize().unwrap();
     assert_eq!(
         d1.slice(..8 * K).unwrap().read_to_vec::<u8>().unwrap(),
@@ -70,7 +76,17 @@ fn mixed_run(dev: &Device) -> (u64, u64) {
 #[test]
 fn host_device_runs_are_one_batch_call_each() {
     let env = setup();
-    assert_eq!(mixed_run(&env.dev), (2, 3), "(batch calls, single copies)");
+    assert_eq!(
+        mixed_run(&env.dev, true),
+        (2, 3),
+        "(batch calls, single copies)"
+    );
+    // Asked for one call per copy: never a batch.
+    assert_eq!(
+        mixed_run(&env.dev, false),
+        (0, 15),
+        "(batch calls, single copies)"
+    );
     env.finish();
 }
 
@@ -79,7 +95,7 @@ fn every_copy_is_one_call_without_the_batch_call() {
     let env = setup();
     let rt = runtime_without_batch_call();
     let dev = rt.device(0).unwrap();
-    let n = mixed_run(&dev);
+    let n = mixed_run(&dev, true);
     fault::clear();
     // The batch call is looked up, found absent, and never reached.
     assert_eq!(n, (0, 15), "(batch calls, single copies)");
