@@ -149,7 +149,8 @@ pub(crate) struct ReqInner {
     /// timeout (its streams aborted) when next observed.
     stall: Option<(Instant, Duration)>,
     notify: Mutex<Notify>,
-    /// Set by `finish`; whoever finished the request tells `notify` once it has unlocked.
+    /// Set by `finish`, last; the next `flush` on any thread (each caller flushes once it has
+    /// unlocked) tells `notify` and wakes `slot_wake`.
     notify_due: AtomicBool,
     /// The waker of the task handed this request's slot (or its room) by `finish`, woken by
     /// `flush` (a waker may run its task at once: never under the state lock).

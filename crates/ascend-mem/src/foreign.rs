@@ -250,6 +250,9 @@ impl PhysicalMem {
         match Arc::try_unwrap(inner) {
             Ok(mut inner) => {
                 inner.origin = Origin::Allocated(spec);
+                if location == Location::Device {
+                    inner.home = prop.location.id;
+                }
                 let mem = PhysicalMem {
                     inner: Arc::new(inner),
                 };

@@ -58,7 +58,8 @@ pub(crate) struct TableInner {
     maps: Box<[Mapping]>,
     /// Whether each entry is host DRAM (for the batch call's direction rule).
     pub(crate) host: Box<[bool]>,
-    /// The device of each entry's mapping (a batch's DEVICE location names it).
+    /// The device whose memory each entry is (a batch's DEVICE location names it; not always
+    /// the device its address range was reserved on: see `PhysicalMem::retain`).
     pub(crate) devs: Box<[u32]>,
     /// Dropped after `maps` (see [`MappingTable::with_keepalive`]).
     _keep: Option<Box<dyn Any + Send + Sync>>,
@@ -120,7 +121,7 @@ impl MappingTable {
             }
             spans.push((e.as_raw() as usize, e.len()));
             host.push(m.is_host());
-            devs.push(u32::try_from(m.device().id()).unwrap_or(u32::MAX));
+            devs.push(m.memory().home_device());
             // A second owner of the mapping, as `Mapping::hold` makes.
             maps.push(Mapping {
                 inner: m.inner.clone(),

@@ -97,7 +97,8 @@ impl StreamQueue {
     /// # Errors
     /// [`Error::NoTableEntry`] or [`Error::TableRange`] for a copy outside its table (the
     /// copies before it stay queued: check them all first); the batch call's refusal of one
-    /// copy (its index in `copies`) or of the whole run; an `aclrtMemcpyAsync` failure.
+    /// copy (its index in `copies`; a refusal of the whole run is retried one copy at a time);
+    /// an `aclrtMemcpyAsync` failure.
     pub(crate) fn enqueue_table_copies(
         &mut self,
         lib: &AclLib,
@@ -144,8 +145,8 @@ impl StreamQueue {
         self.flush(lib, &mut run)
     }
 
-    /// Queues `run` (one batch call, or one call per copy for a lone copy or a runtime without
-    /// the batch call) and empties it.
+    /// Queues `run` (one batch call, or one call per copy for a lone copy, a runtime without
+    /// the batch call, or a batch the runtime refused as a whole) and empties it.
     fn flush(&self, lib: &AclLib, run: &mut Run) -> std::result::Result<(), BatchFailure> {
         let Some((w, dev)) = run.way else {
             return Ok(());

@@ -30,6 +30,9 @@ pub(crate) struct PhysInner {
     pub(crate) origin: Origin,
     /// Host DRAM: allocated as host memory, or imported from it (its properties say so).
     pub(crate) host: bool,
+    /// The device whose memory it is, as the runtime sees it: `dev` unless the allocation was
+    /// retained from another device's mapping (its properties name that device).
+    pub(crate) home: u32,
     /// Set once exported (rule R15: one export per handle per process).
     pub(crate) exported: Mutex<bool>,
 }
@@ -161,6 +164,7 @@ impl PhysicalMem {
                 len,
                 granule,
                 host: matches!(origin, Origin::Allocated(s) if s.is_host()),
+                home: u32::try_from(dev.id()).unwrap_or(u32::MAX),
                 origin,
                 exported: Mutex::new(false),
             }),
@@ -200,6 +204,13 @@ impl PhysicalMem {
     /// How it was made.
     pub fn origin(&self) -> Origin {
         self.inner.origin
+    }
+
+    /// The device whose memory this is as the runtime sees it (what a batch copy's DEVICE
+    /// location names): [`PhysicalMem::device`], unless it was retained from a mapping of
+    /// another device's memory.
+    pub(crate) fn home_device(&self) -> u32 {
+        self.inner.home
     }
 
     /// Whether the memory is host DRAM: allocated as host memory, or imported (or retained)

@@ -216,3 +216,35 @@ fn runs_name_the_device_of_their_device_side() {
     drop((s, t, h, d0, d1, dev1));
     env.finish();
 }
+
+/// Memory retained by address from another device's mapping (`PhysicalMem::retain`, as the
+/// engine registers foreign memory) is that device's: a run into it names its device, though
+/// the new mapping's address range is this device's.
+#[test]
+fn retained_memory_names_its_own_device() {
+    let env = setup();
+    let dev1 = env.rt.device(1).unwrap();
+    let h = HostBuffer::new(&env.dev, MIB2).unwrap();
+    let d1 = DeviceBuffer::new(&dev1, MIB2).unwrap();
+    let mem = ascend_mem::PhysicalMem::retain(&env.dev, d1.as_raw() as usize).unwrap();
+    let size = env.dev.round_up(MIB2).unwrap();
+    let va = ascend_mem::ReservedVa::new(&env.dev, size).unwrap();
+    let alias = va.map(&mem, size.zero()).unwrap();
+    let data = pattern(4, 2 * K);
+    h.write_from(&data, 0).unwrap();
+    let (dt, ht) = (
+        MappingTable::new(&env.dev, [alias.slice(..).unwrap()]).unwrap(),
+        MappingTable::new(&env.dev, [h.slice(..).unwrap()]).unwrap(),
+    );
+    let copies = [tc(0, 0, 0, 0, K), tc(0, K, 0, K, K)];
+    let mut s = Stream::new(&env.dev).unwrap();
+    let n = copy_calls(|| s.copy_table_async(&dt, &ht, &copies).unwrap());
+    assert_eq!(n, (1, 0), "(batch calls, single copies)");
+    s.synchronize().unwrap();
+    assert_eq!(
+        d1.slice(..2 * K).unwrap().read_to_vec::<u8>().unwrap(),
+        data
+    );
+    drop((s, dt, ht, alias, va, mem, d1, h, dev1));
+    env.finish();
+}
