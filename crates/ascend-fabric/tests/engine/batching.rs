@@ -25,6 +25,29 @@ fn descs(l: u64, r: u64) -> Vec<TransferDesc> {
         .collect()
 }
 
+/// A listening engine at `addr` on `dev` and a 1 MiB device buffer of it (to register).
+fn peer(dev: &ascend_mem::Device, addr: &str) -> (Engine, ascend_mem::DeviceBuffer) {
+    let a = Engine::new(dev, addr, test_options(4)).unwrap();
+    let remote = a.alloc_device(MIB).unwrap();
+    (a, remote)
+}
+
+/// Checks that block `i` of `data` landed at block `(i * 37) % N` of `remote` (see `descs`).
+fn assert_scattered(remote: &ascend_mem::DeviceBuffer, data: &[u8]) {
+    let got = remote
+        .slice(..N * BLOCK)
+        .unwrap()
+        .read_to_vec::<u8>()
+        .unwrap();
+    for i in 0..N {
+        let j = (i * 37) % N;
+        assert_eq!(
+            got[j * BLOCK..(j + 1) * BLOCK],
+            data[i * BLOCK..(i + 1) * BLOCK]
+        );
+    }
+}
+
 #[test]
 fn host_local_transfers_are_one_batch_call_per_stream() {
     let env = setup();
@@ -32,8 +55,7 @@ fn host_local_transfers_are_one_batch_call_per_stream() {
     {
         // The peer on another device: its imports here are this device's memory.
         let dev1 = env.rt.device(1).unwrap();
-        let a = Engine::new(&dev1, &addr, test_options(4)).unwrap();
-        let remote = a.alloc_device(MIB).unwrap();
+        let (a, remote) = peer(&dev1, &addr);
         let _ra = a.register(&remote).unwrap();
         let b = Engine::new(&env.dev, "127.0.0.1", test_options(4)).unwrap();
         let host = b.alloc_host(MIB).unwrap();
@@ -55,18 +77,7 @@ fn host_local_transfers_are_one_batch_call_per_stream() {
                 .unwrap()
         });
         assert_eq!(n, (4, 0), "WRITE from host: (batch calls, single copies)");
-        let got = remote
-            .slice(..N * BLOCK)
-            .unwrap()
-            .read_to_vec::<u8>()
-            .unwrap();
-        for i in 0..N {
-            let j = (i * 37) % N;
-            assert_eq!(
-                got[j * BLOCK..(j + 1) * BLOCK],
-                data[i * BLOCK..(i + 1) * BLOCK]
-            );
-        }
+        assert_scattered(&remote, &data);
         let read = descs(back.as_raw() as u64, r);
         let n = copy_calls(|| b.transfer_sync(&addr, TransferOp::Read, &read, T).unwrap());
         assert_eq!(n, (4, 0), "READ into host: (batch calls, single copies)");
@@ -101,8 +112,7 @@ fn a_refused_copy_names_its_descriptor() {
     let env = setup();
     let addr = listen_addr();
     {
-        let a = Engine::new(&env.dev, &addr, test_options(4)).unwrap();
-        let remote = a.alloc_device(MIB).unwrap();
+        let (a, remote) = peer(&env.dev, &addr);
         let _ra = a.register(&remote).unwrap();
         let b = Engine::new(&env.dev, "127.0.0.1", test_options(1)).unwrap();
         let host = b.alloc_host(MIB).unwrap();
@@ -148,8 +158,7 @@ fn batching_can_be_turned_off() {
     let env = setup();
     let addr = listen_addr();
     {
-        let a = Engine::new(&env.dev, &addr, test_options(4)).unwrap();
-        let remote = a.alloc_device(MIB).unwrap();
+        let (a, remote) = peer(&env.dev, &addr);
         let _ra = a.register(&remote).unwrap();
         let opts = ascend_fabric::EngineOptions {
             batch_copies: false,
@@ -172,18 +181,7 @@ fn batching_can_be_turned_off() {
         let d = descs(host.as_raw() as u64, remote.as_raw() as u64);
         let n = copy_calls(|| b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap());
         assert_eq!(n, (0, N as u64), "(batch calls, single copies)");
-        let got = remote
-            .slice(..N * BLOCK)
-            .unwrap()
-            .read_to_vec::<u8>()
-            .unwrap();
-        for i in 0..N {
-            let j = (i * 37) % N;
-            assert_eq!(
-                got[j * BLOCK..(j + 1) * BLOCK],
-                data[i * BLOCK..(i + 1) * BLOCK]
-            );
-        }
+        assert_scattered(&remote, &data);
     }
     env.finish();
 }
