@@ -77,3 +77,19 @@ pub fn device1_as_device0(
     let map = va.map(&mem, size.zero()).unwrap();
     (mem, va, map)
 }
+
+/// Asserts `e` is `aclrtMemcpyBatchAsync` refusing copy `copy` of the caller's slice with
+/// `ACL_ERROR_RT_PARAM_INVALID` (a copy whose memory contradicts its location).
+#[track_caller]
+pub fn assert_batch_refused(e: &Error, copy: usize) {
+    assert!(
+        matches!(e, Error::BatchCopy { api: "aclrtMemcpyBatchAsync", copy: c, source }
+            if *c == copy && source.api() == Some("aclrtMemcpyBatchAsync")),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.code().map(|c| c.0),
+        Some(acl::ACL_ERROR_RT_PARAM_INVALID),
+        "{e}"
+    );
+}
