@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use ascend_fabric::{Engine, EngineOptions, Registration};
 use ascend_mem::{Device, DeviceBuffer, Runtime};
 
-use crate::util::{listen_addr, options};
+use crate::util::{listening, options};
 
 /// A waker that records being woken and unparks the executor's thread.
 pub struct Flag {
@@ -143,8 +143,7 @@ impl Pair {
     pub fn new(bytes: usize, opts: EngineOptions, connect: bool) -> Pair {
         let rt = Runtime::emulated().unwrap();
         let dev = rt.device(0).unwrap();
-        let peer_addr = listen_addr();
-        let peer = Engine::new(&dev, &peer_addr, options(2, 4)).unwrap();
+        let (peer, peer_addr) = listening(&dev, options(2, 4));
         let remote = peer.alloc_device(bytes).unwrap();
         let remote_reg = peer.register(&remote).unwrap();
         let client = Engine::new(&dev, "127.0.0.1", opts).unwrap();

@@ -25,11 +25,11 @@ fn descs(l: u64, r: u64) -> Vec<TransferDesc> {
         .collect()
 }
 
-/// A listening engine at `addr` on `dev` and a 1 MiB device buffer of it (to register).
-fn peer(dev: &ascend_mem::Device, addr: &str) -> (Engine, ascend_mem::DeviceBuffer) {
-    let a = Engine::new(dev, addr, test_options(4)).unwrap();
+/// A listening engine on `dev`, its address, and a 1 MiB device buffer of it (to register).
+fn peer(dev: &ascend_mem::Device) -> (Engine, String, ascend_mem::DeviceBuffer) {
+    let (a, addr) = listening(dev, test_options(4));
     let remote = a.alloc_device(MIB).unwrap();
-    (a, remote)
+    (a, addr, remote)
 }
 
 /// Checks that block `i` of `data` landed at block `(i * 37) % N` of `remote` (see `descs`).
@@ -51,11 +51,10 @@ fn assert_scattered(remote: &ascend_mem::DeviceBuffer, data: &[u8]) {
 #[test]
 fn host_local_transfers_are_one_batch_call_per_stream() {
     let env = setup();
-    let addr = listen_addr();
     {
         // The peer on another device: its imports here are this device's memory.
         let dev1 = env.rt.device(1).unwrap();
-        let (a, remote) = peer(&dev1, &addr);
+        let (a, addr, remote) = peer(&dev1);
         let _ra = a.register(&remote).unwrap();
         let b = Engine::new(&env.dev, "127.0.0.1", test_options(4)).unwrap();
         let host = b.alloc_host(MIB).unwrap();
@@ -110,9 +109,8 @@ fn host_local_transfers_are_one_batch_call_per_stream() {
 #[test]
 fn a_refused_copy_names_its_descriptor() {
     let env = setup();
-    let addr = listen_addr();
     {
-        let (a, remote) = peer(&env.dev, &addr);
+        let (a, addr, remote) = peer(&env.dev);
         let _ra = a.register(&remote).unwrap();
         let b = Engine::new(&env.dev, "127.0.0.1", test_options(1)).unwrap();
         let host = b.alloc_host(MIB).unwrap();
@@ -156,9 +154,8 @@ fn a_refused_copy_names_its_descriptor() {
 #[test]
 fn batching_can_be_turned_off() {
     let env = setup();
-    let addr = listen_addr();
     {
-        let (a, remote) = peer(&env.dev, &addr);
+        let (a, addr, remote) = peer(&env.dev);
         let _ra = a.register(&remote).unwrap();
         let opts = ascend_fabric::EngineOptions {
             batch_copies: false,

@@ -122,9 +122,8 @@ fn new_threads(name: &str, before: &std::collections::BTreeSet<u64>) -> usize {
 #[test]
 fn synchronous_transfers_start_no_progress_thread() {
     let env = setup();
-    let a_addr = listen_addr();
     {
-        let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();
+        let (a, a_addr) = listening(&env.dev, test_options(2));
         let b = Engine::new(&env.dev, "127.0.0.1", test_options(2)).unwrap();
         let remote = a.alloc_device(AREA).unwrap();
         let local = b.alloc_device(AREA).unwrap();

@@ -18,6 +18,21 @@ pub fn listen_addr() -> String {
     format!("127.0.0.1:{}", free_port())
 }
 
+/// An engine on `dev` listening on a free loopback port, and its address. A port found free
+/// can be taken by another process before the engine binds it: then another port is tried
+/// (up to 20).
+pub fn listening(dev: &ascend_mem::Device, opts: EngineOptions) -> (ascend_fabric::Engine, String) {
+    for _ in 0..20 {
+        let addr = listen_addr();
+        match ascend_fabric::Engine::new(dev, &addr, opts.clone()) {
+            Err(ascend_fabric::Error::Listen { source, .. })
+                if source.kind() == std::io::ErrorKind::AddrInUse => {}
+            r => return (r.expect("a listening engine"), addr),
+        }
+    }
+    panic!("no free loopback port could be bound in 20 tries");
+}
+
 /// Options with `streams` copy streams per transfer, a VA pool of `pool_gib` GiB and quick
 /// heartbeats.
 pub fn options(streams: u32, pool_gib: u64) -> EngineOptions {
