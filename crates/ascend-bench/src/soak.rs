@@ -41,8 +41,8 @@
 //! regions start as a pattern seeded per region, WRITE sources are fresh random bytes, READ
 //! results are compared with the model, and the bytes a failed transfer would have written
 //! are unknown until written again. Every outcome is judged: a clean operation must
-//! succeed; one whose fault fired must fail with `Error::Mem` naming the faulted call (or
-//! succeed with correct data: "absorbed"); operations on a killed peer may succeed, or fail
+//! succeed; one whose fault fired must fail with `Error::Mem` or `Error::CopyRefused` naming
+//! the faulted call (or succeed with correct data: "absorbed"); operations on a killed peer may succeed, or fail
 //! with `Error::PeerLost` or `Error::NotConnected`, and after the loss is noticed a
 //! transfer must fail with `NotConnected`; a connect to the dead address fails with
 //! `Error::Control`. Anything else is printed as `UNEXPECTED ...` with details.

@@ -156,8 +156,9 @@ pub enum Error {
         /// The first address not covered.
         uncovered: u64,
     },
-    /// The runtime refused the copy of a descriptor (a batch call's `failIndex`, mapped back
-    /// through the plan to the descriptor the refused copy starts in).
+    /// The runtime refused the copy of a descriptor when it was queued (a batch call's
+    /// `failIndex`, or a single copy's failing `aclrtMemcpyAsync`), mapped back through the
+    /// plan to the descriptor the refused copy starts in.
     #[error("transfer: descriptor {index}: {source}")]
     CopyRefused {
         /// Index of the descriptor.

@@ -335,9 +335,10 @@ pub enum Error {
         /// How many other owners hold it.
         refs: usize,
     },
-    /// One copy of a batched copy ([`Stream::copy_batch_async`](crate::Stream::copy_batch_async))
-    /// failed: a check before any C call, or the runtime's refusal naming it (`failIndex`,
-    /// mapped back to the index in the caller's slice).
+    /// One copy of a batched copy ([`Stream::copy_batch_async`](crate::Stream::copy_batch_async),
+    /// [`Stream::copy_table_async`](crate::Stream::copy_table_async)) failed: a check before
+    /// any C call, or the runtime's refusal naming it (the batch call's `failIndex`, or the
+    /// copy's own `aclrtMemcpyAsync` failing), as the index in the caller's slice.
     #[error("{api}: copy {copy}: {source}")]
     BatchCopy {
         /// The call, e.g. `"aclrtMemcpyBatchAsync"`.

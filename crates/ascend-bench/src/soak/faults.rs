@@ -137,7 +137,8 @@ pub(crate) enum Expect {
     /// Nothing injected, the peer alive: it must succeed.
     Clean,
     /// A fault fired in call `nth` of `sym` (counted from the start of the operation):
-    /// `Error::Mem` naming `sym` with the injected code, or success if it was absorbed.
+    /// `Error::Mem` (or `Error::CopyRefused`, for a copy refused as it was queued) naming `sym`
+    /// with the injected code, or success if it was absorbed.
     Fault(&'static str, u64),
     /// The peer was killed: success (done before), `PeerLost` or `NotConnected`.
     Dead,
@@ -149,7 +150,7 @@ impl std::fmt::Display for Expect {
             Expect::Clean => f.write_str("success"),
             Expect::Fault(sym, nth) => write!(
                 f,
-                "Error::Mem from the injected failure of call {nth} of {sym}"
+                "Error::Mem or CopyRefused from the injected failure of call {nth} of {sym}"
             ),
             Expect::Dead => f.write_str("success, PeerLost or NotConnected (peer killed)"),
         }
@@ -172,7 +173,7 @@ pub(crate) fn judge(e: &Expect, r: &Result<(), Error>) -> Verdict {
     match (e, r) {
         (Expect::Fault(..), Ok(())) => Verdict::Absorbed,
         (_, Ok(())) => Verdict::Ok,
-        (Expect::Fault(sym, _), Err(Error::Mem(m)))
+        (Expect::Fault(sym, _), Err(Error::Mem(m) | Error::CopyRefused { source: m, .. }))
             if m.api() == Some(*sym) && m.code().map(|c| c.0) == Some(CODE) =>
         {
             Verdict::Failed

@@ -1,7 +1,7 @@
 //! Batched submission: a transfer between local host DRAM and a peer's device memory reaches
 //! the runtime as one `aclrtMemcpyBatchAsync` per stream; device-to-device transfers stay one
 //! `aclrtMemcpyAsync` per copy (the runtime batches host-device copies only); a copy the
-//! batch call refuses fails the transfer with the descriptor it came from.
+//! runtime refuses (in a batch or alone) fails the transfer with the descriptor it came from.
 
 use std::time::Duration;
 
@@ -146,6 +146,39 @@ fn a_refused_copy_names_its_descriptor() {
         assert!(e.to_string().contains("descriptor 5"), "{e}");
         drop(_rb);
         drop((fake_map, va, fake, host));
+    }
+    env.finish();
+}
+
+/// A single copy the runtime refuses as it is queued (device to device, one stream: the sixth
+/// `aclrtMemcpyAsync` is descriptor 5's) fails the transfer with its descriptor, and the
+/// engine goes on.
+#[test]
+fn a_refused_single_copy_names_its_descriptor() {
+    let env = setup();
+    {
+        let (a, addr, remote) = peer(&env.dev);
+        let _ra = a.register(&remote).unwrap();
+        let b = Engine::new(&env.dev, "127.0.0.1", test_options(1)).unwrap();
+        let local = b.alloc_device(MIB).unwrap();
+        let _rb = b.register(&local).unwrap();
+        b.connect(&addr, T).unwrap();
+        let data = pattern(6, N * BLOCK);
+        local.write_from(&data, 0).unwrap();
+        let d = descs(local.as_raw() as u64, remote.as_raw() as u64);
+        ascend_sim::fault::fail_nth("aclrtMemcpyAsync", 6, INTERNAL);
+        let e = b
+            .transfer_sync(&addr, TransferOp::Write, &d, T)
+            .unwrap_err();
+        ascend_sim::fault::clear();
+        assert!(
+            matches!(&e, Error::CopyRefused { index: 5, source }
+                if source.api() == Some("aclrtMemcpyAsync")
+                    && source.code().map(|c| c.0) == Some(INTERNAL)),
+            "{e:?}"
+        );
+        b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap();
+        assert_scattered(&remote, &data);
     }
     env.finish();
 }

@@ -9,8 +9,6 @@ use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
 
 const T: Duration = Duration::from_secs(20);
-/// `ACL_ERROR_RT_INTERNAL_ERROR`.
-const INTERNAL: i32 = 507_000;
 
 #[test]
 fn a_failed_connect_leaves_no_session_behind_and_a_retry_works() {

@@ -10,8 +10,6 @@ use ascend_fabric::{Engine, TransferDesc, TransferOp};
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 2 << 20;
-/// `ACL_ERROR_RT_INTERNAL_ERROR`.
-const INTERNAL: i32 = 507_000;
 
 /// Writes `seed`-derived bytes to `peer` through `client` and reads them back.
 fn round_trip(

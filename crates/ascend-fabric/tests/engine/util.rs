@@ -44,6 +44,9 @@ pub fn options(streams: u32, pool_gib: u64) -> EngineOptions {
         .expect("valid options")
 }
 
+/// The code injected faults return (`ACL_ERROR_RT_INTERNAL_ERROR`).
+pub const INTERNAL: i32 = acl_sys::ACL_ERROR_RT_INTERNAL_ERROR;
+
 /// [`options`] with a 64 GiB pool.
 pub fn test_options(streams: u32) -> EngineOptions {
     options(streams, 64)

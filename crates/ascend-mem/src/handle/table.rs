@@ -98,7 +98,8 @@ impl StreamQueue {
     /// [`Error::NoTableEntry`] or [`Error::TableRange`] for a copy outside its table (the
     /// copies before it stay queued: check them all first); the batch call's refusal of one
     /// copy (its index in `copies`; a refusal of the whole run is retried one copy at a time);
-    /// an `aclrtMemcpyAsync` failure.
+    /// an `aclrtMemcpyAsync` failure, with the index of its copy (the copies before it stay
+    /// queued).
     pub(crate) fn enqueue_table_copies(
         &mut self,
         lib: &AclLib,
@@ -137,7 +138,7 @@ impl StreamQueue {
                 // whose mappings the tables own; the tables kept above keep them mapped until
                 // the stream is synchronized past this copy or destroyed.
                 unsafe { copy_one(lib, to, from, c.len, s) }
-                    .map_err(|e| fail(e, EACH_API, None))?;
+                    .map_err(|e| fail(e, EACH_API, Some(i)))?;
                 continue;
             }
             run.push((w, dev), to, from, c.len, i);
@@ -202,7 +203,7 @@ impl StreamQueue {
             let (to, from) = (run.dsts[k] as usize, run.srcs[k] as usize);
             // SAFETY: as for the batch above.
             unsafe { copy_one(lib, to, from, run.sizes[k], s) }
-                .map_err(|e| fail(e, EACH_API, None))?;
+                .map_err(|e| fail(e, EACH_API, run.index.get(k).copied()))?;
         }
         run.clear();
         Ok(())

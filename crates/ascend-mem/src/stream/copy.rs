@@ -92,9 +92,9 @@ impl Stream {
     /// [`Error::WrongDevice`] when a table belongs to another runtime;
     /// [`Error::NoTableEntry`] or [`Error::TableRange`] naming the first copy whose entry or
     /// range is not in its table (nothing is queued);
-    /// [`Error::BatchCopy`] naming the copy the batch call refused (its `failIndex`, as an
-    /// index in `copies`; nothing of that run is queued);
-    /// an `aclrtMemcpyAsync` failure (the copies before it stay queued).
+    /// [`Error::BatchCopy`] naming the copy the runtime refused, as an index in `copies`:
+    /// the batch call's `failIndex` (nothing of that run is queued), or the copy whose own
+    /// `aclrtMemcpyAsync` failed (the copies before it stay queued).
     #[doc(alias = "aclrtMemcpyAsync")]
     #[doc(alias = "aclrtMemcpyBatchAsync")]
     pub fn copy_table_async(

@@ -1,12 +1,13 @@
 //! `Stream::copy_table_async` batching: runs of host-to-device or device-to-host copies go to
 //! the runtime as one `aclrtMemcpyBatchAsync` each, device-to-device copies and lone copies
 //! as one `aclrtMemcpyAsync` each, in the caller's order; every copy one call on a runtime
-//! without the batch call; and the batch's `failIndex` comes back as the caller's index.
+//! without the batch call; and the batch's `failIndex`, or a single copy's failure, comes back
+//! as the caller's index.
 
 use crate::common::{
     assert_batch_refused, device1_as_device0, pattern, runtime_without_batch_call, setup,
 };
-use ascend_mem::{Device, DeviceBuffer, HostBuffer, MappingTable, Stream, TableCopy};
+use ascend_mem::{Device, DeviceBuffer, Error, HostBuffer, MappingTable, Stream, TableCopy};
 use ascend_sim::fault;
 use ascend_testkit::emulator::copy_calls;
 
@@ -158,6 +159,68 @@ fn a_batch_refused_as_a_whole_is_copied_one_by_one() {
     s.synchronize().unwrap();
     assert_eq!(d.slice(..4 * K).unwrap().read_to_vec::<u8>().unwrap(), data);
     drop((s, dt, ht, h, d));
+    env.finish();
+}
+
+/// A copy whose own `aclrtMemcpyAsync` fails comes back as its index in the caller's slice
+/// (past a zero-length copy the runtime never saw), for a device-to-device copy and for a copy
+/// of a run the batch call refused as a whole; the copy queued before it lands.
+#[test]
+fn a_single_copys_failure_names_the_callers_copy() {
+    let env = setup();
+    let h = HostBuffer::new(&env.dev, MIB2).unwrap();
+    let (d1, d2) = (
+        DeviceBuffer::new(&env.dev, MIB2).unwrap(),
+        DeviceBuffer::new(&env.dev, MIB2).unwrap(),
+    );
+    let data = pattern(11, 4 * K);
+    h.write_from(&data, 0).unwrap();
+    d1.write_from(&data, 0).unwrap();
+    let t = MappingTable::new(
+        &env.dev,
+        [
+            h.slice(..).unwrap(),
+            d1.slice(..).unwrap(),
+            d2.slice(..).unwrap(),
+        ],
+    )
+    .unwrap();
+    // (destination entry, source entry, whether the batch call refuses the whole run)
+    for (dst, src, refuse_batch) in [(2, 1, false), (1, 0, true)] {
+        let copies: Vec<TableCopy> = [(0, K), (K, 0), (K, K), (2 * K, K)]
+            .into_iter()
+            .map(|(at, len)| tc(dst, at + 8 * K, src, at, len))
+            .collect();
+        let mut s = Stream::new(&env.dev).unwrap();
+        if refuse_batch {
+            fault::fail_nth(
+                "aclrtMemcpyBatchAsync",
+                1,
+                acl::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            );
+        }
+        fault::fail_nth("aclrtMemcpyAsync", 2, acl::ACL_ERROR_RT_INTERNAL_ERROR);
+        let e = s.copy_table_async(&t, &t, &copies).unwrap_err();
+        fault::clear();
+        assert!(
+            matches!(&e, Error::BatchCopy { api: "aclrtMemcpyAsync", copy: 2, source }
+                if source.api() == Some("aclrtMemcpyAsync")),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.code().map(|c| c.0),
+            Some(acl::ACL_ERROR_RT_INTERNAL_ERROR)
+        );
+        s.synchronize().unwrap();
+        let landed = if dst == 1 { &d1 } else { &d2 };
+        let landed = landed
+            .slice(8 * K..9 * K)
+            .unwrap()
+            .read_to_vec::<u8>()
+            .unwrap();
+        assert_eq!(landed, data[..K]);
+    }
+    drop((t, h, d1, d2));
     env.finish();
 }
 
