@@ -158,7 +158,12 @@ impl std::fmt::Display for EngineAddr {
 }
 
 /// Everything an engine is configured with.
+///
+/// Made with [`EngineOptions::builder`] (checked), [`EngineOptions::from_hixl`] or
+/// [`Default`]; fields can be read and changed in place. New options may be added in a minor
+/// release, so the struct cannot be written out as a literal outside this crate.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EngineOptions {
     /// Copy streams per transfer task (`fabric_memory.task_stream_num`, 1..=8).
     pub task_stream_num: u32,

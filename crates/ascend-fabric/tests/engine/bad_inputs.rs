@@ -294,10 +294,8 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         Engine::from_hixl(&env.dev, "127.0.0.1", &hixl(&[("EnableUseFabricMem", "0")])),
         HixlCode::UNSUPPORTED,
     );
-    let o = EngineOptions {
-        task_stream_num: 0,
-        ..EngineOptions::default()
-    };
+    let mut o = EngineOptions::default();
+    o.task_stream_num = 0;
     expect_status(
         Engine::new(&env.dev, "127.0.0.1", o),
         HixlCode::PARAM_INVALID,

@@ -190,10 +190,8 @@ fn batching_can_be_turned_off() {
     {
         let (a, addr, remote) = peer(&env.dev);
         let _ra = a.register(&remote).unwrap();
-        let opts = ascend_fabric::EngineOptions {
-            batch_copies: false,
-            ..test_options(4)
-        };
+        let mut opts = test_options(4);
+        opts.batch_copies = false;
         assert_eq!(
             ascend_fabric::EngineOptions::builder()
                 .batch_copies(false)
