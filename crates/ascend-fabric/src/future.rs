@@ -64,6 +64,9 @@ impl Future for TransferRequest {
 struct ConnectShared {
     result: Option<Result<()>>,
     waker: Option<Waker>,
+    /// What was returned (an error as its text): a later poll gets it again (an error as
+    /// `AlreadyReported`), as a finished request's does, never `Pending` forever.
+    returned: Option<std::result::Result<(), String>>,
 }
 
 /// [`Engine::connect_async`]'s future: `Ok(())` once connected.
@@ -71,7 +74,8 @@ struct ConnectShared {
 /// The connect runs on a helper thread started at the first poll (the control exchange is
 /// blocking I/O). Dropping the future stops waiting, not the connect: that runs to its end
 /// (within its timeout) and, if it succeeds, the channel stays (disconnect to undo it). Until
-/// then the helper keeps the engine alive.
+/// then the helper keeps the engine alive. Polled again once finished, it gives its outcome
+/// again (an error as [`Error::AlreadyReported`] with its text), as a finished request does.
 #[must_use = "futures do nothing unless polled; dropping it stops waiting (a connect already started runs to its end)"]
 pub struct Connect {
     engine: Engine,
@@ -96,6 +100,7 @@ impl Connect {
         let shared = Arc::new(Mutex::new(ConnectShared {
             result: None,
             waker: Some(cx.waker().clone()),
+            returned: None,
         }));
         let (engine, remote, timeout, until) = (
             self.engine.clone(),
@@ -146,7 +151,11 @@ impl Future for Connect {
         };
         let mut s = shared.lock();
         if let Some(r) = s.result.take() {
+            s.returned = Some(r.as_ref().map(|_| ()).map_err(ToString::to_string));
             return Poll::Ready(r);
+        }
+        if let Some(r) = &s.returned {
+            return Poll::Ready(r.clone().map_err(Error::AlreadyReported));
         }
         if !s.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             s.waker = Some(cx.waker().clone());

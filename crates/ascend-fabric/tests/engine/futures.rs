@@ -167,8 +167,15 @@ fn futures_resolve_to_typed_errors() {
     assert!(matches!(r, Err(Error::ZeroLength { index: 1 })), "{r:?}");
     // A connect to a port nobody listens on.
     let nobody = listen_addr();
-    let r = block_on(p.client.connect_async(&nobody, Duration::from_secs(2)), T).output;
+    let mut c = p.client.connect_async(&nobody, Duration::from_secs(2));
+    let r = block_on(&mut c, T).output;
     assert!(matches!(r, Err(Error::Control(_))), "{r:?}");
+    // Polled again, a finished connect gives its outcome again, not `Pending` for ever.
+    let again = block_on(&mut c, T).output;
+    assert!(
+        matches!(&again, Err(Error::AlreadyReported(m)) if *m == r.unwrap_err().to_string()),
+        "{again:?}"
+    );
 
     p.client.connect(&p.peer_addr, T).unwrap();
     let outside = TransferDesc::new(d.local_addr, d.remote_addr + (1 << 40), 4096);
