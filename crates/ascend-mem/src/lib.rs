@@ -39,7 +39,8 @@
 //! | `aclrtMemcpy` by element type | [`TypedSlice`] (from `typed::<T>()` on a [`MappingSlice`], [`Mapping`] or buffer): [`TypedSlice::write_slice`], [`TypedSlice::read_into_slice`], [`TypedSlice::read_to_vec`]; the same calls on [`MappingSlice`], [`Mapping`], [`DeviceBuffer`], [`HostBuffer`] |
 //! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::copy_typed_async`], [`Stream::fill_async`]; batches over many mappings: [`Stream::copy_table_async`] with [`MappingTable`] |
 //! | `aclrtMemcpyBatchAsync` (falls back to `aclrtMemcpyAsync` per copy on a runtime without it) | [`Stream::copy_batch_async`] with [`BatchCopy`]s (host to device or device to host) |
-//! | `aclrtValueWrite`, `aclrtValueWait` | [`Stream::value_write`], [`Stream::value_wait`] on a [`ValueWord`] with a [`WaitCmp`] |
+//! | `aclrtValueWrite`, `aclrtValueWait` | [`Stream::value_write`], [`Stream::value_wait`] on a [`ValueWord`] with a [`WaitCmp`]; [`Stream::value_write_pinned`] into [`PinnedWords`] |
+//! | `aclrtMallocHost` / `aclrtFreeHost` | [`PinnedWords::new`] / its drop |
 //! | `aclrtCreateStreamWithConfig`, `…SynchronizeStream…`, `aclrtStreamQuery`, `aclrtStreamAbort`, `aclrtSetStreamFailureMode`, `aclrtDestroyStream` | [`Stream`] (drop or [`Stream::close`]), [`StreamPool`] |
 //! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime`, `aclrtDestroyEvent` | [`Event`] (drop or [`Event::close`]), [`Stream::wait_event`] |
 //! | `HcclGetRootInfo`, `HcclCommInitRootInfoConfig`, `HcclCommDestroy`, `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclBroadcast`, `HcclBarrier`, `HcclCommSymWin{Register,Deregister,Get}`, … | the [`hccl`] module: [`hccl::RootInfo`], [`hccl::CommConfig`], [`hccl::Comm`] (collectives), [`hccl::SymWindow`]; its own table there |
@@ -173,6 +174,7 @@ mod foreign;
 #[allow(unsafe_code)]
 mod handle;
 pub mod hccl;
+mod pinned;
 mod runtime;
 mod share;
 pub mod sibling;
@@ -188,6 +190,7 @@ pub use bytemuck;
 pub use device::{Device, Granular};
 pub use error::{AclCode, CloseError, Error, ErrorKind, Result};
 pub use foreign::{MappingRef, PointerInfo};
+pub use pinned::PinnedWords;
 pub use runtime::{Backend, Runtime};
 pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDLE_BYTES};
 pub use spec::{Location, MemAttr, MemSpec};

@@ -70,6 +70,7 @@ pub mod batch;
 pub mod copy;
 pub mod device;
 pub mod event;
+pub mod host;
 pub mod ptr;
 pub use crate::handle::{EventRef, OwnedEvent, OwnedStream, StreamRef};
 

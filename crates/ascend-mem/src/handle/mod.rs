@@ -20,6 +20,8 @@
 //!   also keeps the window).
 //! * Copies between the entries of two mapping tables (`table.rs`): batched where the
 //!   runtime batches them, one call per copy elsewhere; the queue keeps the tables.
+//! * Pinned host words (`pinned.rs`): an `aclrtMallocHost` block the host reads with
+//!   atomics while streams write it; a queue that writes a word keeps the block.
 //! * Loading libhccl and reading its error strings (`hccl_lib.rs`).
 //! * The crate's public `unsafe` entry points (`unchecked.rs`).
 
@@ -27,6 +29,7 @@ mod collective;
 mod hccl;
 mod hccl_lib;
 mod onesided;
+mod pinned;
 mod stream;
 mod table;
 mod unchecked;
@@ -36,6 +39,7 @@ pub(crate) use collective::Collective;
 pub(crate) use hccl::{root_info, CommOwner, OwnedComm, OwnedWindow, PeerPart, WindowOwner};
 pub(crate) use hccl_lib::{hccl_error_string, hccl_table};
 pub(crate) use onesided::PeerDir;
+pub(crate) use pinned::OwnedPinned;
 pub(crate) use stream::{check_word, BatchPair, StreamQueue, BATCH_API};
 pub(crate) use vmm::{granularity, set_pids, MappedRef, OwnedMap, OwnedPhys, OwnedVa};
 

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use acl::AclLib;
 
-use super::{MappedRef, OwnedStream, StreamRef};
+use super::{MappedRef, OwnedPinned, OwnedStream, StreamRef};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
@@ -277,6 +277,26 @@ impl StreamQueue {
         // pushed below keeps it mapped until the stream is synchronized past the write.
         unsafe { ffi::value::write(lib, at.addr(), value, self.live()?) }?;
         self.keep_mapping(word.map_inner());
+        Ok(())
+    }
+
+    /// Queues `aclrtValueWrite` of `value` into word `i` of `words` (`i` in bounds, checked
+    /// by the caller), keeping the block.
+    ///
+    /// # Errors
+    /// An `aclrtValueWrite` failure.
+    pub(crate) fn enqueue_pinned_write(
+        &mut self,
+        lib: &AclLib,
+        words: &Arc<OwnedPinned>,
+        i: usize,
+        value: u64,
+    ) -> Result<()> {
+        // SAFETY: an aligned word of a live pinned block, which the clone pushed below keeps
+        // allocated until the stream is synchronized past the write; the host only touches
+        // it with atomics.
+        unsafe { ffi::value::write(lib, words.addr(i), value, self.live()?) }?;
+        self.keep.push(Keep::Other(words.clone()));
         Ok(())
     }
 

@@ -1,5 +1,6 @@
 //! Stream-ordered values: a [`ValueWord`] (an aligned 64-bit word of a mapping),
-//! [`Stream::value_write`] and [`Stream::value_wait`] with a [`WaitCmp`].
+//! [`Stream::value_write`] and [`Stream::value_wait`] with a [`WaitCmp`], and
+//! [`Stream::value_write_pinned`] into [`PinnedWords`] the host reads directly.
 //!
 //! The queued write or wait touches the word after the call returns; the stream's queue
 //! (`handle::StreamQueue`) keeps the word's mapping alive until a synchronize proves the work
@@ -10,6 +11,7 @@ use std::fmt;
 use super::queue::Stream;
 use crate::error::{Error, Result};
 use crate::handle::check_word;
+use crate::pinned::PinnedWords;
 use crate::vmm::{Mapping, MappingSlice};
 
 /// How [`Stream::value_wait`] compares the word with its value (`ACL_STREAM_WAIT_VALUE_*`).
@@ -139,6 +141,28 @@ impl Stream {
         self.dev.enter()?;
         self.queue
             .enqueue_value_write(self.dev.lib(), &word.slice, value)
+    }
+
+    /// Queues a store of `value` into word `i` of `words` (`aclrtValueWrite` into pinned host
+    /// memory): it lands after the work queued before it, and the host sees it with
+    /// [`PinnedWords::load`], no runtime call. The stream keeps the block allocated until it
+    /// is synchronized past the write or destroyed.
+    ///
+    /// A stream that stops on a failed task ([`FailureMode::Stop`](crate::FailureMode::Stop))
+    /// never makes the writes behind it: a word still short of its value tells the host to ask
+    /// the stream ([`Stream::is_complete`], [`Stream::synchronize`]).
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `i` is not a word of `words`; [`Error::WrongDevice`]
+    /// across runtimes; an `aclrtValueWrite` failure; [`Error::MissingSymbol`] on a runtime
+    /// without it.
+    #[doc(alias = "aclrtValueWrite")]
+    pub fn value_write_pinned(&mut self, words: &PinnedWords, i: usize, value: u64) -> Result<()> {
+        words.check(i, "aclrtValueWrite")?;
+        self.same_runtime(words.device(), "aclrtValueWrite")?;
+        self.dev.enter()?;
+        self.queue
+            .enqueue_pinned_write(self.dev.lib(), &words.inner, i, value)
     }
 
     /// Makes the stream wait until `word` satisfies `cmp` against `value`

@@ -18,6 +18,7 @@ mod hccl_onesided_procs;
 mod hccl_procs;
 mod hccl_windows;
 mod npu_vmm;
+mod pinned_words;
 mod sharing;
 mod stream_values;
 mod streams;

@@ -1,8 +1,8 @@
 //! Stream-ordered values through ascend-mem: `ValueWord`, `Stream::value_write`,
 //! `Stream::value_wait` with each `WaitCmp`, what the stream keeps alive, and the typed errors.
 
-use crate::common::{pattern, setup};
-use ascend_mem::{DeviceBuffer, Error, ErrorKind, HostBuffer, Runtime, Stream, ValueWord, WaitCmp};
+use crate::common::{pattern, runtime_without, setup};
+use ascend_mem::{DeviceBuffer, Error, ErrorKind, HostBuffer, Stream, ValueWord, WaitCmp};
 use ascend_sim::{fault, testing::hold_stream};
 
 const MIB2: usize = 2 << 20;
@@ -164,19 +164,7 @@ fn bad_words_are_typed_errors() {
 #[test]
 fn a_runtime_without_the_calls_reports_missing_symbols() {
     let env = setup();
-    fault::hide_symbol("aclrtValueWrite");
-    fault::hide_symbol("aclrtValueWait");
-    // A fresh table, so the hidden symbols resolve (as absent) on first use.
-    // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
-    let table = unsafe {
-        acl::AclLib::from_source(acl::Source::InProcess {
-            name: "ascend-sim (no value calls)",
-            lookup: ascend_sim::lookup,
-        })
-    };
-    let table: &'static acl::AclLib = Box::leak(Box::new(table));
-    // SAFETY: as above.
-    let rt = unsafe { Runtime::from_table_unchecked(table) }.unwrap();
+    let rt = runtime_without(&["aclrtValueWrite", "aclrtValueWait"]);
     let dev = rt.device(0).unwrap();
     let buf = DeviceBuffer::new(&dev, MIB2).unwrap();
     let w = ValueWord::at(buf.mapping(), 0).unwrap();
