@@ -25,9 +25,9 @@
 //!   at a call the operation makes of one ACL symbol of its kind (the symbols and call
 //!   numbers are learnt by counting the calls of clean operations with
 //!   `ascend_sim::fault::calls`): `aclrtMemcpyAsync`, `aclrtMemcpyBatchAsync` (host-DRAM
-//!   chunks' copies are batched), `aclrtRecordEvent`,
-//!   `aclrtSynchronizeEventWithTimeout`, `aclrtQueryEventStatus`, `aclrtSynchronizeStream`,
-//!   `aclrtCreateStreamWithConfig`, `aclrtCreateEvent` (transfers),
+//!   chunks' copies are batched), `aclrtValueWrite` (completion flags), `aclrtStreamQuery`,
+//!   `aclrtSynchronizeStreamWithTimeout`, `aclrtSynchronizeStream`,
+//!   `aclrtCreateStreamWithConfig`, `aclrtMallocHost` (a new slot's flags) (transfers),
 //!   `aclrtMemImportFromShareableHandleV2`, `aclrtMapMem`, `aclrtMemSetAccess` (connects),
 //!   `aclrtMemExportToShareableHandleV2` (registers: a local buffer is now and then replaced
 //!   by a fresh allocation, whose first register exports it); candidates the engine never

@@ -4,14 +4,16 @@
 //! KV-cache blocks move one-sided between NPU HBM and pooled host DRAM: each engine registers
 //! memory (exported as FABRIC share handles), peers connect over TCP and import what it offers
 //! into a VA pool, and transfers are `aclrtMemcpyAsync` copies between local registered memory
-//! and the imported peer segments, spread over a few streams and completed through events.
+//! and the imported peer segments (runs of host-device copies batched), spread over a few
+//! streams and completed through a pinned host flag per stream that the stream writes
+//! (events on a runtime without those calls).
 //!
 //! ```text
 //! Engine ── Registry ── Registration ── Block (MappingRef or VA-pool alias, FABRIC export)
 //!   │  └─ ControlServer (offers the Registry's blocks; keepalive sessions)
 //!   ├── Channel per peer ── Import (imported PhysicalMem mapped in a VA-pool slot)
 //!   │        └─ keepalive socket (reader thread: EOF = peer lost), heartbeats
-//!   └── SlotPool ── Slot (task_stream_num streams from a StreamPool + events)
+//!   └── SlotPool ── Slot (task_stream_num streams from a StreamPool + flags)
 //! TransferRequest ── Pending (slot, used registrations, the channel's in-flight table) until done
 //!   └─ waker / CompletionQueue, told by whoever sees it end (the engine's progress thread)
 //! ```

@@ -4,12 +4,13 @@
 //! whether or not anyone looks at it. A synchronous transfer is observed by its waiting caller
 //! alone.
 //!
-//! Started with the engine's first asynchronous request, it polls every watched request's events; after
-//! a round that finished nothing it keeps polling for a short while ([`SPIN`]), then blocks
-//! on the events of the oldest request nobody else holds, in slices (1 ms, growing to
+//! Started with the engine's first asynchronous request, it polls every watched request (its
+//! completion flags, asking a stream whose flag is not there yet); after a round that
+//! finished nothing it keeps polling for a short while ([`SPIN`]), then blocks on the streams
+//! of the oldest request nobody else holds, in slices (1 ms, growing to
 //! [`MAX_SLICE`] while nothing ends, and never past a stall deadline), so a completion wakes
 //! it at once. When every watched request is held by someone else (a waiter blocked on its
-//! events), it waits the slice on its condition variable instead. With nothing to watch it
+//! streams), it waits the slice on its condition variable instead. With nothing to watch it
 //! parks on that condition variable: no core is used while idle. Requests are held weakly: a
 //! dropped request leaves the list by itself.
 
@@ -133,7 +134,7 @@ fn run(p: &Progress) {
             slice = MIN_SLICE;
         }
         let before = watched.len();
-        watched.retain(|w| w.upgrade().is_some_and(|r| r.observe() != Some(true)));
+        watched.retain(|w| w.upgrade().is_some_and(|r| r.observe(true) != Some(true)));
         if watched.len() < before {
             last_end = Instant::now();
             slice = MIN_SLICE;

@@ -1,5 +1,6 @@
 //! A transfer request's state from submission to its outcome: what it holds while pending
-//! (its slot, the registrations it uses), its completion through the slot's events, its stall
+//! (its slot, the registrations it uses), its completion through the slot's flags or events,
+//! its stall
 //! deadline, failing it from outside (`fail_all`, for a lost channel), who is told when it
 //! ends (a future's waker, a completion queue), the per-channel table of requests in flight,
 //! and the public [`TransferRequest`].
@@ -94,17 +95,17 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Records the event of every used stream.
+    /// Marks the end of the copies on every used stream (its completion flag or event).
     pub(crate) fn record(&mut self) -> Result<()> {
         self.slot.record(self.used)
     }
 
-    fn wait_events(&mut self, slice: Duration) -> Result<bool> {
-        self.slot.wait_events(self.used, slice)
+    fn wait_done(&mut self, slice: Duration) -> Result<bool> {
+        self.slot.wait_done(self.used, slice)
     }
 
-    fn poll_events(&mut self) -> Result<bool> {
-        self.slot.poll_events(self.used)
+    fn poll_done(&mut self, ask: bool) -> Result<bool> {
+        self.slot.poll_done(self.used, ask)
     }
 
     fn sync_streams(&mut self) -> Result<()> {
@@ -159,11 +160,11 @@ pub(crate) struct ReqInner {
     pub(crate) watched: AtomicBool,
 }
 
-/// Longest time a waiter holds a request's lock while blocked on its events.
+/// Longest time a waiter holds a request's lock while blocked on its streams (or events).
 const SLICE: Duration = Duration::from_millis(2);
 
-/// How long a waiter polls a request's events before blocking on them: a short transfer is
-/// seen done with no sleeping hand-off; a long one costs a few polls.
+/// How long a waiter polls a request's completion flags before blocking on its streams: a
+/// short transfer is seen done with no sleeping hand-off; a long one costs a few polls.
 pub(crate) const SPIN: Duration = Duration::from_micros(50);
 
 /// Polls `done` for up to [`SPIN`]: a few busy rounds, then yielding the core between polls
@@ -351,11 +352,13 @@ impl ReqInner {
         }
     }
 
-    /// Moves a pending request on without blocking: done when its events are, failed when a
-    /// copy failed or its stall deadline passed. Returns whether it is done.
-    fn advance(&self, st: &mut MutexGuard<'_, ReqState>) -> bool {
+    /// Moves a pending request on without blocking: done when its streams' marks are reached,
+    /// failed when a copy failed or its stall deadline passed. Returns whether it is done.
+    /// Without `ask`, a stream whose completion flag is not there yet is not asked (no
+    /// runtime call: a caller about to block on the streams anyway polls this way).
+    fn advance(&self, st: &mut MutexGuard<'_, ReqState>, ask: bool) -> bool {
         if let ReqState::Pending(p) = &mut **st {
-            match p.poll_events() {
+            match p.poll_done(ask) {
                 Ok(false) => {
                     if let Some(e) = self.stalled(Instant::now()) {
                         self.finish(st, Err(e));
@@ -371,11 +374,12 @@ impl ReqInner {
         matches!(**st, ReqState::Done(_))
     }
 
-    /// Observes the request without blocking; `None` when someone else holds it right now
-    /// (they tell the waker and the queue if they see it end).
-    pub(crate) fn observe(&self) -> Option<bool> {
+    /// Observes the request without blocking (asking its streams as [`ReqInner::advance`]
+    /// says); `None` when someone else holds it right now (they tell the waker and the queue
+    /// if they see it end).
+    pub(crate) fn observe(&self, ask: bool) -> Option<bool> {
         let mut st = self.state.try_lock()?;
-        let done = self.advance(&mut st);
+        let done = self.advance(&mut st, ask);
         drop(st);
         self.flush();
         Some(done)
@@ -385,7 +389,7 @@ impl ReqInner {
     /// as by `wait`. `None` while pending or held by someone else.
     pub(crate) fn try_take(&self) -> Option<Result<()>> {
         let mut st = self.state.try_lock()?;
-        self.advance(&mut st);
+        self.advance(&mut st, true);
         let r = match &mut *st {
             ReqState::Done(o) => Some(Self::take(o)),
             ReqState::Pending(_) => None,
@@ -395,14 +399,14 @@ impl ReqInner {
         r
     }
 
-    /// Blocks up to `slice` on the request's events (the progress thread's park). Returns
-    /// false at once, having done nothing, if someone else holds the request.
+    /// Blocks up to `slice` on the request's streams or events (the progress thread's park).
+    /// Returns false at once, having done nothing, if someone else holds the request.
     pub(crate) fn park(&self, slice: Duration) -> bool {
         let Some(mut st) = self.state.try_lock() else {
             return false;
         };
         if let ReqState::Pending(p) = &mut *st {
-            match p.wait_events(slice) {
+            match p.wait_done(slice) {
                 Ok(true) => {
                     let r = p.sync_streams();
                     self.finish(&mut st, r);
@@ -436,7 +440,7 @@ impl ReqInner {
 
     pub(crate) fn status(&self) -> TransferStatus {
         let mut st = self.state.lock();
-        self.advance(&mut st);
+        self.advance(&mut st, true);
         let r = match &*st {
             ReqState::Done(Outcome::Ok) => TransferStatus::Completed,
             ReqState::Done(_) => TransferStatus::Failed,
@@ -448,9 +452,10 @@ impl ReqInner {
     }
 
     /// Waits until done or `deadline`; `None` on timeout (the request keeps running). Polls
-    /// for a short while first ([`SPIN`]), then blocks on the events in slices.
+    /// for a short while first ([`SPIN`]), then blocks on the streams (or events) in slices.
     pub(crate) fn wait(&self, deadline: Option<Instant>) -> Option<Result<()>> {
-        spin_until(|| self.observe() == Some(true));
+        // Completion flags only: the blocking wait below asks the streams.
+        spin_until(|| self.observe(false) == Some(true));
         loop {
             let mut st = self.state.lock();
             match &mut *st {
@@ -470,7 +475,7 @@ impl ReqInner {
                         Some(d) => SLICE.min(d.saturating_duration_since(now)),
                         None => SLICE,
                     };
-                    match p.wait_events(slice) {
+                    match p.wait_done(slice) {
                         Ok(true) => {
                             let r = p.sync_streams();
                             self.finish(&mut st, r);

@@ -1,9 +1,12 @@
-//! Stream slots: `task_stream_num` streams leased from a [`StreamPool`] plus one event per
-//! stream (HIXL's host-mode slot). A transfer takes a slot for itself, deals its pieces
-//! round-robin to the slot's streams and queues each stream's share as one table batch
-//! ([`ascend_mem::Stream::copy_table_async`] over the channel's imports and the local
-//! segments: `aclrtMemcpyAsync`, kind DEVICE_TO_DEVICE for every direction, as HIXL does),
-//! records each used stream's event, and is complete when every recorded event is;
+//! Stream slots: `task_stream_num` streams leased from a [`StreamPool`] plus one pinned host
+//! completion flag per stream (HIXL's host-mode slot; one event per stream on a runtime
+//! without `aclrtMallocHost` or `aclrtValueWrite`). A transfer takes a slot for itself, deals
+//! its pieces round-robin to the slot's streams and queues each stream's share as one table
+//! batch ([`ascend_mem::Stream::copy_table_async`] over the channel's imports and the local
+//! segments: `aclrtMemcpyAsync`, kind DEVICE_TO_DEVICE for every direction, as HIXL does, and
+//! `aclrtMemcpyBatchAsync` for runs of host-device copies), has each used stream write the
+//! transfer's number into its flag (or record its event), and is complete when every used
+//! flag holds it (a stream short of its flag is asked whether it stopped on a failure);
 //! the streams are then synchronized (instantly) to surface copy errors, and the slot goes back
 //! to the pool. A slot whose transfer failed or was aborted is destroyed, not reused. Slots are
 //! created lazily, up to a budget of 512 streams per engine. When all are busy, callers that
@@ -15,7 +18,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use ascend_mem::{Device, Event, FailureMode, StreamFlags, StreamLease, StreamPool};
+use ascend_mem::{Device, Event, FailureMode, PinnedWords, StreamFlags, StreamLease, StreamPool};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -23,12 +26,25 @@ use crate::error::{Error, Result};
 /// HIXL's per-engine stream budget.
 pub const STREAM_BUDGET: usize = 512;
 
-/// A slot: streams and one event per stream. Dropping it destroys them; return it to its
-/// [`SlotPool`] instead (or let a [`SlotGuard`] do it).
+/// A slot: streams, and how it learns that a transfer's copies are done. Dropping it destroys
+/// them; return it to its [`SlotPool`] instead (or let a [`SlotGuard`] do it).
 pub(crate) struct Slot {
     pub(crate) streams: Vec<StreamLease>,
-    events: Vec<Event>,
+    marks: Marks,
     _pool: StreamPool,
+}
+
+/// How a slot learns that the copies queued on its streams are done.
+enum Marks {
+    /// One pinned host word per stream (`aclrtMallocHost`), HIXL's completion flags: after a
+    /// transfer's copies each used stream writes the transfer's number `seq` into its word
+    /// (`aclrtValueWrite`), which the host reads with no runtime call. A word still short of
+    /// it sends the host to the stream itself (`aclrtStreamQuery`), which also tells a stream
+    /// that stopped on a failed copy (and so never writes) from one still working.
+    Flags { words: PinnedWords, seq: u64 },
+    /// One event per stream, recorded after the copies: a runtime without `aclrtMallocHost` or
+    /// `aclrtValueWrite`.
+    Events(Vec<Event>),
 }
 
 impl Slot {
@@ -43,14 +59,32 @@ impl Slot {
             s.set_failure_mode(FailureMode::Stop)?;
             streams.push(s);
         }
-        let events = (0..n)
-            .map(|_| Event::new(dev))
-            .collect::<ascend_mem::Result<Vec<_>>>()?;
+        let marks = Self::marks(dev, &mut streams)?;
         Ok(Slot {
             streams,
-            events,
+            marks,
             _pool: pool,
         })
+    }
+
+    /// Completion flags where the runtime has both calls (a first write of 0, which the
+    /// words hold already, finds out), else events.
+    fn marks(dev: &Device, streams: &mut [StreamLease]) -> Result<Marks> {
+        let missing = |e: &ascend_mem::Error| matches!(e, ascend_mem::Error::MissingSymbol { .. });
+        match PinnedWords::new(dev, streams.len()) {
+            Ok(words) => match streams[0].value_write_pinned(&words, 0, 0) {
+                Ok(()) => return Ok(Marks::Flags { words, seq: 0 }),
+                Err(e) if missing(&e) => {}
+                Err(e) => return Err(e.into()),
+            },
+            Err(e) if missing(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+        tracing::debug!("no aclrtMallocHost or aclrtValueWrite: completion by events");
+        let events = (0..streams.len())
+            .map(|_| Event::new(dev))
+            .collect::<ascend_mem::Result<Vec<_>>>()?;
+        Ok(Marks::Events(events))
     }
 
     /// The slot's streams.
@@ -58,33 +92,64 @@ impl Slot {
         self.streams.len()
     }
 
-    /// Records the event of every used stream (bit i of `used`: stream i got work).
+    /// Marks the end of a transfer's copies on every used stream (bit i of `used`: stream i
+    /// got work): its flag write, or its event.
     pub(crate) fn record(&mut self, used: u32) -> Result<()> {
-        for i in 0..self.streams.len() {
-            if used & (1 << i) != 0 {
-                self.events[i].record(&mut self.streams[i])?;
+        let streams = self.streams.iter_mut().enumerate();
+        match &mut self.marks {
+            Marks::Flags { words, seq } => {
+                *seq += 1;
+                for (i, s) in streams.filter(|(i, _)| used & (1 << i) != 0) {
+                    s.value_write_pinned(words, i, *seq)?;
+                }
+            }
+            Marks::Events(events) => {
+                for (i, s) in streams.filter(|(i, _)| used & (1 << i) != 0) {
+                    events[i].record(s)?;
+                }
             }
         }
         Ok(())
     }
 
-    /// Waits up to `slice` for the used streams' events; true when all are complete.
-    pub(crate) fn wait_events(&mut self, used: u32, slice: Duration) -> Result<bool> {
+    /// Whether stream `i`'s flag holds the current transfer's number.
+    fn flagged(words: &PinnedWords, seq: u64, i: usize) -> bool {
+        words.load(i).is_ok_and(|v| v == seq)
+    }
+
+    /// Waits up to `slice` for the used streams' marks; true when all are reached (or a
+    /// stream stopped short of its flag: [`Slot::sync_streams`] then reports why).
+    pub(crate) fn wait_done(&mut self, used: u32, slice: Duration) -> Result<bool> {
         let until = Instant::now() + slice;
-        for i in 0..self.events.len() {
-            if used & (1 << i) == 0 {
-                continue;
-            }
-            let ev = &self.events[i];
+        for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
             let left = until.saturating_duration_since(Instant::now());
-            let done = if left.is_zero() {
-                ev.is_complete()?
-            } else {
-                match ev.synchronize_timeout(left) {
-                    Ok(()) => true,
-                    Err(e) if e.kind() == ascend_mem::ErrorKind::Timeout => false,
-                    Err(e) => return Err(e.into()),
+            let r = match &self.marks {
+                Marks::Flags { words, seq } if Self::flagged(words, *seq, i) => continue,
+                Marks::Flags { .. } if left.is_zero() => Ok(self.streams[i].is_complete()?),
+                Marks::Flags { .. } => self.streams[i].synchronize_timeout(left).map(|()| true),
+                Marks::Events(events) if left.is_zero() => Ok(events[i].is_complete()?),
+                Marks::Events(events) => events[i].synchronize_timeout(left).map(|()| true),
+            };
+            match r {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(e) if e.kind() == ascend_mem::ErrorKind::Timeout => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether every used stream's mark is reached (or a stream stopped short of its flag),
+    /// without waiting: flags are read directly, and a stream whose flag is not there yet is
+    /// asked only with `ask` (events are always asked).
+    pub(crate) fn poll_done(&mut self, used: u32, ask: bool) -> Result<bool> {
+        for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
+            let done = match &self.marks {
+                Marks::Flags { words, seq } => {
+                    Self::flagged(words, *seq, i) || (ask && self.streams[i].is_complete()?)
                 }
+                Marks::Events(events) => events[i].is_complete()?,
             };
             if !done {
                 return Ok(false);
@@ -93,29 +158,27 @@ impl Slot {
         Ok(true)
     }
 
-    /// Whether every used stream's event is complete, without waiting.
-    pub(crate) fn poll_events(&mut self, used: u32) -> Result<bool> {
-        for i in 0..self.events.len() {
-            if used & (1 << i) != 0 && !self.events[i].is_complete()? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-
-    /// After the events: synchronizes the used streams (done already) to surface errors.
+    /// After the marks: synchronizes the used streams (done already) to surface copy errors
+    /// and release what they kept. A stream that went idle without its flag and without an
+    /// error had its work discarded: [`Error::Aborted`].
     pub(crate) fn sync_streams(&mut self, used: u32) -> Result<()> {
         let mut first = None;
-        for i in 0..self.streams.len() {
-            if used & (1 << i) != 0 {
-                if let Err(e) = self.streams[i].synchronize() {
-                    first.get_or_insert(e);
-                }
+        for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
+            if let Err(e) = self.streams[i].synchronize() {
+                first.get_or_insert(e);
             }
         }
-        match first {
-            None => Ok(()),
-            Some(e) => Err(e.into()),
+        if let Some(e) = first {
+            return Err(e.into());
+        }
+        match &self.marks {
+            Marks::Flags { words, seq }
+                if (0..self.streams.len())
+                    .any(|i| used & (1 << i) != 0 && !Self::flagged(words, *seq, i)) =>
+            {
+                Err(Error::Aborted)
+            }
+            _ => Ok(()),
         }
     }
 

@@ -350,9 +350,10 @@ pub mod fault {
     /// The fault code that injects a panic (see [`fail_nth`]).
     pub const PANIC: i32 = i32::MIN;
 
-    /// Disarms every fault and unhides every symbol.
+    /// Disarms every fault (a queued copy's too) and unhides every symbol.
     pub fn clear() {
-        export::clear_faults(export::ALL)
+        export::clear_faults(export::ALL);
+        crate::stream::hold::arm_copy_fault(None);
     }
 
     /// Makes the lookup functions ([`crate::lookup`], [`crate::hccl_lookup`],
@@ -409,6 +410,14 @@ pub mod testing {
         Hold {
             inner: crate::stream::hold::hold_all(),
         }
+    }
+
+    /// Makes the next queued copy (`aclrtMemcpyAsync`'s, on any stream, when it runs) fail
+    /// with `code` instead of copying, as a copy that faults on the device: the stream reports
+    /// it, and one that stops on failure discards the work behind it. Fires once;
+    /// [`crate::fault::clear`] disarms it.
+    pub fn fail_next_queued_copy(code: i32) {
+        crate::stream::hold::arm_copy_fault(Some(code));
     }
 }
 

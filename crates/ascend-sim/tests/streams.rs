@@ -335,3 +335,61 @@ fn unmap_racing_async_copies_never_faults() {
     reset_device(0);
     assert_clean();
 }
+
+/// A queued copy that fails when it runs (`testing::fail_next_queued_copy`) is reported by the
+/// next synchronize, once; a stream that stops on failure discards the work behind it, one
+/// that continues runs it.
+#[test]
+fn a_failed_queued_copy_stops_only_a_stopping_stream() {
+    let _g = LOCK.lock();
+    set_device(0);
+    let d = dev_buf(8192);
+    for (mode, runs) in [
+        (ACL_STOP_ON_FAILURE, false),
+        (ACL_CONTINUE_ON_FAILURE, true),
+    ] {
+        let s = stream();
+        ok!(aclrtSetStreamFailureMode(s, u64::from(mode)));
+        ok!(aclrtMemset(d, 8192, 0, 8192));
+        ascend_sim::testing::fail_next_queued_copy(ACL_ERROR_RT_DEVICE_MEM_ERROR);
+        let dst = (d as usize + 4096) as *mut std::ffi::c_void;
+        ok!(aclrtMemcpyAsync(
+            dst,
+            16,
+            d,
+            16,
+            ACL_MEMCPY_DEVICE_TO_DEVICE,
+            s
+        ));
+        ok!(aclrtMemsetAsync(d, 16, 0x5A, 16, s));
+        expect_code!(ACL_ERROR_RT_DEVICE_MEM_ERROR, aclrtSynchronizeStream(s));
+        ok!(aclrtSynchronizeStream(s));
+        let mut b = [0u8; 16];
+        ok!(aclrtMemcpy(
+            b.as_mut_ptr().cast(),
+            16,
+            d,
+            16,
+            ACL_MEMCPY_DEVICE_TO_HOST
+        ));
+        assert_eq!(
+            b == [0x5A; 16],
+            runs,
+            "failure mode {mode}: the memset behind the copy"
+        );
+        // Fired once: the next copy runs.
+        ok!(aclrtMemcpyAsync(
+            dst,
+            16,
+            d,
+            16,
+            ACL_MEMCPY_DEVICE_TO_DEVICE,
+            s
+        ));
+        ok!(aclrtSynchronizeStream(s));
+        ok!(aclrtDestroyStream(s));
+    }
+    ok!(aclrtFree(d));
+    reset_device(0);
+    assert_clean();
+}

@@ -80,3 +80,24 @@ pub fn copy_calls(f: impl FnOnce()) -> (u64, u64) {
     let (b1, c1) = calls();
     (b1 - b0, c1 - c0)
 }
+
+/// A runtime over the in-process emulator whose table resolves `symbols` as absent (an older
+/// CANN): hides them and builds a fresh table, leaked for the test. It is a runtime of its own:
+/// objects of [`Env::rt`] are another runtime's to it. A table resolves each symbol at its
+/// first use, so [`Env::rt`] misses a hidden symbol it had not used yet: make what needs it
+/// first. The caller clears the fault state (`ascend_sim::fault::clear`) when done.
+pub fn runtime_without(symbols: &[&str]) -> Runtime {
+    for s in symbols {
+        ascend_sim::fault::hide_symbol(s);
+    }
+    // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
+    let table = unsafe {
+        ascend_mem::acl::AclLib::from_source(ascend_mem::acl::Source::InProcess {
+            name: "ascend-sim (symbols hidden)",
+            lookup: ascend_sim::lookup,
+        })
+    };
+    let table: &'static ascend_mem::acl::AclLib = Box::leak(Box::new(table));
+    // SAFETY: as above.
+    unsafe { Runtime::from_table_unchecked(table) }.expect("a runtime over the emulator")
+}

@@ -33,12 +33,12 @@ impl Class {
             Class::Transfer => &[
                 "aclrtMemcpyAsync",
                 "aclrtMemcpyBatchAsync",
-                "aclrtRecordEvent",
-                "aclrtSynchronizeEventWithTimeout",
-                "aclrtQueryEventStatus",
+                "aclrtValueWrite",
+                "aclrtStreamQuery",
+                "aclrtSynchronizeStreamWithTimeout",
                 "aclrtSynchronizeStream",
                 "aclrtCreateStreamWithConfig",
-                "aclrtCreateEvent",
+                "aclrtMallocHost",
             ],
             Class::Connect => &[
                 "aclrtMemImportFromShareableHandleV2",

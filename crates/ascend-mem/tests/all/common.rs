@@ -35,29 +35,9 @@ pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// A runtime over the emulator whose table resolves `symbols` as absent (an older CANN):
-/// hides them and builds a fresh table, leaked for the test (a runtime of its own: objects of
-/// the test's usual runtime are another runtime's to it). The caller clears the fault state
-/// (`ascend_sim::fault::clear`) when done.
-pub fn runtime_without(symbols: &[&str]) -> ascend_mem::Runtime {
-    for s in symbols {
-        ascend_sim::fault::hide_symbol(s);
-    }
-    // SAFETY: the emulator's lookup returns its exports, which have acl-sys's signatures.
-    let table = unsafe {
-        acl::AclLib::from_source(acl::Source::InProcess {
-            name: "ascend-sim (symbols hidden)",
-            lookup: ascend_sim::lookup,
-        })
-    };
-    let table: &'static acl::AclLib = Box::leak(Box::new(table));
-    // SAFETY: as above.
-    unsafe { ascend_mem::Runtime::from_table_unchecked(table) }.unwrap()
-}
-
-/// [`runtime_without`] `aclrtMemcpyBatchAsync`.
+/// `runtime_without` `aclrtMemcpyBatchAsync`.
 pub fn runtime_without_batch_call() -> ascend_mem::Runtime {
-    runtime_without(&["aclrtMemcpyBatchAsync"])
+    ascend_testkit::emulator::runtime_without(&["aclrtMemcpyBatchAsync"])
 }
 
 /// Device 1's HBM adopted as device 0's (`PhysicalMem::from_raw` claiming device 0) and

@@ -2,9 +2,10 @@
 //! the host reads with no runtime call, in the stream's order; the stream keeps the block while
 //! a write into it is pending; a stream whose work is discarded never writes; typed errors.
 
-use crate::common::{runtime_without, setup};
+use crate::common::setup;
 use ascend_mem::{Error, ErrorKind, PinnedWords, Stream};
 use ascend_sim::{fault, testing::hold_stream};
+use ascend_testkit::emulator::runtime_without;
 
 #[test]
 fn a_streams_write_lands_where_the_host_reads_it() {

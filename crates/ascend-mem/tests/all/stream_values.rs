@@ -1,9 +1,10 @@
 //! Stream-ordered values through ascend-mem: `ValueWord`, `Stream::value_write`,
 //! `Stream::value_wait` with each `WaitCmp`, what the stream keeps alive, and the typed errors.
 
-use crate::common::{pattern, runtime_without, setup};
+use crate::common::{pattern, setup};
 use ascend_mem::{DeviceBuffer, Error, ErrorKind, HostBuffer, Stream, ValueWord, WaitCmp};
 use ascend_sim::{fault, testing::hold_stream};
+use ascend_testkit::emulator::runtime_without;
 
 const MIB2: usize = 2 << 20;
 

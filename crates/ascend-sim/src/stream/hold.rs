@@ -1,11 +1,15 @@
 //! The test holds: a [`HoldInner`] a stream task waits on (one stream), and the process-wide
-//! hold every threaded-mode stream waits on before its next task.
+//! hold every threaded-mode stream waits on before its next task; and the armed failure of
+//! the next queued copy to run.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use acl_sys::aclError;
 use parking_lot::{Condvar, Mutex};
+
+use crate::rt::Res;
 
 /// How often a held waiter rechecks whether its stream was aborted.
 const POLL: Duration = Duration::from_millis(2);
@@ -64,4 +68,32 @@ pub(crate) fn wait_hold_all(stopped: &dyn Fn() -> bool) {
             HOLD_ALL_SET.store(false, Ordering::Release);
         }
     }
+}
+
+/// The status the next queued copy to run fails with instead of copying, if one is armed
+/// ([`crate::testing::fail_next_queued_copy`]).
+static COPY_FAULT: Mutex<Option<aclError>> = Mutex::new(None);
+/// Fast check for [`COPY_FAULT`] on the workers' path.
+static COPY_FAULT_SET: AtomicBool = AtomicBool::new(false);
+
+/// Arms (`Some`) or disarms a failure of the next queued copy to run.
+pub(crate) fn arm_copy_fault(code: Option<aclError>) {
+    let mut g = COPY_FAULT.lock();
+    *g = code;
+    COPY_FAULT_SET.store(code.is_some(), Ordering::Release);
+}
+
+/// The armed failure of a queued copy about to run, taken (it fires once); `Ok` when none is.
+pub(crate) fn take_copy_fault() -> Res {
+    if !COPY_FAULT_SET.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let Some(code) = COPY_FAULT.lock().take() else {
+        return Ok(());
+    };
+    COPY_FAULT_SET.store(false, Ordering::Release);
+    bail!(
+        code,
+        "injected failure of a queued copy (testing::fail_next_queued_copy)"
+    )
 }

@@ -359,7 +359,8 @@ pub(crate) fn run_batch(s: &Stream, batch: &mut VecDeque<Task>, epoch: u64) {
                     break;
                 }
                 batch.pop_front();
-                r = exec_copy_hinted(&mem, (dst, src, n), kind, &mut hints);
+                r = super::hold::take_copy_fault()
+                    .and_then(|()| exec_copy_hinted(&mem, (dst, src, n), kind, &mut hints));
                 bytes = bytes.saturating_add(n);
                 if r.is_err() || aborted(s, epoch) {
                     break;
@@ -445,9 +446,10 @@ pub(crate) fn aborted(s: &Stream, epoch: u64) -> bool {
 
 pub(crate) fn run_task(t: &Task, s: &Stream, deadline: Option<Instant>, epoch: u64) -> Step {
     match t {
-        Task::Copy { dst, src, n, kind } => {
-            Step::Done(crate::vmm::copy::exec_copy(*dst, *src, *n, *kind))
-        }
+        Task::Copy { dst, src, n, kind } => Step::Done(
+            super::hold::take_copy_fault()
+                .and_then(|()| crate::vmm::copy::exec_copy(*dst, *src, *n, *kind)),
+        ),
         Task::Set { dst, value, n } => Step::Done(crate::vmm::copy::exec_set(*dst, *value, *n)),
         Task::Record { ev, gen } => {
             ev.complete(*gen, true);
