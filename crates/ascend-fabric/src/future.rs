@@ -32,7 +32,7 @@ impl Future for TransferRequest {
 
     /// Ready with the transfer's outcome, as [`TransferRequest::wait`] returns it (a second
     /// poll after that gives [`Error::AlreadyReported`] for a failure). Each poll also checks
-    /// the events itself; while pending, the engine's progress thread watches the request and
+    /// the request's completion flags (or events) itself; while pending, the engine's progress thread watches the request and
     /// wakes the task when it ends. With `AutoConnect`, the poll that returns a failed copy
     /// disconnects the peer first (a request to it, bounded by the connect timeout).
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
@@ -146,7 +146,15 @@ impl Future for Connect {
                     this.shared = Some(s.clone());
                     s
                 }
-                Err(e) => return Poll::Ready(Err(e)),
+                Err(e) => {
+                    // Remembered, so a later poll gives it again instead of starting anew.
+                    this.shared = Some(Arc::new(Mutex::new(ConnectShared {
+                        result: None,
+                        waker: None,
+                        returned: Some(Err(e.to_string())),
+                    })));
+                    return Poll::Ready(Err(e));
+                }
             },
         };
         let mut s = shared.lock();

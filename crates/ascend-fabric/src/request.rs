@@ -83,7 +83,7 @@ impl InFlight {
 /// What a request holds until it is observed finished.
 pub(crate) struct Pending {
     pub(crate) slot: Slot,
-    /// Bit i: stream i got work (and its event was recorded).
+    /// Bit i: stream i got work (and its end was marked: its flag write or its event).
     pub(crate) used: u32,
     pub(crate) regs: RegUse,
     /// The in-flight table and counters of the request's channel.

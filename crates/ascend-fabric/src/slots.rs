@@ -1,6 +1,8 @@
 //! Stream slots: `task_stream_num` streams leased from a [`StreamPool`] plus one pinned host
-//! completion flag per stream (HIXL's host-mode slot; one event per stream on a runtime
-//! without `aclrtMallocHost` or `aclrtValueWrite`). A transfer takes a slot for itself, deals
+//! completion flag per stream (HIXL's host-mode slot has such a flag; its streams fill it
+//! with a copy, ours with `aclrtValueWrite`), or one event per stream once flags are found
+//! not to work (no `aclrtMallocHost` or `aclrtValueWrite`, a refused flag write, or a stream
+//! that finishes without writing its flag). A transfer takes a slot for itself, deals
 //! its pieces round-robin to the slot's streams and queues each stream's share as one table
 //! batch ([`ascend_mem::Stream::copy_table_async`] over the channel's imports and the local
 //! segments: `aclrtMemcpyAsync`, kind DEVICE_TO_DEVICE for every direction, as HIXL does, and
@@ -14,10 +16,12 @@
 //! a slot given back (or room left by a destroyed one) goes to the first of them.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
+use ascend_mem::acl;
 use ascend_mem::{Device, Event, FailureMode, PinnedWords, StreamFlags, StreamLease, StreamPool};
 use parking_lot::Mutex;
 
@@ -31,24 +35,34 @@ pub const STREAM_BUDGET: usize = 512;
 pub(crate) struct Slot {
     pub(crate) streams: Vec<StreamLease>,
     marks: Marks,
+    /// Shared with the pool: cleared once flags are found not to work.
+    flags_ok: Arc<AtomicBool>,
     _pool: StreamPool,
 }
 
+/// The codes of a stream or event synchronize whose time ran out.
+const SYNC_TIMEOUTS: [i32; 2] = [
+    acl::ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+    acl::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
+];
+
 /// How a slot learns that the copies queued on its streams are done.
 enum Marks {
-    /// One pinned host word per stream (`aclrtMallocHost`), HIXL's completion flags: after a
+    /// One pinned host word per stream (`aclrtMallocHost`), as HIXL's completion flags: after a
     /// transfer's copies each used stream writes the transfer's number `seq` into its word
     /// (`aclrtValueWrite`), which the host reads with no runtime call. A word still short of
     /// it sends the host to the stream itself (`aclrtStreamQuery`), which also tells a stream
     /// that stopped on a failed copy (and so never writes) from one still working.
     Flags { words: PinnedWords, seq: u64 },
-    /// One event per stream, recorded after the copies: a runtime without `aclrtMallocHost` or
-    /// `aclrtValueWrite`.
+    /// One event per stream, recorded after the copies: where flags do not work (the runtime
+    /// lacks `aclrtMallocHost` or `aclrtValueWrite`, refuses a flag write, or finishes a
+    /// stream's work without writing its flag), for the slot and every slot made after.
     Events(Vec<Event>),
 }
 
 impl Slot {
-    fn new(dev: &Device, n: usize) -> Result<Slot> {
+    /// `n` streams, completed through flags while `flags_ok` holds (else events).
+    fn new(dev: &Device, n: usize, flags_ok: &Arc<AtomicBool>) -> Result<Slot> {
         let pool = StreamPool::new(dev, n, StreamFlags::FAST_LAUNCH | StreamFlags::FAST_SYNC)?;
         let mut streams = Vec::with_capacity(n);
         for _ in 0..n {
@@ -59,32 +73,41 @@ impl Slot {
             s.set_failure_mode(FailureMode::Stop)?;
             streams.push(s);
         }
-        let marks = Self::marks(dev, &mut streams)?;
+        let words = flags_ok.load(Ordering::Acquire).then(|| {
+            PinnedWords::new(dev, n)
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "no completion flags: completion by events");
+                    flags_ok.store(false, Ordering::Release);
+                })
+                .ok()
+        });
+        let marks = match words.flatten() {
+            Some(words) => Marks::Flags { words, seq: 0 },
+            None => Self::events(dev, n)?,
+        };
         Ok(Slot {
             streams,
             marks,
+            flags_ok: flags_ok.clone(),
             _pool: pool,
         })
     }
 
-    /// Completion flags where the runtime has both calls (a first write of 0, which the
-    /// words hold already, finds out), else events.
-    fn marks(dev: &Device, streams: &mut [StreamLease]) -> Result<Marks> {
-        let missing = |e: &ascend_mem::Error| matches!(e, ascend_mem::Error::MissingSymbol { .. });
-        match PinnedWords::new(dev, streams.len()) {
-            Ok(words) => match streams[0].value_write_pinned(&words, 0, 0) {
-                Ok(()) => return Ok(Marks::Flags { words, seq: 0 }),
-                Err(e) if missing(&e) => {}
-                Err(e) => return Err(e.into()),
-            },
-            Err(e) if missing(&e) => {}
-            Err(e) => return Err(e.into()),
-        }
-        tracing::debug!("no aclrtMallocHost or aclrtValueWrite: completion by events");
-        let events = (0..streams.len())
+    /// One event per stream.
+    fn events(dev: &Device, n: usize) -> Result<Marks> {
+        let events = (0..n)
             .map(|_| Event::new(dev))
             .collect::<ascend_mem::Result<Vec<_>>>()?;
         Ok(Marks::Events(events))
+    }
+
+    /// Flags do not work (`why`): this slot and every slot made after complete by events.
+    fn fall_back(&mut self, why: &dyn std::fmt::Display) -> Result<()> {
+        tracing::warn!(%why, "completion flags do not work: completion by events");
+        self.flags_ok.store(false, Ordering::Release);
+        let dev = self.streams[0].device().clone();
+        self.marks = Self::events(&dev, self.streams.len())?;
+        Ok(())
     }
 
     /// The slot's streams.
@@ -94,22 +117,30 @@ impl Slot {
 
     /// Marks the end of a transfer's copies on every used stream (bit i of `used`: stream i
     /// got work): its flag write, or its event.
+    /// A flag write the runtime refuses means events, for this transfer too.
     pub(crate) fn record(&mut self, used: u32) -> Result<()> {
         let streams = self.streams.iter_mut().enumerate();
-        match &mut self.marks {
+        let refused = match &mut self.marks {
             Marks::Flags { words, seq } => {
                 *seq += 1;
-                for (i, s) in streams.filter(|(i, _)| used & (1 << i) != 0) {
-                    s.value_write_pinned(words, i, *seq)?;
-                }
+                streams
+                    .filter(|(i, _)| used & (1 << i) != 0)
+                    .find_map(|(i, s)| s.value_write_pinned(words, i, *seq).err())
             }
             Marks::Events(events) => {
                 for (i, s) in streams.filter(|(i, _)| used & (1 << i) != 0) {
                     events[i].record(s)?;
                 }
+                None
+            }
+        };
+        match refused {
+            None => Ok(()),
+            Some(e) => {
+                self.fall_back(&e)?;
+                self.record(used)
             }
         }
-        Ok(())
     }
 
     /// Whether stream `i`'s flag holds the current transfer's number.
@@ -133,7 +164,11 @@ impl Slot {
             match r {
                 Ok(true) => {}
                 Ok(false) => return Ok(false),
-                Err(e) if e.kind() == ascend_mem::ErrorKind::Timeout => return Ok(false),
+                // Only the wait running out: a copy's own timeout (a task timeout) is its
+                // failure, which a stream reports once.
+                Err(e) if e.code().is_some_and(|c| SYNC_TIMEOUTS.contains(&c.0)) => {
+                    return Ok(false)
+                }
                 Err(e) => return Err(e.into()),
             }
         }
@@ -159,8 +194,9 @@ impl Slot {
     }
 
     /// After the marks: synchronizes the used streams (done already) to surface copy errors
-    /// and release what they kept. A stream that went idle without its flag and without an
-    /// error had its work discarded: [`Error::Aborted`].
+    /// and release what they kept. A stream that synchronizes without an error has done its
+    /// work, so one that did without writing its flag has a runtime that does not write such
+    /// flags: the transfer is done, and completion falls back to events.
     pub(crate) fn sync_streams(&mut self, used: u32) -> Result<()> {
         let mut first = None;
         for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
@@ -171,15 +207,16 @@ impl Slot {
         if let Some(e) = first {
             return Err(e.into());
         }
-        match &self.marks {
-            Marks::Flags { words, seq }
-                if (0..self.streams.len())
-                    .any(|i| used & (1 << i) != 0 && !Self::flagged(words, *seq, i)) =>
-            {
-                Err(Error::Aborted)
+        if let Marks::Flags { words, seq } = &self.marks {
+            let unwritten = (0..self.streams.len())
+                .find(|&i| used & (1 << i) != 0 && !Self::flagged(words, *seq, i));
+            if let Some(i) = unwritten {
+                let why = format!("stream {i} finished its work without writing its flag");
+                // The transfer is done either way: a slot without events is destroyed later.
+                let _ = self.fall_back(&why);
             }
-            _ => Ok(()),
         }
+        Ok(())
     }
 
     /// Aborts the used streams' work and consumes the abort report, so the slot can be
@@ -239,6 +276,8 @@ pub(crate) struct SlotPool {
     dev: Device,
     per_slot: usize,
     max_slots: usize,
+    /// Whether new slots complete through flags (cleared once they are found not to work).
+    flags_ok: Arc<AtomicBool>,
     st: Mutex<SlotState>,
 }
 
@@ -248,6 +287,7 @@ impl SlotPool {
             dev: dev.clone(),
             per_slot,
             max_slots: (STREAM_BUDGET / per_slot).max(1),
+            flags_ok: Arc::new(AtomicBool::new(true)),
             st: Mutex::new(SlotState {
                 free: Vec::new(),
                 created: 0,
@@ -276,9 +316,8 @@ impl SlotPool {
     pub(crate) fn realize(&self, g: Grant) -> Result<Slot> {
         match g {
             Grant::Slot(s) => Ok(s),
-            Grant::Room => {
-                Slot::new(&self.dev, self.per_slot).inspect_err(|_| self.give(Grant::Room))
-            }
+            Grant::Room => Slot::new(&self.dev, self.per_slot, &self.flags_ok)
+                .inspect_err(|_| self.give(Grant::Room)),
         }
     }
 

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::async_util::Pair;
 use crate::util::*;
 use ascend_fabric::{Engine, Error, TransferDesc, TransferOp, TransferStatus};
 use ascend_sim::fault::calls;
@@ -21,6 +22,11 @@ fn descs(l: u64, r: u64, n: u64) -> Vec<TransferDesc> {
         .collect()
 }
 
+/// `n` descriptors of `p`'s client buffer to its peer's (see [`descs`]).
+fn pair_descs(p: &Pair, n: u64) -> Vec<TransferDesc> {
+    descs(p.local_addr(0), p.remote_addr(0), n)
+}
+
 /// The calls of `names` the emulator received while `f` ran.
 fn counted<const N: usize>(names: [&str; N], f: impl FnOnce()) -> [u64; N] {
     let before = names.map(calls);
@@ -29,105 +35,94 @@ fn counted<const N: usize>(names: [&str; N], f: impl FnOnce()) -> [u64; N] {
     std::array::from_fn(|i| after[i] - before[i])
 }
 
+/// Checks that the blocks [`descs`] names landed in `got` from `data`.
+fn assert_landed(got: &[u8], data: &[u8], n: u64) {
+    for i in 0..n as usize {
+        let at = 2 * i * BLOCK as usize..(2 * i + 1) * BLOCK as usize;
+        assert_eq!(got[at.clone()], data[at], "block {i}");
+    }
+}
+
 #[test]
 fn a_transfer_ends_when_its_streams_flags_hold_its_number() {
     let env = setup();
-    {
-        let (a, addr) = listening(&env.dev, test_options(4));
-        let remote = a.alloc_device(MIB).unwrap();
-        let _ra = a.register(&remote).unwrap();
-        let b = Engine::new(&env.dev, "127.0.0.1", test_options(4)).unwrap();
-        let local = b.alloc_device(MIB).unwrap();
-        let _rb = b.register(&local).unwrap();
-        b.connect(&addr, T).unwrap();
-        let data = pattern(4, MIB);
-        local.write_from(&data, 0).unwrap();
-        let d = descs(local.as_raw() as u64, remote.as_raw() as u64, 16);
-        // The first transfer makes the slot (its flags, and a first write of 0 that checks
-        // the runtime has the call).
-        b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap();
-        let names = [
-            "aclrtValueWrite",
-            "aclrtRecordEvent",
-            "aclrtQueryEventStatus",
-        ];
-        let n = counted(names, || {
-            b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap();
-            let req = b.transfer_async(&addr, TransferOp::Write, &d).unwrap();
-            req.wait(T).unwrap();
-        });
-        assert_eq!(n, [8, 0, 0], "{names:?}: one flag write per used stream");
-        let got = remote.slice(..).unwrap().read_to_vec::<u8>().unwrap();
-        for i in 0..16 {
-            let at = (2 * i * BLOCK) as usize..(2 * i + 1) as usize * BLOCK as usize;
-            assert_eq!(got[at.clone()], data[at]);
-        }
-    }
+    let p = Pair::new(MIB, test_options(4), true);
+    let data = pattern(4, MIB);
+    p.local.write_from(&data, 0).unwrap();
+    let d = pair_descs(&p, 16);
+    // The first transfer makes the slot and its flags.
+    let b = &p.client;
+    b.transfer_sync(&p.peer_addr, TransferOp::Write, &d, T)
+        .unwrap();
+    let names = [
+        "aclrtValueWrite",
+        "aclrtRecordEvent",
+        "aclrtQueryEventStatus",
+    ];
+    let n = counted(names, || {
+        b.transfer_sync(&p.peer_addr, TransferOp::Write, &d, T)
+            .unwrap();
+        let req = b
+            .transfer_async(&p.peer_addr, TransferOp::Write, &d)
+            .unwrap();
+        req.wait(T).unwrap();
+    });
+    assert_eq!(n, [8, 0, 0], "{names:?}: one flag write per used stream");
+    assert_landed(&p.remote.to_vec().unwrap(), &data, 16);
+    p.close();
     env.finish();
 }
 
-/// A copy that fails on its stream stops the stream before its flag write: the request
-/// fails with that error, whether its waiter blocks on it or polls its status (which then
-/// asks the stream), and the engine goes on.
+/// A copy that fails on its stream stops the stream, and the flag write queued behind it is
+/// discarded (every stream is held until the whole transfer is queued): the transfer fails
+/// with that error (a task timeout too: it is the copy's failure, not the wait running out)
+/// whether its caller waits synchronously, waits on the request or polls its status (which
+/// then asks the stream), and the engine goes on.
 #[test]
 fn a_stream_stopped_by_a_failed_copy_fails_its_request() {
     let env = setup();
-    {
-        let (a, addr) = listening(&env.dev, test_options(1));
-        let remote = a.alloc_device(MIB).unwrap();
-        let _ra = a.register(&remote).unwrap();
-        let b = Engine::new(&env.dev, "127.0.0.1", test_options(1)).unwrap();
-        let local = b.alloc_device(MIB).unwrap();
-        let _rb = b.register(&local).unwrap();
-        b.connect(&addr, T).unwrap();
-        let d = descs(local.as_raw() as u64, remote.as_raw() as u64, 4);
-        for poll in [false, true] {
-            ascend_sim::testing::fail_next_queued_copy(acl_sys::ACL_ERROR_RT_DEVICE_MEM_ERROR);
-            let req = b.transfer_async(&addr, TransferOp::Write, &d).unwrap();
-            if poll {
+    let p = Pair::new(MIB, test_options(1), true);
+    let d = pair_descs(&p, 4);
+    let (c, addr) = (&p.client, &p.peer_addr);
+    // The slot exists (its probe ran) before any stream is held.
+    c.transfer_sync(addr, TransferOp::Write, &d, T).unwrap();
+    let codes = [
+        acl_sys::ACL_ERROR_RT_DEVICE_MEM_ERROR,
+        acl_sys::ACL_ERROR_RT_TASK_TIMEOUT,
+    ];
+    for code in codes {
+        for how in ["sync", "wait", "status"] {
+            ascend_sim::testing::fail_next_queued_copy(code);
+            let hold = ascend_sim::testing::hold_all_streams();
+            let e = std::thread::scope(|sc| {
+                if how == "sync" {
+                    let t = sc.spawn(|| c.transfer_sync(addr, TransferOp::Write, &d, T));
+                    // Queued (its flag write too) once it is in flight.
+                    let until = Instant::now() + T;
+                    while c.peer_stats(addr).unwrap().in_flight == 0 {
+                        assert!(Instant::now() < until, "not in flight after {T:?}");
+                        std::thread::yield_now();
+                    }
+                    drop(hold);
+                    return t.join().unwrap().unwrap_err();
+                }
+                let req = c.transfer_async(addr, TransferOp::Write, &d).unwrap();
+                drop(hold);
                 let until = Instant::now() + T;
-                while req.status() == TransferStatus::Waiting {
+                while how == "status" && req.status() == TransferStatus::Waiting {
                     assert!(Instant::now() < until, "still waiting after {T:?}");
                     std::thread::yield_now();
                 }
-            }
-            let e = req.wait(T).unwrap_err();
-            let code = acl_sys::ACL_ERROR_RT_DEVICE_MEM_ERROR;
+                req.wait(T).unwrap_err()
+            });
             assert!(
                 matches!(&e, Error::Mem(m) if m.code().map(|c| c.0) == Some(code)),
-                "poll {poll}: {e:?}"
+                "{how}, code {code}: {e:?}"
             );
-            b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap();
+            c.transfer_sync(addr, TransferOp::Write, &d, T).unwrap();
         }
     }
-    env.finish();
-}
-
-/// A failed flag write fails its transfer as a failed copy does, and the next one works.
-#[test]
-fn a_refused_flag_write_fails_its_transfer() {
-    let env = setup();
-    {
-        let (a, addr) = listening(&env.dev, test_options(2));
-        let remote = a.alloc_device(MIB).unwrap();
-        let _ra = a.register(&remote).unwrap();
-        let b = Engine::new(&env.dev, "127.0.0.1", test_options(2)).unwrap();
-        let local = b.alloc_device(MIB).unwrap();
-        let _rb = b.register(&local).unwrap();
-        b.connect(&addr, T).unwrap();
-        let d = descs(local.as_raw() as u64, remote.as_raw() as u64, 4);
-        b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap();
-        ascend_sim::fault::fail_nth("aclrtValueWrite", 2, INTERNAL);
-        let e = b
-            .transfer_sync(&addr, TransferOp::Write, &d, T)
-            .unwrap_err();
-        ascend_sim::fault::clear();
-        assert!(
-            matches!(&e, Error::Mem(m) if m.api() == Some("aclrtValueWrite")),
-            "{e:?}"
-        );
-        b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap();
-    }
+    p.close();
     env.finish();
 }
 
@@ -156,14 +151,38 @@ fn without_the_value_call_streams_record_events() {
             req.wait(T).unwrap();
         });
         assert_eq!(n, [0, 4], "{names:?}");
-        let got = remote
-            .slice(..BLOCK as usize)
-            .unwrap()
-            .read_to_vec::<u8>()
-            .unwrap();
-        assert_eq!(got, data[..BLOCK as usize]);
+        assert_landed(&remote.to_vec().unwrap(), &data, 8);
         drop((_rb, local, b, dev, old));
         ascend_sim::fault::clear();
     }
+    env.finish();
+}
+
+/// A flag write the runtime refuses (here the engine's first `aclrtValueWrite`, refused as
+/// unsupported) means events, for that transfer and every one after, and transfers work.
+#[test]
+fn a_refused_flag_write_means_events() {
+    let env = setup();
+    let p = Pair::new(MIB, test_options(2), true);
+    let data = pattern(7, MIB);
+    p.local.write_from(&data, 0).unwrap();
+    let d = pair_descs(&p, 8);
+    ascend_sim::fault::fail_nth(
+        "aclrtValueWrite",
+        1,
+        acl_sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+    );
+    let names = ["aclrtValueWrite", "aclrtRecordEvent"];
+    let n = counted(names, || {
+        for _ in 0..2 {
+            p.client
+                .transfer_sync(&p.peer_addr, TransferOp::Write, &d, T)
+                .unwrap();
+        }
+    });
+    ascend_sim::fault::clear();
+    assert_eq!(n, [1, 4], "{names:?}: the refused write, then events");
+    assert_landed(&p.remote.to_vec().unwrap(), &data, 8);
+    p.close();
     env.finish();
 }

@@ -6,7 +6,8 @@
 //!   `HcclComm`, a reserved or mapped device address, ...); Rust sees raw pointers as neither
 //!   `Send` nor `Sync`, so every struct holding one would need its own `unsafe impl`. Instead
 //!   each holds a `RawHandle` (or an owned handle built on it), which carries the one
-//!   justified impl below.
+//!   justified impl below for handles. The other one is `OwnedPinned` (`pinned.rs`): its
+//!   pointer is host memory the host dereferences, so it justifies its own.
 //! * Owned and borrowed live handles, in the manner of `OwnedFd`/`BorrowedFd`: an owned value
 //!   proves its C object live until the call that ends it; a borrow proves it for the
 //!   borrow's lifetime. So the calls that take them are safe: streams and events here (their

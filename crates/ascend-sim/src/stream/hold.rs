@@ -88,10 +88,15 @@ pub(crate) fn take_copy_fault() -> Res {
     if !COPY_FAULT_SET.load(Ordering::Acquire) {
         return Ok(());
     }
-    let Some(code) = COPY_FAULT.lock().take() else {
+    let code = {
+        let mut g = COPY_FAULT.lock();
+        let code = g.take();
+        COPY_FAULT_SET.store(false, Ordering::Release);
+        code
+    };
+    let Some(code) = code else {
         return Ok(());
     };
-    COPY_FAULT_SET.store(false, Ordering::Release);
     bail!(
         code,
         "injected failure of a queued copy (testing::fail_next_queued_copy)"
