@@ -1,8 +1,9 @@
 //! Stream slots: `task_stream_num` streams leased from a [`StreamPool`] plus one pinned host
 //! completion flag per stream (HIXL's host-mode slot has such a flag; its streams fill it
-//! with a copy, ours with `aclrtValueWrite`), or one event per stream once flags are found
-//! not to work (no `aclrtMallocHost` or `aclrtValueWrite`, a refused flag write, or a stream
-//! that finishes without writing its flag). A transfer takes a slot for itself, deals
+//! with a copy, ours with `aclrtValueWrite`), or one event per stream in the slot that finds
+//! flags do not work and every slot made after (no `aclrtMallocHost` or `aclrtValueWrite`, a
+//! flag write refused as unsupported, or, before any flag was ever seen written, a stream
+//! that finishes cleanly without writing its flag). A transfer takes a slot for itself, deals
 //! its pieces round-robin to the slot's streams and queues each stream's share as one table
 //! batch ([`ascend_mem::Stream::copy_table_async`] over the channel's imports and the local
 //! segments: `aclrtMemcpyAsync`, kind DEVICE_TO_DEVICE for every direction, as HIXL does, and
@@ -35,8 +36,8 @@ pub const STREAM_BUDGET: usize = 512;
 pub(crate) struct Slot {
     pub(crate) streams: Vec<StreamLease>,
     marks: Marks,
-    /// Shared with the pool: cleared once flags are found not to work.
-    flags_ok: Arc<AtomicBool>,
+    /// What the pool learned about flags.
+    flags: Arc<FlagState>,
     _pool: StreamPool,
 }
 
@@ -46,13 +47,33 @@ const SYNC_TIMEOUTS: [i32; 2] = [
     acl::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
 ];
 
+/// Shortest wait given to the runtime (its waits take whole milliseconds).
+const MIN_WAIT: Duration = Duration::from_millis(1);
+
+/// What an engine has learned about completion flags, shared by its slots.
+#[derive(Debug, Default)]
+pub(crate) struct FlagState {
+    /// Flags were found not to work: slots made from now on use events.
+    off: AtomicBool,
+    /// A flag was seen holding its transfer's number: this runtime writes them.
+    proven: AtomicBool,
+}
+
+/// Whether a refused flag write says the runtime cannot write flags (so events are used),
+/// rather than that this transfer failed.
+fn unsupported(e: &ascend_mem::Error) -> bool {
+    matches!(e, ascend_mem::Error::MissingSymbol { .. })
+        || e.code()
+            .is_some_and(|c| c.0 == acl::ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+}
+
 /// How a slot learns that the copies queued on its streams are done.
 enum Marks {
     /// One pinned host word per stream (`aclrtMallocHost`), as HIXL's completion flags: after a
     /// transfer's copies each used stream writes the transfer's number `seq` into its word
     /// (`aclrtValueWrite`), which the host reads with no runtime call. A word still short of
-    /// it sends the host to the stream itself (`aclrtStreamQuery`), which also tells a stream
-    /// that stopped on a failed copy (and so never writes) from one still working.
+    /// it sends the host to the stream itself (`aclrtStreamQuery`): an idle stream short of
+    /// its flag stopped on a failed copy (never writing it), which its synchronize reports.
     Flags { words: PinnedWords, seq: u64 },
     /// One event per stream, recorded after the copies: where flags do not work (the runtime
     /// lacks `aclrtMallocHost` or `aclrtValueWrite`, refuses a flag write, or finishes a
@@ -61,8 +82,8 @@ enum Marks {
 }
 
 impl Slot {
-    /// `n` streams, completed through flags while `flags_ok` holds (else events).
-    fn new(dev: &Device, n: usize, flags_ok: &Arc<AtomicBool>) -> Result<Slot> {
+    /// `n` streams, completed through flags unless they were found not to work.
+    fn new(dev: &Device, n: usize, flags: &Arc<FlagState>) -> Result<Slot> {
         let pool = StreamPool::new(dev, n, StreamFlags::FAST_LAUNCH | StreamFlags::FAST_SYNC)?;
         let mut streams = Vec::with_capacity(n);
         for _ in 0..n {
@@ -73,11 +94,11 @@ impl Slot {
             s.set_failure_mode(FailureMode::Stop)?;
             streams.push(s);
         }
-        let words = flags_ok.load(Ordering::Acquire).then(|| {
+        let words = (!flags.off.load(Ordering::Acquire)).then(|| {
             PinnedWords::new(dev, n)
                 .inspect_err(|e| {
                     tracing::warn!(error = %e, "no completion flags: completion by events");
-                    flags_ok.store(false, Ordering::Release);
+                    flags.off.store(true, Ordering::Release);
                 })
                 .ok()
         });
@@ -88,7 +109,7 @@ impl Slot {
         Ok(Slot {
             streams,
             marks,
-            flags_ok: flags_ok.clone(),
+            flags: flags.clone(),
             _pool: pool,
         })
     }
@@ -104,7 +125,7 @@ impl Slot {
     /// Flags do not work (`why`): this slot and every slot made after complete by events.
     fn fall_back(&mut self, why: &dyn std::fmt::Display) -> Result<()> {
         tracing::warn!(%why, "completion flags do not work: completion by events");
-        self.flags_ok.store(false, Ordering::Release);
+        self.flags.off.store(true, Ordering::Release);
         let dev = self.streams[0].device().clone();
         self.marks = Self::events(&dev, self.streams.len())?;
         Ok(())
@@ -117,7 +138,8 @@ impl Slot {
 
     /// Marks the end of a transfer's copies on every used stream (bit i of `used`: stream i
     /// got work): its flag write, or its event.
-    /// A flag write the runtime refuses means events, for this transfer too.
+    /// A flag write the runtime refuses as unsupported (or lacks) means events, for this
+    /// transfer too; any other refusal fails the transfer.
     pub(crate) fn record(&mut self, used: u32) -> Result<()> {
         let streams = self.streams.iter_mut().enumerate();
         let refused = match &mut self.marks {
@@ -136,29 +158,38 @@ impl Slot {
         };
         match refused {
             None => Ok(()),
-            Some(e) => {
+            Some(e) if unsupported(&e) => {
                 self.fall_back(&e)?;
                 self.record(used)
             }
+            Some(e) => Err(e.into()),
         }
     }
 
-    /// Whether stream `i`'s flag holds the current transfer's number.
-    fn flagged(words: &PinnedWords, seq: u64, i: usize) -> bool {
-        words.load(i).is_ok_and(|v| v == seq)
+    /// Whether stream `i`'s flag holds the current transfer's number (which proves that this
+    /// runtime writes flags).
+    fn flagged(words: &PinnedWords, seq: u64, i: usize, st: &FlagState) -> bool {
+        let hit = words.load(i).is_ok_and(|v| v == seq);
+        if hit && !st.proven.load(Ordering::Relaxed) {
+            st.proven.store(true, Ordering::Relaxed);
+        }
+        hit
     }
 
-    /// Waits up to `slice` for the used streams' marks; true when all are reached (or a
-    /// stream stopped short of its flag: [`Slot::sync_streams`] then reports why).
+    /// Waits up to `slice` for the used streams' marks; true when all are reached or every
+    /// stream short of its flag is idle ([`Slot::sync_streams`] then tells why). Less than
+    /// [`MIN_WAIT`] left asks without waiting (a runtime wait takes whole milliseconds).
     pub(crate) fn wait_done(&mut self, used: u32, slice: Duration) -> Result<bool> {
         let until = Instant::now() + slice;
         for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
             let left = until.saturating_duration_since(Instant::now());
             let r = match &self.marks {
-                Marks::Flags { words, seq } if Self::flagged(words, *seq, i) => continue,
-                Marks::Flags { .. } if left.is_zero() => Ok(self.streams[i].is_complete()?),
+                Marks::Flags { words, seq } if Self::flagged(words, *seq, i, &self.flags) => {
+                    continue
+                }
+                Marks::Flags { .. } if left < MIN_WAIT => Ok(self.streams[i].is_complete()?),
                 Marks::Flags { .. } => self.streams[i].synchronize_timeout(left).map(|()| true),
-                Marks::Events(events) if left.is_zero() => Ok(events[i].is_complete()?),
+                Marks::Events(events) if left < MIN_WAIT => Ok(events[i].is_complete()?),
                 Marks::Events(events) => events[i].synchronize_timeout(left).map(|()| true),
             };
             match r {
@@ -175,14 +206,15 @@ impl Slot {
         Ok(true)
     }
 
-    /// Whether every used stream's mark is reached (or a stream stopped short of its flag),
+    /// Whether every used stream's mark is reached (or a stream short of its flag is idle),
     /// without waiting: flags are read directly, and a stream whose flag is not there yet is
     /// asked only with `ask` (events are always asked).
     pub(crate) fn poll_done(&mut self, used: u32, ask: bool) -> Result<bool> {
         for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
             let done = match &self.marks {
                 Marks::Flags { words, seq } => {
-                    Self::flagged(words, *seq, i) || (ask && self.streams[i].is_complete()?)
+                    Self::flagged(words, *seq, i, &self.flags)
+                        || (ask && self.streams[i].is_complete()?)
                 }
                 Marks::Events(events) => events[i].is_complete()?,
             };
@@ -194,9 +226,10 @@ impl Slot {
     }
 
     /// After the marks: synchronizes the used streams (done already) to surface copy errors
-    /// and release what they kept. A stream that synchronizes without an error has done its
-    /// work, so one that did without writing its flag has a runtime that does not write such
-    /// flags: the transfer is done, and completion falls back to events.
+    /// and release what they kept. A stream that synchronizes without an error but did not
+    /// write its flag: on a runtime whose flags were seen written, its work was discarded
+    /// ([`Error::Aborted`]); on one where no flag ever landed, the runtime does not write
+    /// them, so the transfer is done and completion falls back to events.
     pub(crate) fn sync_streams(&mut self, used: u32) -> Result<()> {
         let mut first = None;
         for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
@@ -209,10 +242,14 @@ impl Slot {
         }
         if let Marks::Flags { words, seq } = &self.marks {
             let unwritten = (0..self.streams.len())
-                .find(|&i| used & (1 << i) != 0 && !Self::flagged(words, *seq, i));
+                .find(|&i| used & (1 << i) != 0 && !Self::flagged(words, *seq, i, &self.flags));
             if let Some(i) = unwritten {
+                if self.flags.proven.load(Ordering::Relaxed) {
+                    return Err(Error::Aborted);
+                }
                 let why = format!("stream {i} finished its work without writing its flag");
-                // The transfer is done either way: a slot without events is destroyed later.
+                // Done either way; should events fail to be made, the slot keeps its flags and
+                // the next transfer on it comes here again.
                 let _ = self.fall_back(&why);
             }
         }
@@ -276,8 +313,8 @@ pub(crate) struct SlotPool {
     dev: Device,
     per_slot: usize,
     max_slots: usize,
-    /// Whether new slots complete through flags (cleared once they are found not to work).
-    flags_ok: Arc<AtomicBool>,
+    /// What the engine learned about completion flags.
+    flags: Arc<FlagState>,
     st: Mutex<SlotState>,
 }
 
@@ -287,7 +324,7 @@ impl SlotPool {
             dev: dev.clone(),
             per_slot,
             max_slots: (STREAM_BUDGET / per_slot).max(1),
-            flags_ok: Arc::new(AtomicBool::new(true)),
+            flags: Arc::default(),
             st: Mutex::new(SlotState {
                 free: Vec::new(),
                 created: 0,
@@ -316,7 +353,7 @@ impl SlotPool {
     pub(crate) fn realize(&self, g: Grant) -> Result<Slot> {
         match g {
             Grant::Slot(s) => Ok(s),
-            Grant::Room => Slot::new(&self.dev, self.per_slot, &self.flags_ok)
+            Grant::Room => Slot::new(&self.dev, self.per_slot, &self.flags)
                 .inspect_err(|_| self.give(Grant::Room)),
         }
     }

@@ -84,7 +84,7 @@ fn a_stream_stopped_by_a_failed_copy_fails_its_request() {
     let p = Pair::new(MIB, test_options(1), true);
     let d = pair_descs(&p, 4);
     let (c, addr) = (&p.client, &p.peer_addr);
-    // The slot exists (its probe ran) before any stream is held.
+    // The slot and its flags exist before any stream is held.
     c.transfer_sync(addr, TransferOp::Write, &d, T).unwrap();
     let codes = [
         acl_sys::ACL_ERROR_RT_DEVICE_MEM_ERROR,
@@ -158,30 +158,47 @@ fn without_the_value_call_streams_record_events() {
     env.finish();
 }
 
-/// A flag write the runtime refuses (here the engine's first `aclrtValueWrite`, refused as
-/// unsupported) means events, for that transfer and every one after, and transfers work.
+/// A flag write the runtime refuses as unsupported (here the second `aclrtValueWrite` of the
+/// first transfer: the first stream's write was queued already) means events, for that
+/// transfer and every one after; a refusal for another reason fails its transfer only.
 #[test]
-fn a_refused_flag_write_means_events() {
+fn a_flag_write_refused_as_unsupported_means_events() {
     let env = setup();
     let p = Pair::new(MIB, test_options(2), true);
     let data = pattern(7, MIB);
     p.local.write_from(&data, 0).unwrap();
     let d = pair_descs(&p, 8);
-    ascend_sim::fault::fail_nth(
-        "aclrtValueWrite",
-        1,
-        acl_sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+    let sync = || {
+        p.client
+            .transfer_sync(&p.peer_addr, TransferOp::Write, &d, T)
+    };
+    ascend_sim::fault::fail_nth("aclrtValueWrite", 1, INTERNAL);
+    let e = sync().unwrap_err();
+    assert!(
+        matches!(&e, Error::Mem(m) if m.api() == Some("aclrtValueWrite")),
+        "{e:?}"
     );
     let names = ["aclrtValueWrite", "aclrtRecordEvent"];
+    assert_eq!(
+        counted(names, || sync().unwrap()),
+        [2, 0],
+        "{names:?}: flags still"
+    );
+    ascend_sim::fault::fail_nth(
+        "aclrtValueWrite",
+        2,
+        acl_sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+    );
     let n = counted(names, || {
-        for _ in 0..2 {
-            p.client
-                .transfer_sync(&p.peer_addr, TransferOp::Write, &d, T)
-                .unwrap();
-        }
+        sync().unwrap();
+        sync().unwrap();
     });
     ascend_sim::fault::clear();
-    assert_eq!(n, [1, 4], "{names:?}: the refused write, then events");
+    assert_eq!(
+        n,
+        [2, 4],
+        "{names:?}: one write queued, one refused, then events"
+    );
     assert_landed(&p.remote.to_vec().unwrap(), &data, 8);
     p.close();
     env.finish();
