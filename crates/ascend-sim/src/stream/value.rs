@@ -66,7 +66,8 @@ impl Cmp {
 static WRITES: Mutex<u64> = Mutex::new(0);
 static WRITTEN: Condvar = Condvar::new();
 
-/// Streams with value writes queued (deterministic mode drives them from a blocked wait).
+/// Streams with value writes queued, in deterministic mode (which drives them from a blocked
+/// wait).
 static WRITERS: Mutex<Vec<Weak<Stream>>> = Mutex::new(Vec::new());
 
 /// Checks that `addr` names a live, device-accessible, 8-byte aligned word (`write`: writable).
@@ -220,7 +221,9 @@ export! { Acl;
     fn aclrtValueWrite(devAddr: *mut c_void, value: u64, flag: u32, stream: aclrtStream) {
         ensure!(flag == 0, ACL_ERROR_INVALID_PARAM, "flag {flag} is reserved and must be 0");
         let s = submit(devAddr, stream, true)?;
-        {
+        // Only deterministic mode's blocked waits drive writers (threaded streams run by
+        // themselves): no process-wide list to scan on every write otherwise.
+        if deterministic() {
             let mut w = WRITERS.lock();
             w.retain(|x| x.strong_count() > 0);
             if !w.iter().any(|x| x.as_ptr() == Arc::as_ptr(&s)) {
