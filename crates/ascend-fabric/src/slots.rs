@@ -2,7 +2,7 @@
 //! completion flag per stream (HIXL's host-mode slot has such a flag; its streams fill it
 //! with a copy, ours with `aclrtValueWrite`), or one event per stream in the slot that finds
 //! flags do not work and every slot made after (no `aclrtMallocHost` or `aclrtValueWrite`, a
-//! flag write refused as unsupported, or, before any flag was ever seen written, a stream
+//! flag allocation or write refused as unsupported, or, before any flag was ever seen written, a stream
 //! that finishes cleanly without writing its flag). A transfer takes a slot for itself, deals
 //! its pieces round-robin to the slot's streams and queues each stream's share as one table
 //! batch ([`ascend_mem::Stream::copy_table_async`] over the channel's imports and the local
@@ -59,8 +59,8 @@ pub(crate) struct FlagState {
     proven: AtomicBool,
 }
 
-/// Whether a refused flag write says the runtime cannot write flags (so events are used),
-/// rather than that this transfer failed.
+/// Whether a refused flag allocation or write says the runtime cannot do flags (so events
+/// are used), rather than that this transfer failed.
 fn unsupported(e: &ascend_mem::Error) -> bool {
     matches!(e, ascend_mem::Error::MissingSymbol { .. })
         || e.code()
@@ -76,8 +76,9 @@ enum Marks {
     /// its flag stopped on a failed copy (never writing it), which its synchronize reports.
     Flags { words: PinnedWords, seq: u64 },
     /// One event per stream, recorded after the copies: where flags do not work (the runtime
-    /// lacks `aclrtMallocHost` or `aclrtValueWrite`, refuses a flag write, or finishes a
-    /// stream's work without writing its flag), for the slot and every slot made after.
+    /// lacks `aclrtMallocHost` or `aclrtValueWrite`, refuses a flag allocation or write as
+    /// unsupported, or, before any flag was seen written, finishes a stream's work without
+    /// writing its flag), for the slot and every slot made after.
     Events(Vec<Event>),
 }
 
@@ -94,15 +95,19 @@ impl Slot {
             s.set_failure_mode(FailureMode::Stop)?;
             streams.push(s);
         }
-        let words = (!flags.off.load(Ordering::Acquire)).then(|| {
-            PinnedWords::new(dev, n)
-                .inspect_err(|e| {
+        let words = match flags.off.load(Ordering::Acquire) {
+            true => None,
+            false => match PinnedWords::new(dev, n) {
+                Ok(w) => Some(w),
+                Err(e) if unsupported(&e) => {
                     tracing::warn!(error = %e, "no completion flags: completion by events");
                     flags.off.store(true, Ordering::Release);
-                })
-                .ok()
-        });
-        let marks = match words.flatten() {
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            },
+        };
+        let marks = match words {
             Some(words) => Marks::Flags { words, seq: 0 },
             None => Self::events(dev, n)?,
         };

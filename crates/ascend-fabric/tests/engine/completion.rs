@@ -126,6 +126,42 @@ fn a_stream_stopped_by_a_failed_copy_fails_its_request() {
     env.finish();
 }
 
+/// The flags' allocation refused for a reason of its own fails that transfer, and the next
+/// slot has flags; refused as unsupported, it means events.
+#[test]
+fn a_refused_flag_allocation() {
+    let env = setup();
+    let names = ["aclrtValueWrite", "aclrtRecordEvent"];
+    for (code, events) in [
+        (INTERNAL, false),
+        (acl_sys::ACL_ERROR_RT_FEATURE_NOT_SUPPORT, true),
+    ] {
+        let p = Pair::new(MIB, test_options(2), true);
+        let d = pair_descs(&p, 8);
+        let sync = || {
+            p.client
+                .transfer_sync(&p.peer_addr, TransferOp::Write, &d, T)
+        };
+        ascend_sim::fault::fail_nth("aclrtMallocHost", 1, code);
+        let first = sync();
+        ascend_sim::fault::clear();
+        if events {
+            first.unwrap();
+        } else {
+            let e = first.unwrap_err();
+            assert!(
+                matches!(&e, Error::Mem(m) if m.api() == Some("aclrtMallocHost")),
+                "{e:?}"
+            );
+        }
+        let n = counted(names, || sync().unwrap());
+        let want = if events { [0, 2] } else { [2, 0] };
+        assert_eq!(n, want, "{names:?} after a refusal with code {code}");
+        p.close();
+    }
+    env.finish();
+}
+
 /// On a runtime without `aclrtValueWrite` a slot's streams record events instead, and
 /// transfers work as before.
 #[test]
