@@ -2,8 +2,8 @@
 //! completion flag per stream (HIXL's host-mode slot has such a flag; its streams fill it
 //! with a copy, ours with `aclrtValueWrite`), or one event per stream in the slot that finds
 //! flags do not work and every slot made after (no `aclrtMallocHost` or `aclrtValueWrite`, a
-//! flag allocation or write refused as unsupported, or, before any flag was ever seen written, a stream
-//! that finishes cleanly without writing its flag). A transfer takes a slot for itself, deals
+//! flag allocation or write refused as unsupported, or, before any flag was ever seen
+//! written, a stream that finishes cleanly without writing its flag). A transfer takes a slot for itself, deals
 //! its pieces round-robin to the slot's streams and queues each stream's share as one table
 //! batch ([`ascend_mem::Stream::copy_table_async`] over the channel's imports and the local
 //! segments: `aclrtMemcpyAsync`, kind DEVICE_TO_DEVICE for every direction, as HIXL does, and
@@ -65,6 +65,11 @@ fn unsupported(e: &ascend_mem::Error) -> bool {
     matches!(e, ascend_mem::Error::MissingSymbol { .. })
         || e.code()
             .is_some_and(|c| c.0 == acl::ACL_ERROR_RT_FEATURE_NOT_SUPPORT)
+}
+
+/// The indices of the streams that bit set `used` names, among `n`.
+fn used_streams(n: usize, used: u32) -> impl Iterator<Item = usize> {
+    (0..n).filter(move |i| used & (1 << i) != 0)
 }
 
 /// How a slot learns that the copies queued on its streams are done.
@@ -186,7 +191,7 @@ impl Slot {
     /// [`MIN_WAIT`] left asks without waiting (a runtime wait takes whole milliseconds).
     pub(crate) fn wait_done(&mut self, used: u32, slice: Duration) -> Result<bool> {
         let until = Instant::now() + slice;
-        for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
+        for i in used_streams(self.streams.len(), used) {
             let left = until.saturating_duration_since(Instant::now());
             let r = match &self.marks {
                 Marks::Flags { words, seq } if Self::flagged(words, *seq, i, &self.flags) => {
@@ -215,7 +220,7 @@ impl Slot {
     /// without waiting: flags are read directly, and a stream whose flag is not there yet is
     /// asked only with `ask` (events are always asked).
     pub(crate) fn poll_done(&mut self, used: u32, ask: bool) -> Result<bool> {
-        for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
+        for i in used_streams(self.streams.len(), used) {
             let done = match &self.marks {
                 Marks::Flags { words, seq } => {
                     Self::flagged(words, *seq, i, &self.flags)
@@ -237,7 +242,7 @@ impl Slot {
     /// them, so the transfer is done and completion falls back to events.
     pub(crate) fn sync_streams(&mut self, used: u32) -> Result<()> {
         let mut first = None;
-        for i in (0..self.streams.len()).filter(|i| used & (1 << i) != 0) {
+        for i in used_streams(self.streams.len(), used) {
             if let Err(e) = self.streams[i].synchronize() {
                 first.get_or_insert(e);
             }
@@ -246,8 +251,8 @@ impl Slot {
             return Err(e.into());
         }
         if let Marks::Flags { words, seq } = &self.marks {
-            let unwritten = (0..self.streams.len())
-                .find(|&i| used & (1 << i) != 0 && !Self::flagged(words, *seq, i, &self.flags));
+            let unwritten = used_streams(self.streams.len(), used)
+                .find(|&i| !Self::flagged(words, *seq, i, &self.flags));
             if let Some(i) = unwritten {
                 if self.flags.proven.load(Ordering::Relaxed) {
                     return Err(Error::Aborted);
