@@ -13,11 +13,12 @@ mod util;
 use std::time::Duration;
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use ascend_testkit::process;
 use util::*;
 
 const T: Duration = Duration::from_secs(20);
 
-/// Open descriptors and threads of this process.
+/// Open descriptors and live threads (not exiting) of this process.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 struct Usage {
     fds: usize,
@@ -25,17 +26,21 @@ struct Usage {
 }
 
 fn usage() -> Usage {
-    let count = |dir: &str| std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0);
     Usage {
-        fds: count("/proc/self/fd"),
-        threads: count("/proc/self/task"),
+        fds: process::open_fds(),
+        threads: process::live_thread_count(),
     }
 }
 
 fn assert_back(phase: &str, before: Usage) {
     let c = ascend_sim::counters();
     assert!(c.is_zero(), "{phase}: emulator objects left: {c}");
-    assert_eq!(usage(), before, "{phase}: descriptors and threads");
+    assert_eq!(
+        usage(),
+        before,
+        "{phase}: descriptors and threads {:?}",
+        process::live_threads()
+    );
 }
 
 fn registrations(dev: &ascend_mem::Device) {
@@ -89,7 +94,8 @@ fn connects(dev: &ascend_mem::Device) {
         // growth with the number of cycles.
         assert!(
             now.threads == base.threads && now.fds <= base.fds + 2,
-            "cycle {i}: {now:?} against {base:?} after the first"
+            "cycle {i}: {now:?} against {base:?} after the first; threads {:?}",
+            process::live_threads()
         );
     }
 }

@@ -8,6 +8,7 @@
 mod control_util;
 
 use ascend_fabric::control::{self, ServerConfig};
+use ascend_testkit::process::open_fds as fds;
 use ascend_testkit::role::read_stdin_line;
 use ascend_testkit::{role, test_name, Spawn};
 use control_util::*;

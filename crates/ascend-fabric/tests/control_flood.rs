@@ -9,6 +9,7 @@ mod control_util;
 
 use ascend_fabric::control::ServerConfig;
 use ascend_fabric::wire::{ConnectMsg, Frame, MsgType};
+use ascend_testkit::process::{live_thread_count as threads, open_fds as fds};
 use control_util::*;
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, TcpStream};

@@ -10,7 +10,8 @@
 //! - [`result`]: the `RESULT ...` lines children report back;
 //! - [`watchdog`](mod@watchdog): a child that gives up on its own when its parent stops driving it;
 //! - [`net`]: raw bytes to a server and its whole answer;
-//! - [`hex`]: bytes as hex text, for handing binary values to a child on a line.
+//! - [`hex`]: bytes as hex text, for handing binary values to a child on a line;
+//! - [`process`]: this process's live threads and open descriptors.
 //!
 //! With the `emulator` feature, `emulator` adds a test's session on the in-process emulator
 //! (the lock, cleared faults, device 0, and the check that nothing is left at its end).
@@ -20,6 +21,7 @@ pub mod emulator;
 pub mod hex;
 pub mod lock;
 pub mod net;
+pub mod process;
 pub mod result;
 pub mod role;
 pub mod watchdog;

@@ -168,16 +168,6 @@ pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
-/// Threads of this process.
-pub fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task").unwrap().count()
-}
-
-/// Open descriptors of this process.
-pub fn fds() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
 /// Sets the soft descriptor limit to `n` (at most the hard limit); returns the new soft limit.
 pub fn set_soft_nofile(n: u64) -> u64 {
     let mut lim = libc::rlimit {

@@ -99,15 +99,11 @@ fn eight_threads_times_a_thousand_transfers() {
     env.finish();
 }
 
-/// The ids of this process's threads named `name` (from `/proc/self/task/*/comm`).
+/// The ids of this process's live threads named `name`.
 fn threads_named(name: &str) -> std::collections::BTreeSet<u64> {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|t| {
-            let t = t.ok()?;
-            let comm = std::fs::read_to_string(t.path().join("comm")).ok()?;
-            (comm.trim_end() == name).then(|| t.file_name().to_str()?.parse().ok())?
-        })
+    ascend_testkit::process::live_threads_named(name)
+        .into_iter()
+        .map(|t| t.tid)
         .collect()
 }
 
