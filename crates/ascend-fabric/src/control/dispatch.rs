@@ -82,7 +82,9 @@ impl Loop {
             conn.queue(&bytes);
             return conn.finish(now);
         };
-        // The session exists before SUCCESS is queued.
+        // The handler has seen the session before it is listed, and it exists before
+        // SUCCESS is queued.
+        self.shared.handler.session_opened(&req.channel_id);
         self.shared.sessions.lock().insert(
             req.channel_id.clone(),
             SessionEntry {
@@ -101,7 +103,6 @@ impl Loop {
         });
         tracing::debug!(channel = %req.channel_id, peer = %conn.peer, "session opened");
         conn.queue(&bytes);
-        self.shared.handler.session_opened(&req.channel_id);
         conn.flush()
     }
 

@@ -2,7 +2,7 @@
 //! within the caps; moves each connection's input and output along; closes what is due.
 
 use super::conn::{Close, Conn, Input, Phase};
-use super::shared::{Command, Shared, LISTENER_KEY};
+use super::shared::{Command, SessionEntry, Shared, LISTENER_KEY};
 use super::source::Registered;
 use polling::Events;
 use std::collections::{BTreeSet, HashMap};
@@ -364,12 +364,15 @@ impl Loop {
             .fetch_sub(1, Ordering::Relaxed);
         self.count_and_log(&conn, &why);
         if let Phase::Session(s) = &conn.phase {
-            let mut sessions = shared.sessions.lock();
-            if sessions.get(&s.channel_id).is_some_and(|e| e.key == key) {
-                sessions.remove(&s.channel_id);
-                drop(sessions);
-                shared.counters.sessions.fetch_sub(1, Ordering::Relaxed);
+            let ours = |sessions: &HashMap<String, SessionEntry>| {
+                sessions.get(&s.channel_id).is_some_and(|e| e.key == key)
+            };
+            // Only this thread adds and removes sessions: the entry checked here is still
+            // the one removed after the handler ran (it stays listed until then).
+            if ours(&shared.sessions.lock()) {
                 shared.handler.session_closed(&s.channel_id);
+                shared.sessions.lock().remove(&s.channel_id);
+                shared.counters.sessions.fetch_sub(1, Ordering::Relaxed);
                 tracing::debug!(channel = %s.channel_id, reason = ?why, "session ended");
             }
         }

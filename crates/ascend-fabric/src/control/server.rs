@@ -75,7 +75,9 @@ impl ControlServer {
         self.addr
     }
 
-    /// Channel ids of the live keepalive sessions.
+    /// Channel ids of the live keepalive sessions. A session is listed once the handler's
+    /// [`ControlHandler::session_opened`] has returned for it, and until its
+    /// [`ControlHandler::session_closed`] has.
     pub fn sessions(&self) -> Vec<String> {
         self.shared.sessions.lock().keys().cloned().collect()
     }

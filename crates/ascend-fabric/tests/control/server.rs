@@ -44,6 +44,20 @@ fn closing_the_keepalive_socket_ends_the_session() {
     assert_eq!(h.events.lock().last().unwrap(), "close peer-a");
 }
 
+/// A session is listed only once the handler has seen it open, and until the handler has
+/// seen it close, however long the handler takes.
+#[test]
+fn sessions_are_listed_between_the_handlers_open_and_close() {
+    let (srv, h) = server(fake_entries(1), ServerConfig::default());
+    *h.slow.lock() = Duration::from_millis(100);
+    let c = control::connect(srv.local_addr(), "peer-s", T, None).unwrap();
+    wait_until("session", || srv.sessions().len() == 1);
+    assert_eq!(*h.events.lock(), ["open peer-s"]);
+    drop(c);
+    wait_until("session end", || srv.sessions().is_empty());
+    assert_eq!(*h.events.lock(), ["open peer-s", "close peer-s"]);
+}
+
 #[test]
 fn duplicate_channel_id_is_refused_with_already_connected() {
     let (srv, _h) = server(fake_entries(1), ServerConfig::default());

@@ -1,5 +1,5 @@
 //! Helpers of the control-plane tests: a handler offering real exported memory, connections
-//! from chosen loopback source addresses, descriptor and thread counts, bounded waits.
+//! from chosen loopback source addresses, bounded waits.
 
 use ascend_fabric::control::{ControlHandler, ControlServer, ServerConfig};
 use ascend_fabric::wire::ShareHandleEntry;
@@ -28,6 +28,19 @@ pub fn device() -> ascend_mem::Device {
 pub struct Handler {
     pub entries: Vec<ShareHandleEntry>,
     pub events: Mutex<Vec<String>>,
+    /// Makes each session callback take this long before it records its event (a slow
+    /// handler, to show what a caller can rely on while one runs).
+    pub slow: Mutex<Duration>,
+}
+
+impl Handler {
+    fn record(&self, event: String) {
+        let pause = *self.slow.lock();
+        if !pause.is_zero() {
+            std::thread::sleep(pause);
+        }
+        self.events.lock().push(event);
+    }
 }
 
 impl ControlHandler for Handler {
@@ -35,10 +48,10 @@ impl ControlHandler for Handler {
         self.entries.clone()
     }
     fn session_opened(&self, id: &str) {
-        self.events.lock().push(format!("open {id}"));
+        self.record(format!("open {id}"));
     }
     fn session_closed(&self, id: &str) {
-        self.events.lock().push(format!("close {id}"));
+        self.record(format!("close {id}"));
     }
 }
 
