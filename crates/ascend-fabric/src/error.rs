@@ -13,9 +13,11 @@ use crate::wire::WireError;
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum LostReason {
-    /// The keepalive socket reached EOF or failed: the peer process died or closed it.
+    /// The keepalive socket reached EOF or failed: the peer process died or closed it
+    /// (also when a heartbeat is what found the socket closed or reset).
     KeepaliveClosed,
-    /// A heartbeat could not be sent.
+    /// A heartbeat could not be sent on a socket still open (the send timed out: the peer
+    /// stopped reading).
     HeartbeatFailed,
     /// This engine disconnected ([`Engine::disconnect`](crate::Engine::disconnect)).
     Disconnected,

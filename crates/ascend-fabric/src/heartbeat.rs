@@ -53,8 +53,37 @@ pub(crate) fn spawn_heartbeats(
                 let r = control::send_heartbeat(&mut ch.keepalive.lock());
                 if let Err(e) = r {
                     tracing::warn!(peer = %ch.peer, error = %e, "heartbeat failed");
-                    channel::lose(&map, &ch, LostReason::HeartbeatFailed);
+                    channel::lose(&map, &ch, loss_reason(&e));
                 }
             }
         })
+}
+
+/// Why a failed heartbeat loses its channel: a socket the peer closed or reset is the same
+/// loss its keepalive reader reports (whichever of the two threads notices first), anything
+/// else (a send that timed out on a peer that stopped reading) is the heartbeat's own.
+fn loss_reason(e: &std::io::Error) -> LostReason {
+    use std::io::ErrorKind::*;
+    match e.kind() {
+        BrokenPipe | ConnectionReset | ConnectionAborted | NotConnected | UnexpectedEof => {
+            LostReason::KeepaliveClosed
+        }
+        _ => LostReason::HeartbeatFailed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn a_closed_socket_is_the_keepalive_closing_and_a_stalled_one_a_failed_heartbeat() {
+        for k in [ErrorKind::BrokenPipe, ErrorKind::ConnectionReset] {
+            assert_eq!(loss_reason(&Error::from(k)), LostReason::KeepaliveClosed);
+        }
+        for k in [ErrorKind::WouldBlock, ErrorKind::TimedOut] {
+            assert_eq!(loss_reason(&Error::from(k)), LostReason::HeartbeatFailed);
+        }
+    }
 }
