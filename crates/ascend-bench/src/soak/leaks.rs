@@ -28,19 +28,12 @@ fn fds() -> Vec<String> {
     v
 }
 
+/// Threads that have not begun to exit (a joined one can stay listed a while), as `tid:name`.
 fn threads() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir("/proc/self/task")
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .map(|e| {
-                    let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
-                    format!("{}:{}", e.file_name().to_string_lossy(), comm.trim())
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    v.sort();
-    v
+    ascend_testkit::process::live_threads()
+        .into_iter()
+        .map(|t| format!("{}:{}", t.tid, t.name))
+        .collect()
 }
 
 impl Baseline {

@@ -329,8 +329,11 @@ fn failed_transfer_reports_once_then_already_reported() {
         let _rb = b.register(&b_buf).unwrap();
         b.connect(&a_addr, T).unwrap();
         let d = TransferDesc::new(b_buf.as_raw() as u64, a_buf.as_raw() as u64, REGION as u64);
+        // Held, so the copy is still queued when the channel goes (else it may finish first).
+        let hold = ascend_sim::testing::hold_all_streams();
         let req = b.transfer_async(&a_addr, TransferOp::Read, &[d]).unwrap();
         b.disconnect(&a_addr, T).unwrap();
+        drop(hold);
         let e = req.wait(T).unwrap_err();
         assert!(e.is_peer_lost(), "{e:?}");
         assert_eq!(e.status(), HixlCode::NOT_CONNECTED);

@@ -63,12 +63,7 @@ fn engines_are_addressed_by_host_name() {
     let env = setup();
     let rt = &env.rt;
     let dev = rt.device(0).unwrap();
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let name = format!("localhost:{port}");
+    let name = format!("localhost:{}", free_port());
     let opts = || {
         EngineOptions::builder()
             .pool_capacity(2 << 30)

@@ -16,7 +16,8 @@ use ascend_mem::{Device, DeviceBuffer, HostBuffer};
 use ascend_testkit::emulator::sim_library;
 
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-const SEC: Duration = Duration::from_secs(2);
+/// The timeout of calls expected to succeed: far above what they take on a loaded machine.
+const SEC: Duration = Duration::from_secs(20);
 
 fn hccs() -> Endpoint {
     Endpoint::new(Protocol::Hccs).on_device(0)
