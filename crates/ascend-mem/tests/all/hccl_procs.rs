@@ -18,7 +18,9 @@ use ascend_testkit::{
 
 const ROOT_VAR: &str = "HCCL_TEST_ROOT";
 const RANKS: u32 = 3;
-const EXEC_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bounds the rendezvous too: every rank process must exec and reach `Comm::init` within it,
+/// so it is far above what that takes on a loaded machine. A death is noticed long before it.
+const EXEC_TIMEOUT: Duration = Duration::from_secs(20);
 const COUNT: usize = 1000;
 
 /// Starts `test` again as the rank process `role` of the communicator `root`.

@@ -304,7 +304,6 @@ fn a_stalled_broker_connection_does_not_hold_up_imports() {
     let stalled: Vec<_> = (0..3)
         .map(|_| std::os::unix::net::UnixStream::connect_addr(&addr).unwrap())
         .collect();
-    let t0 = std::time::Instant::now();
     let mut child = spawn_child(
         test_name!(a_stalled_broker_connection_does_not_hold_up_imports),
         "import-write",
@@ -312,13 +311,10 @@ fn a_stalled_broker_connection_does_not_hold_up_imports() {
     );
     h.allow_pids(&[child.id() as i32]).unwrap();
     writeln!(child.stdin.take().unwrap(), "{}", to_hex(&h.to_bytes())).unwrap();
+    // The importer waits at most 5 s for its answer, and a broker serving one connection at a
+    // time would reach it only after the stalled ones' 5 s each: its success is the proof.
     let (ok, res) = child_result(child);
     assert!(ok && res == "ok", "child: {res}");
-    assert!(
-        t0.elapsed() < std::time::Duration::from_secs(3),
-        "{:?}",
-        t0.elapsed()
-    );
     assert_eq!(buf.to_vec().unwrap(), pattern(42, MIB2));
     drop(stalled);
     drop((h, buf));
