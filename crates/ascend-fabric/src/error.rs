@@ -16,7 +16,7 @@ pub enum LostReason {
     /// The keepalive socket reached EOF or failed: the peer process died or closed it
     /// (also when a heartbeat is what found the socket closed or reset).
     KeepaliveClosed,
-    /// A heartbeat could not be sent on a socket still open (the send timed out: the peer
+    /// A heartbeat could not be sent within its timeout on a socket still open (the peer
     /// stopped reading).
     HeartbeatFailed,
     /// This engine disconnected ([`Engine::disconnect`](crate::Engine::disconnect)).

@@ -59,16 +59,15 @@ pub(crate) fn spawn_heartbeats(
         })
 }
 
-/// Why a failed heartbeat loses its channel: a socket the peer closed or reset is the same
-/// loss its keepalive reader reports (whichever of the two threads notices first), anything
-/// else (a send that timed out on a peer that stopped reading) is the heartbeat's own.
+/// Why a failed heartbeat loses its channel: a send that could not finish within its timeout
+/// (`WouldBlock`: the peer stopped reading) is the heartbeat's own failure; any other error
+/// (the socket closed, reset or timed out by TCP) is the loss the keepalive reader reports for
+/// the same event, whichever of the two threads notices first.
 fn loss_reason(e: &std::io::Error) -> LostReason {
     use std::io::ErrorKind::*;
     match e.kind() {
-        BrokenPipe | ConnectionReset | ConnectionAborted | NotConnected | UnexpectedEof => {
-            LostReason::KeepaliveClosed
-        }
-        _ => LostReason::HeartbeatFailed,
+        WouldBlock | WriteZero => LostReason::HeartbeatFailed,
+        _ => LostReason::KeepaliveClosed,
     }
 }
 
@@ -79,11 +78,15 @@ mod tests {
 
     #[test]
     fn a_closed_socket_is_the_keepalive_closing_and_a_stalled_one_a_failed_heartbeat() {
-        for k in [ErrorKind::BrokenPipe, ErrorKind::ConnectionReset] {
+        for k in [
+            ErrorKind::BrokenPipe,
+            ErrorKind::ConnectionReset,
+            ErrorKind::TimedOut,
+        ] {
             assert_eq!(loss_reason(&Error::from(k)), LostReason::KeepaliveClosed);
         }
-        for k in [ErrorKind::WouldBlock, ErrorKind::TimedOut] {
-            assert_eq!(loss_reason(&Error::from(k)), LostReason::HeartbeatFailed);
-        }
+        // A send that ran out its `SO_SNDTIMEO` fails with EAGAIN.
+        let stalled = Error::from_raw_os_error(libc::EAGAIN);
+        assert_eq!(loss_reason(&stalled), LostReason::HeartbeatFailed);
     }
 }
