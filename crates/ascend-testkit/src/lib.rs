@@ -1,4 +1,4 @@
-//! Helpers shared by the workspace's test suites (a dev-only crate, not published).
+//! Helpers shared by the workspace's test suites and its bench (a crate that is not published).
 //!
 //! Without features it depends on no other crate of the workspace, so every crate's tests can
 //! use it:

@@ -21,14 +21,22 @@ pub struct Thread {
 }
 
 /// The threads of this process that have not begun to exit, by thread id.
+///
+/// # Panics
+/// If a thread's state cannot be read (other than for a thread gone meanwhile), or the
+/// calling thread is not in the list: a count that silently left threads out would hide leaks.
 pub fn live_threads() -> Vec<Thread> {
     let mut v: Vec<Thread> = std::fs::read_dir("/proc/self/task")
         .expect("/proc/self/task")
         .filter_map(|e| {
-            let e = e.ok()?;
+            let e = e.expect("a /proc/self/task entry");
             let tid = e.file_name().to_str()?.parse().ok()?;
-            // A thread gone between the listing and this read is not live either.
-            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let stat = match std::fs::read_to_string(e.path().join("stat")) {
+                Ok(s) => s,
+                // Gone between the listing and this read: not live either.
+                Err(err) if gone(&err) => return None,
+                Err(err) => panic!("cannot read the state of thread {tid}: {err}"),
+            };
             is_live(&stat).then(|| Thread {
                 tid,
                 name: name_of(&e.path()),
@@ -36,7 +44,25 @@ pub fn live_threads() -> Vec<Thread> {
         })
         .collect();
     v.sort();
+    let me = current_tid();
+    assert!(
+        v.iter().any(|t| t.tid == me),
+        "the calling thread {me} is not among the live threads read: {v:?}"
+    );
     v
+}
+
+fn gone(e: &std::io::Error) -> bool {
+    const ESRCH: i32 = 3;
+    e.kind() == std::io::ErrorKind::NotFound || e.raw_os_error() == Some(ESRCH)
+}
+
+/// The calling thread's id (`/proc/thread-self` links to `<pid>/task/<tid>`).
+fn current_tid() -> u64 {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    link.file_name()
+        .and_then(|n| n.to_str()?.parse().ok())
+        .unwrap_or_else(|| panic!("/proc/thread-self links to {}", link.display()))
 }
 
 /// How many threads of this process have not begun to exit.
@@ -68,17 +94,20 @@ fn name_of(task: &Path) -> String {
 }
 
 /// Whether a task's `stat` line shows it running its code: neither exiting nor a zombie.
+///
+/// # Panics
+/// On a line that does not have the fields proc(5) gives.
 fn is_live(stat: &str) -> bool {
     // The name, in parentheses, may hold spaces and parentheses: fields start after the last.
-    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return false;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rfind(')')
+        .map(|i| stat[i + 1..].split_whitespace().collect())
+        .unwrap_or_default();
     // Fields 3 (state) and 9 (flags) of proc(5), counted from the pid.
-    let (Some(state), Some(flags)) = (fields.first(), fields.get(6)) else {
-        return false;
+    let (Some(state), Some(Ok(flags))) = (fields.first(), fields.get(6).map(|f| f.parse::<u64>()))
+    else {
+        panic!("a thread's stat line without a state and flags: {stat:?}");
     };
-    let flags: u64 = flags.parse().unwrap_or(PF_EXITING);
     !matches!(*state, "Z" | "X" | "x") && flags & PF_EXITING == 0
 }
 
@@ -111,6 +140,11 @@ mod tests {
         assert!(is_live(live));
         assert!(!is_live(exiting));
         assert!(!is_live("12 (z) Z 1 12 12 0 -1 4194368"));
-        assert!(!is_live("garbage"));
+    }
+
+    #[test]
+    #[should_panic(expected = "without a state and flags")]
+    fn an_unreadable_stat_line_is_an_error_not_a_thread_left_out() {
+        is_live("garbage");
     }
 }

@@ -19,7 +19,7 @@ const K: usize = 512;
 /// Bounds the rendezvous too (every rank process must exec and reach `Comm::init` within it).
 const EXEC_TIMEOUT: Duration = Duration::from_secs(20);
 /// The signal wait's deadline: far above how long a peer's death takes to notice.
-const WAIT: Duration = Duration::from_secs(60);
+const WAIT: Duration = Duration::from_secs(30);
 
 fn spawn_rank(test: &str, role: &str, root: &RootInfo) -> Child {
     let mut s = Spawn::new(test, role).env(ROOT_VAR, to_hex(root.to_bytes()));
