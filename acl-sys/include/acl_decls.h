@@ -277,6 +277,7 @@ aclError aclrtDeviceCanAccessPeer(int32_t *canAccessPeer, int32_t deviceId, int3
 aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
 aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId);
 const char *aclGetRecentErrMsg(void);
+const char *aclrtGetSocName(void);
 aclError aclrtPeekAtLastError(aclrtLastErrLevel level);
 aclError aclrtGetLastError(aclrtLastErrLevel level);
 

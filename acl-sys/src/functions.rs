@@ -26,6 +26,7 @@ functions! {
     pub fn aclrtDeviceEnablePeerAccess(peerDeviceId: i32, flags: u32) -> aclError;
     pub fn aclrtDeviceDisablePeerAccess(peerDeviceId: i32) -> aclError;
     pub fn aclGetRecentErrMsg() -> *const ::std::os::raw::c_char;
+    pub fn aclrtGetSocName() -> *const ::std::os::raw::c_char;
     pub fn aclrtPeekAtLastError(level: aclrtLastErrLevel) -> aclError;
     pub fn aclrtGetLastError(level: aclrtLastErrLevel) -> aclError;
     pub fn aclrtCreateStream(stream: *mut aclrtStream) -> aclError;

@@ -99,13 +99,13 @@
 //! | R1 | `aclrtReserveMemAddress`: `size` non-zero, `flags` 0 or 1 (else `ACL_ERROR_INVALID_PARAM` 100000) |
 //! | R2 | its `alignment` is reserved and must be 0 |
 //! | R3 | its `expectPtr` is NULL, or (experimental) a fixed address inside the product's window, aligned |
-//! | R4 | `aclrtReserveMemAddressNoUCMemory`: A3 only (else `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000); `expectPtr` required and 1 GiB aligned; `size` a non-zero multiple of 1 GiB |
+//! | R4 | `aclrtReserveMemAddressNoUCMemory`: A3 only (else `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000); a NULL `expectPtr` is not supported (207000, the header's words: HIXL falls back to `aclrtReserveMemAddress` on it); `expectPtr` 1 GiB aligned; `size` a non-zero multiple of 1 GiB |
 //! | R5 | `aclrtMallocPhysical`: `flags` 0, `handleType` NONE, `allocationType` PINNED, `size` non-zero (else 100000) |
 //! | R6 | DDR page attributes only on host locations; UNREGISTERED and MANAGED locations refused (100000) |
 //! | R7 | `memAttr` is one of the attributes `aclrtMallocPhysical` accepts (100000) |
-//! | R8 | the physical size is a whole number of the kind's allocation granules |
+//! | R8 | the physical size is a whole number of the kind's allocation granules. The runtime takes any size (the API reference recommends aligned sizes "to save memory"), but only whole granules can be mapped (R10), so this crate refuses other sizes on the host |
 //! | R9 | `aclrtMapMem`: `flags` 0 (100000) |
-//! | R10 | `aclrtMapMem`: map size equal to the physical size, `offset` 0, address aligned, inside one reservation, not overlapping a mapping |
+//! | R10 | `aclrtMapMem`: map size equal to the physical size and a multiple of the minimum granularity, `offset` 0, address aligned, inside one reservation, not overlapping a mapping |
 //! | R11 | one device per reservation (checked on the host by [`ReservedVa::map`]) |
 //! | R12 | export of a NULL handle is refused (100000) |
 //! | R13 | export `flags` ≤ 1 and a V2 share type of DEFAULT or FABRIC (`ACL_ERROR_RT_PARAM_INVALID` 107000) |

@@ -352,6 +352,15 @@ export! { Acl;
     }
 }
 
+export! { Acl;
+    /// The SoC name of the emulated product (`ASCEND_SIM_SOC`: `Ascend910_9391` for the A3
+    /// default). The string is static: the pointer stays valid for the life of the process.
+    /// NULL only when the call is failed by fault injection.
+    fn aclrtGetSocName() -> *const c_char, fallback std::ptr::null(); {
+        config().soc_name.as_ptr()
+    }
+}
+
 fn check_level(level: aclrtLastErrLevel) -> Res {
     ensure!(
         level == ACL_RT_THREAD_LEVEL,

@@ -62,7 +62,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `ASCEND_SIM_DEVICES` | number of devices (1..=64) | 16 |
-//! | `ASCEND_SIM_SOC` | product: `A3`, `A2`, `950` (FABRIC handles and `aclrtReserveMemAddressNoUCMemory` only on A3; `expectPtr` NULL-only on 950) | `A3` |
+//! | `ASCEND_SIM_SOC` | product: `A3`, `A2`, `950`, or a SoC name HIXL knows (`Ascend910_9391`, `Ascend910B3`, …; any name containing `Ascend950`), reported by `aclrtGetSocName` (an alias reports its family's first name: `Ascend910_9391`, `Ascend910B1`, `Ascend950`). FABRIC handles and `aclrtReserveMemAddressNoUCMemory` only on A3; `expectPtr` NULL-only on 950 | `A3` (`Ascend910_9391`) |
 //! | `ASCEND_SIM_HBM_BYTES` | HBM capacity per device, charged by `aclrtMallocPhysical` (DEVICE) and `aclrtMalloc` | 1 GiB |
 //! | `ASCEND_SIM_HOST_BYTES` | cap for HOST/HOST_NUMA physical memory | 4 GiB |
 //! | `ASCEND_SIM_STREAM_MODE` | `threaded` or `deterministic` | `threaded` |
@@ -112,6 +112,44 @@
 //!   work behind it still runs, as destroy runs queued work).
 //! * Counters count explicit contexts only (`aclrtCreateContext`), not the per-device default
 //!   contexts of `aclrtSetDevice`; aclInit is not required before other calls.
+//!
+//! # Where each rule comes from
+//! Every ACL rule the emulator enforces, and the public fact behind it. "ACL" and "RT": checked
+//! in the open ACL or runtime layer (hicann/runtime `src/acl`, `src/runtime`), with that code;
+//! "header": the parameter text of `acl/acl_rt.h`; "API reference": the runtime's API
+//! reference (`docs/zh/api_ref`), which states the rule but not the code the driver returns;
+//! "HIXL": what HIXL's FabricMem code does and depends on; **ours**: no public fact states the
+//! rule, and the emulator is strict where the driver's behaviour is not known.
+//!
+//! | rule | source |
+//! |---|---|
+//! | R1 reservation `size` non-zero, `flags` 0 or 1 (100000) | ACL |
+//! | R2 `alignment` 0 | API reference; the code 107000 is ours |
+//! | a reservation's `size` is a multiple of 2 MiB | **ours** (the API reference says only "not 0") |
+//! | R3 a fixed `expectPtr` lies in [16 TiB, 24 TiB) and is aligned (a power of two for sizes under 1 GiB, else 1 GiB); NULL only on 950 | API reference; code ours |
+//! | R4 NoUC: A3 only, and a NULL `expectPtr`, are 207000 | header ("return not support if be nullptr"); HIXL falls back to `aclrtReserveMemAddress` on exactly this code |
+//! | R4 NoUC `size` a non-zero multiple of 1 GiB | API reference; code ours |
+//! | R4 NoUC `expectPtr` 1 GiB aligned | **ours** (R3's rule for sizes of 1 GiB and more) |
+//! | R5–R7 `aclrtMallocPhysical` arguments, properties and attributes (100000) | ACL |
+//! | R8 any physical size is allocated, as whole granules | API reference (align sizes "to save memory") |
+//! | R10 map size equal to the allocation's size and a multiple of the minimum granularity, `offset` 0 | API reference |
+//! | R10 the mapped address 2 MiB aligned, inside one reservation, overlapping no mapping | **ours** |
+//! | R11 (one device, one kind of handle per reservation) | not enforced: HIXL breaks it and nothing public says the driver checks it |
+//! | R12, R16 NULL export/import arguments, import `flags` 0 (100000) | ACL |
+//! | R13 export `flags` ≤ 1, V2 share type DEFAULT or FABRIC (107000) | RT |
+//! | R14 FABRIC export needs a current context (107002) | RT |
+//! | R14 FABRIC only on A3 | API reference (cross-server sharing is Atlas A3 only); the code 207000 is ours |
+//! | R15 one export per allocation per process; imported memory not re-exported | API reference; code ours |
+//! | R17 a V2 import lands on the current device | RT |
+//! | R18 an import needs the exporter alive and its memory not freed | API reference; code ours |
+//! | R19 mapped host memory is reached by a device only after `aclrtMemSetAccess` | API reference and HIXL (it sets access after mapping host memory) |
+//! | R20 a reservation is released only with no mapping in it | API reference; code ours |
+//! | copies: `count` ≤ `destMax`; the kind matches the pointers; device-accessible host memory on either side of DEVICE_TO_DEVICE | API reference; the last is HIXL's use; codes ours |
+//! | batched copies are host-to-device or device-to-host, one direction per batch | API reference |
+//! | value write/wait `flag` (write 0, wait 0..=3) | header |
+//! | value write/wait on an 8-byte aligned word of device-accessible memory | **ours** |
+//! | `aclrtGetSocName` names | HIXL (its SoC tables) |
+//! | all processes of the machine are one supernode | **ours** (there is one host) |
 //!
 //! # HCCL emulation
 //! Every symbol of [`hccl_sys::SYMBOLS`] is exported with the signature of
@@ -441,6 +479,7 @@ symbol_table!(
     aclrtDeviceEnablePeerAccess,
     aclrtDeviceDisablePeerAccess,
     aclGetRecentErrMsg,
+    aclrtGetSocName,
     aclrtPeekAtLastError,
     aclrtGetLastError,
     aclrtCreateStream,

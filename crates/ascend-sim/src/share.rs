@@ -514,7 +514,7 @@ fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtD
         return Err(stale());
     }
     let h = read_header(fd.as_raw_fd()).ok_or_else(stale)?;
-    if h.magic != MAGIC || h.ino != st.st_ino || st.st_size as u64 != HDR as u64 + h.size {
+    if h.magic != MAGIC || h.ino != st.st_ino || (st.st_size as u64) < HDR as u64 + h.size {
         return Err(stale());
     }
     ensure!(

@@ -130,10 +130,12 @@ fn r4_no_uc_reservation() {
     let gib = 1usize << 30;
     let base = (41usize << 40) as *mut c_void;
     let mut va = null_mut();
+    // The header: a NULL expectPtr is "not supported" (HIXL falls back on exactly this code).
     expect_code!(
-        ACL_ERROR_RT_PARAM_INVALID,
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
         aclrtReserveMemAddressNoUCMemory(&mut va, gib, 0, null_mut(), 1)
     );
+    assert!(va.is_null(), "a refused reservation writes no address");
     expect_code!(
         ACL_ERROR_RT_PARAM_INVALID,
         aclrtReserveMemAddressNoUCMemory(&mut va, MIB2, 0, base, 1)
@@ -288,17 +290,21 @@ fn r7_accepted_and_rejected_attrs() {
 #[test]
 fn r8_size_multiple_of_granularity() {
     let _g = LOCK.lock();
+    // The API reference asks for aligned sizes "to save memory": an unaligned size is
+    // allocated (as whole granules), but it cannot be mapped (R10: the map size equals the
+    // allocation's size and is a multiple of the minimum granularity).
     let mut h = null_mut();
-    expect_code!(
-        ACL_ERROR_RT_PARAM_INVALID,
-        aclrtMallocPhysical(&mut h, 4096, &dev_prop(0), 0)
-    );
+    ok!(aclrtMallocPhysical(&mut h, 4096, &dev_prop(0), 0));
+    let mut va = null_mut();
+    ok!(aclrtReserveMemAddress(&mut va, 2 * MIB2, 0, null_mut(), 0));
+    expect_code!(ACL_ERROR_RT_PARAM_INVALID, aclrtMapMem(va, 4096, 0, h, 0));
+    assert!(last_msg().contains("minimum granularity"), "{}", last_msg());
+    expect_code!(ACL_ERROR_RT_PARAM_INVALID, aclrtMapMem(va, MIB2, 0, h, 0));
+    assert!(last_msg().contains("differs"), "{}", last_msg());
+    ok!(aclrtFreePhysical(h));
+    ok!(aclrtReleaseMemAddress(va));
     let mut p = dev_prop(0);
     p.memAttr = ACL_HBM_MEM_HUGE1G;
-    expect_code!(
-        ACL_ERROR_RT_PARAM_INVALID,
-        aclrtMallocPhysical(&mut h, MIB2, &p, 0)
-    );
     let mut g = 0usize;
     ok!(aclrtMemGetAllocationGranularity(
         &mut p,
@@ -929,10 +935,10 @@ fn error_message_and_last_error() {
     let _g = LOCK.lock();
     let _ = last_msg();
     assert!(last_msg().is_empty(), "message not cleared");
-    let mut h = null_mut();
+    let mut va = null_mut();
     expect_code!(
         ACL_ERROR_RT_PARAM_INVALID,
-        aclrtMallocPhysical(&mut h, 4096, &dev_prop(0), 0)
+        aclrtReserveMemAddress(&mut va, MIB2, 1, null_mut(), 0)
     );
     assert_eq!(
         acl!(aclrtPeekAtLastError(ACL_RT_THREAD_LEVEL)),
@@ -944,7 +950,7 @@ fn error_message_and_last_error() {
     );
     assert_eq!(acl!(aclrtGetLastError(ACL_RT_THREAD_LEVEL)), 0);
     let m = last_msg();
-    assert!(m.starts_with("aclrtMallocPhysical: size 4096"), "{m}");
+    assert!(m.starts_with("aclrtReserveMemAddress: alignment 1"), "{m}");
     assert!(last_msg().is_empty());
     assert_clean();
 }

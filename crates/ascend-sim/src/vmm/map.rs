@@ -44,6 +44,13 @@ pub(crate) fn map(
         obj.size
     );
     ensure!(
+        size % obj.page == 0,
+        ACL_ERROR_RT_PARAM_INVALID,
+        "size {size} is not a multiple of the minimum granularity {:#x} (an allocation of a \
+         size that is not whole granules cannot be mapped)",
+        obj.page
+    );
+    ensure!(
         addr % GRAN == 0,
         ACL_ERROR_RT_PARAM_INVALID,
         "virPtr {virptr:p} is not aligned to the 2 MiB granularity"

@@ -69,10 +69,12 @@ fn check_placement(size: usize, alignment: usize, expect: usize, no_uc: bool) ->
             ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
             "not supported on this product (ASCEND_SIM_SOC is not A3)"
         );
+        // The header: "return not support if be nullptr". HIXL's VA pool relies on this code
+        // to fall back to aclrtReserveMemAddress.
         ensure!(
             expect != 0,
-            ACL_ERROR_RT_PARAM_INVALID,
-            "expectPtr is NULL (required)"
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "expectPtr is NULL: a NoUC reservation needs a fixed address (not supported without one)"
         );
         ensure!(
             size >= GRAN_1G && size % GRAN_1G == 0,

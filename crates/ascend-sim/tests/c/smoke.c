@@ -1,6 +1,7 @@
 /* Smoke test of libascend_sim.so from C: our own prototypes of the ACL calls used (the
  * signatures and struct layouts of CANN's acl/acl_rt.h, as declared in acl-sys), no vendor
- * header. Exit 0 and "SMOKE OK" on success. */
+ * header. `smoke [SOC_NAME]`: aclrtGetSocName must return SOC_NAME (default: the A3 default,
+ * Ascend910_9391). Exit 0 and "SMOKE OK" on success. */
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -32,6 +33,9 @@ typedef struct {
 aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtReserveMemAddress(void **virPtr, size_t size, size_t alignment, void *expectPtr, uint64_t flags);
+aclError aclrtReserveMemAddressNoUCMemory(void **virPtr, size_t size, size_t alignment, void *expectPtr,
+                                          uint64_t flags);
+const char *aclrtGetSocName(void);
 aclError aclrtReleaseMemAddress(void *virPtr);
 aclError aclrtMallocPhysical(aclrtDrvMemHandle *handle, size_t size, const aclrtPhysicalMemProp *prop, uint64_t flags);
 aclError aclrtFreePhysical(aclrtDrvMemHandle handle);
@@ -59,8 +63,35 @@ int ascendSimGetCounters(AscendSimCounters *out);
         }                                                                                  \
     } while (0)
 
-int main(void) {
+/* What HIXL's Initialize does first: the SoC name, then its VA pool's reservation, the NoUC
+ * call first and aclrtReserveMemAddress only when that answers "not supported" (207000). */
+static int soc_and_pool(const char *want) {
+    const char *soc = aclrtGetSocName();
+    if (soc == NULL || strcmp(soc, want) != 0) {
+        fprintf(stderr, "aclrtGetSocName returned %s, want %s\n", soc ? soc : "NULL", want);
+        return 1;
+    }
+    if (aclrtGetSocName() != soc) {
+        fprintf(stderr, "aclrtGetSocName returned a different pointer on a second call\n");
+        return 1;
+    }
+    const size_t gib = (size_t)1 << 30;
+    void *va = NULL;
+    CHECK(aclrtReserveMemAddressNoUCMemory(&va, gib, 0, NULL, 1), 207000);
+    if (va != NULL) {
+        fprintf(stderr, "a refused reservation wrote an address\n");
+        return 1;
+    }
+    CHECK(aclrtReserveMemAddress(&va, gib, 0, NULL, 1), 0);
+    CHECK(aclrtReleaseMemAddress(va), 0);
+    return 0;
+}
+
+int main(int argc, char **argv) {
     const size_t size = 2u << 20;
+    if (soc_and_pool(argc > 1 ? argv[1] : "Ascend910_9391") != 0) {
+        return 1;
+    }
     aclrtPhysicalMemProp prop;
     memset(&prop, 0, sizeof prop);
     prop.memAttr = 4;          /* ACL_HBM_MEM_HUGE */
