@@ -66,7 +66,9 @@ fn hixl_options() -> BTreeMap<String, String> {
         ("EnableUseFabricMem", "1"),
         (
             "GlobalResourceConfig",
-            r#"{"fabric_memory.task_stream_num": 4, "fabric_memory.max_capacity": 1}"#,
+            // HIXL's host path with 4 streams (more than one needs AICPU unfold off, in
+            // HIXL and here alike), in a 1 TB VA pool.
+            r#"{"fabric_memory.task_stream_num": 4, "fabric_memory.max_capacity": 1, "fabric_memory.enable_aicpu_unfold": false}"#,
         ),
     ]
     .into_iter()

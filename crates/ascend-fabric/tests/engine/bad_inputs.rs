@@ -294,6 +294,37 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         Engine::from_hixl(&env.dev, "127.0.0.1", &hixl(&[("EnableUseFabricMem", "0")])),
         HixlCode::UNSUPPORTED,
     );
+    // HIXL's rule: more than one stream needs AICPU unfold off (it is on unless the map says
+    // otherwise); the refusal names the option.
+    let four = r#"{"fabric_memory.task_stream_num": 4, "fabric_memory.max_capacity": 1}"#;
+    let e = expect_status(
+        Engine::from_hixl(
+            &env.dev,
+            "127.0.0.1",
+            &hixl(&[on, ("GlobalResourceConfig", four)]),
+        ),
+        HixlCode::PARAM_INVALID,
+    );
+    assert!(
+        e.to_string().contains("fabric_memory.task_stream_num"),
+        "{e}"
+    );
+    let four_host = r#"{"fabric_memory.task_stream_num": 4, "fabric_memory.max_capacity": 1, "fabric_memory.enable_aicpu_unfold": false}"#;
+    let engine = Engine::from_hixl(
+        &env.dev,
+        "127.0.0.1",
+        &hixl(&[on, ("GlobalResourceConfig", four_host)]),
+    );
+    drop(engine.expect("the same map with AICPU unfold off"));
+    // A pool anywhere (start address 0), as HIXL's VA pool falls back on an A3.
+    let anywhere =
+        r#"{"fabric_memory.enable_aicpu_unfold": false, "fabric_memory.start_address": 0}"#;
+    let engine = Engine::from_hixl(
+        &env.dev,
+        "127.0.0.1",
+        &hixl(&[on, ("GlobalResourceConfig", anywhere)]),
+    );
+    drop(engine.expect("start address 0"));
     let mut o = EngineOptions::default();
     o.task_stream_num = 0;
     expect_status(

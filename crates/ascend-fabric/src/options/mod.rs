@@ -1,27 +1,8 @@
-//! Engine configuration: a typed builder, and HIXL's string option map read into it.
-//!
-//! HIXL's FabricMem engine takes `std::map<string, string>` options. [`EngineOptions::from_hixl`]
-//! reads the same keys with the same rules, so a deployment's option set carries over:
-//!
-//! | key | accepted |
-//! |---|---|
-//! | `EnableUseFabricMem` | `"1"` (this engine is the FabricMem mode; `"0"` is refused) |
-//! | `BufferPool` / `adxl.BufferPool` | absent or exactly `"0:0"`; anything else conflicts with FabricMem |
-//! | `AutoConnect` | `"0"` or `"1"` |
-//! | `RdmaTrafficClass` / `adxl.…` | 0..=255, a multiple of 4 (accepted, unused by FabricMem) |
-//! | `RdmaServiceLevel` / `adxl.…` | 0..=7 (accepted, unused) |
-//! | `LocalCommRes` / `adxl.…` | any text (accepted, unused) |
-//! | `GlobalResourceConfig` | a JSON object; see below |
-//!
-//! `GlobalResourceConfig` keys: `fabric_memory.task_stream_num` (1..=8, default 4 on the host
-//! path), `fabric_memory.max_capacity` (TB, 1..=1024), `fabric_memory.start_address` (TB,
-//! 0..=1024), `fabric_memory.enable_aicpu_unfold` (only `false`: this engine copies on the host
-//! path). The nested form `{"fabric_memory": {...}}` is read first and flat dotted keys win.
-//! Integers may be JSON numbers or numeric strings. Other HIXL sections (`connect_pool.*`,
-//! `comm_resource_config.*`, ...) belong to other engines and are ignored. Any other top-level
-//! option key is an error, as in HIXL.
+//! Engine configuration: a typed builder, and HIXL's string option map read into it
+//! ([`EngineOptions::from_hixl`]; its rules, key by key, are in that method's docs).
 
-use std::collections::BTreeMap;
+mod hixl;
+
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
@@ -82,6 +63,18 @@ pub enum OptionError {
         /// What is wrong.
         reason: &'static str,
     },
+}
+
+impl OptionError {
+    /// The HIXL status HIXL's own engine returns for the same map: `UNSUPPORTED` (103905)
+    /// for [`OptionError::Unsupported`], `PARAM_INVALID` (103900) for every other option
+    /// error.
+    pub fn status(&self) -> crate::HixlCode {
+        match self {
+            OptionError::Unsupported(_) => crate::HixlCode::UNSUPPORTED,
+            _ => crate::HixlCode::PARAM_INVALID,
+        }
+    }
 }
 
 /// An engine's address, as HIXL writes it: `ip`, `ip:port` or `[ipv6]:port`. A non-zero port
@@ -203,7 +196,7 @@ pub struct EngineOptions {
     pub batch_copies: bool,
 }
 
-const TB: u64 = 1 << 40;
+pub(crate) const TB: u64 = 1 << 40;
 
 impl Default for EngineOptions {
     fn default() -> Self {
@@ -222,38 +215,15 @@ impl Default for EngineOptions {
     }
 }
 
-fn invalid(key: &str, value: impl Into<String>, reason: impl Into<String>) -> OptionError {
+pub(crate) fn invalid(
+    key: &str,
+    value: impl Into<String>,
+    reason: impl Into<String>,
+) -> OptionError {
     OptionError::Invalid {
         key: key.to_owned(),
         value: value.into(),
         reason: reason.into(),
-    }
-}
-
-fn int_in(key: &str, v: &serde_json::Value, lo: u64, hi: u64) -> Result<u64, OptionError> {
-    let n = match v {
-        serde_json::Value::Number(n) => n.as_u64(),
-        serde_json::Value::String(s) => s.trim().parse::<u64>().ok(),
-        _ => None,
-    };
-    match n {
-        Some(n) if (lo..=hi).contains(&n) => Ok(n),
-        _ => Err(invalid(
-            key,
-            v.to_string(),
-            format!("must be an integer in {lo}..={hi}"),
-        )),
-    }
-}
-
-fn bool_of(key: &str, v: &serde_json::Value) -> Result<bool, OptionError> {
-    match v {
-        serde_json::Value::Bool(b) => Ok(*b),
-        serde_json::Value::String(s) if s == "true" || s == "1" => Ok(true),
-        serde_json::Value::String(s) if s == "false" || s == "0" => Ok(false),
-        serde_json::Value::Number(n) if n.as_u64() == Some(1) => Ok(true),
-        serde_json::Value::Number(n) if n.as_u64() == Some(0) => Ok(false),
-        _ => Err(invalid(key, v.to_string(), "must be a boolean")),
     }
 }
 
@@ -263,134 +233,6 @@ impl EngineOptions {
         EngineOptionsBuilder {
             opts: EngineOptions::default(),
         }
-    }
-
-    /// Reads HIXL's option map (see the module docs for the keys and rules).
-    ///
-    /// # Errors
-    /// [`OptionError::Invalid`] naming the key and value, [`OptionError::UnknownKey`], or
-    /// [`OptionError::Unsupported`] for `EnableUseFabricMem` other than `1` and AICPU unfold.
-    pub fn from_hixl(options: &BTreeMap<String, String>) -> Result<Self, OptionError> {
-        use keys::*;
-        let mut o = EngineOptions::default();
-        for key in options.keys() {
-            let known = [
-                ENABLE_USE_FABRIC_MEM,
-                BUFFER_POOL,
-                ADXL_BUFFER_POOL,
-                AUTO_CONNECT,
-                RDMA_TRAFFIC_CLASS,
-                ADXL_RDMA_TRAFFIC_CLASS,
-                RDMA_SERVICE_LEVEL,
-                ADXL_RDMA_SERVICE_LEVEL,
-                LOCAL_COMM_RES,
-                ADXL_LOCAL_COMM_RES,
-                GLOBAL_RESOURCE_CONFIG,
-            ];
-            if !known.contains(&key.as_str()) {
-                return Err(OptionError::UnknownKey { key: key.clone() });
-            }
-        }
-        match options.get(ENABLE_USE_FABRIC_MEM).map(String::as_str) {
-            Some("1") => {}
-            Some("0") | Some("") | None => {
-                return Err(OptionError::Unsupported(
-                    "this engine implements HIXL's FabricMem mode only: set EnableUseFabricMem=1"
-                        .into(),
-                ))
-            }
-            Some(v) => return Err(invalid(ENABLE_USE_FABRIC_MEM, v, "must be \"0\" or \"1\"")),
-        }
-        // The hixl key wins over the adxl key when both are present.
-        let pick = |a: &'static str, b: &'static str| -> Option<(&'static str, &String)> {
-            options
-                .get(a)
-                .map(|v| (a, v))
-                .or_else(|| options.get(b).map(|v| (b, v)))
-        };
-        if let Some((k, v)) = pick(BUFFER_POOL, ADXL_BUFFER_POOL) {
-            if v != "0:0" {
-                return Err(invalid(k, v.as_str(), "buffer pool and fabric mem cannot be set together (use \"0:0\" or leave it out)"));
-            }
-        }
-        if let Some(v) = options.get(AUTO_CONNECT) {
-            o.auto_connect = match v.as_str() {
-                "1" => true,
-                "0" => false,
-                _ => return Err(invalid(AUTO_CONNECT, v.as_str(), "must be \"0\" or \"1\"")),
-            };
-        }
-        if let Some((k, v)) = pick(RDMA_TRAFFIC_CLASS, ADXL_RDMA_TRAFFIC_CLASS) {
-            match v.trim().parse::<u32>() {
-                Ok(tc) if tc <= 255 && tc % 4 == 0 => {}
-                _ => {
-                    return Err(invalid(
-                        k,
-                        v.as_str(),
-                        "must be an integer in 0..=255 and a multiple of 4",
-                    ))
-                }
-            }
-        }
-        if let Some((k, v)) = pick(RDMA_SERVICE_LEVEL, ADXL_RDMA_SERVICE_LEVEL) {
-            match v.trim().parse::<u32>() {
-                Ok(sl) if sl <= 7 => {}
-                _ => return Err(invalid(k, v.as_str(), "must be an integer in 0..=7")),
-            }
-        }
-        if let Some(text) = options
-            .get(GLOBAL_RESOURCE_CONFIG)
-            .filter(|t| !t.is_empty())
-        {
-            o.apply_global_resource_config(text)?;
-        }
-        Ok(o)
-    }
-
-    fn apply_global_resource_config(&mut self, text: &str) -> Result<(), OptionError> {
-        let key = keys::GLOBAL_RESOURCE_CONFIG;
-        let v: serde_json::Value =
-            serde_json::from_str(text).map_err(|e| invalid(key, text, format!("not JSON: {e}")))?;
-        let obj = v
-            .as_object()
-            .ok_or_else(|| invalid(key, text, "must be a JSON object"))?;
-        // Nested form first, then flat keys, which win.
-        let mut fields: Vec<(String, &serde_json::Value)> = Vec::new();
-        if let Some(nested) = obj.get("fabric_memory") {
-            let nested = nested.as_object().ok_or_else(|| {
-                invalid("fabric_memory", nested.to_string(), "must be a JSON object")
-            })?;
-            fields.extend(
-                nested
-                    .iter()
-                    .map(|(k, v)| (format!("fabric_memory.{k}"), v)),
-            );
-        }
-        fields.extend(
-            obj.iter()
-                .filter(|(k, _)| k.starts_with("fabric_memory."))
-                .map(|(k, v)| (k.clone(), v)),
-        );
-        for (k, v) in fields {
-            match k.as_str() {
-                "fabric_memory.task_stream_num" => {
-                    self.task_stream_num = int_in(&k, v, 1, 8)? as u32
-                }
-                "fabric_memory.max_capacity" => self.pool_capacity = int_in(&k, v, 1, 1024)? * TB,
-                "fabric_memory.start_address" => self.pool_start = int_in(&k, v, 0, 1024)? * TB,
-                "fabric_memory.enable_aicpu_unfold" => {
-                    if bool_of(&k, v)? {
-                        return Err(OptionError::Unsupported(
-                            "fabric_memory.enable_aicpu_unfold: the AICPU kernels are not available; \
-                             this engine copies on the host path (set it to false)"
-                                .into(),
-                        ));
-                    }
-                }
-                _ => return Err(OptionError::UnknownKey { key: k }),
-            }
-        }
-        Ok(())
     }
 }
 
@@ -513,13 +355,6 @@ impl EngineOptionsBuilder {
 mod tests {
     use super::*;
 
-    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
-
     #[test]
     fn addresses() {
         let a = EngineAddr::parse("127.0.0.1:26000").unwrap();
@@ -548,109 +383,6 @@ mod tests {
                 "{bad}"
             );
         }
-    }
-
-    #[test]
-    fn hixl_map_defaults_and_conflicts() {
-        let o = EngineOptions::from_hixl(&map(&[("EnableUseFabricMem", "1")])).unwrap();
-        assert_eq!(o, EngineOptions::default());
-        assert_eq!(o.task_stream_num, 4);
-
-        assert!(matches!(
-            EngineOptions::from_hixl(&map(&[])),
-            Err(OptionError::Unsupported(_))
-        ));
-        assert!(matches!(
-            EngineOptions::from_hixl(&map(&[("EnableUseFabricMem", "yes")])),
-            Err(OptionError::Invalid { key, .. }) if key == "EnableUseFabricMem"
-        ));
-        let pool =
-            EngineOptions::from_hixl(&map(&[("EnableUseFabricMem", "1"), ("BufferPool", "4:8")]));
-        assert!(
-            matches!(pool, Err(OptionError::Invalid { key, value, .. }) if key == "BufferPool" && value == "4:8")
-        );
-        let adxl_pool = EngineOptions::from_hixl(&map(&[
-            ("EnableUseFabricMem", "1"),
-            ("adxl.BufferPool", "1:1"),
-        ]));
-        assert!(matches!(adxl_pool, Err(OptionError::Invalid { .. })));
-        assert!(EngineOptions::from_hixl(&map(&[
-            ("EnableUseFabricMem", "1"),
-            ("BufferPool", "0:0")
-        ]))
-        .is_ok());
-        assert!(matches!(
-            EngineOptions::from_hixl(&map(&[("EnableUseFabricMem", "1"), ("Bogus", "1")])),
-            Err(OptionError::UnknownKey { .. })
-        ));
-        for (k, v) in [
-            ("AutoConnect", ""),
-            ("RdmaTrafficClass", "130"),
-            ("RdmaServiceLevel", "8"),
-        ] {
-            assert!(
-                matches!(
-                    EngineOptions::from_hixl(&map(&[("EnableUseFabricMem", "1"), (k, v)])),
-                    Err(OptionError::Invalid { .. })
-                ),
-                "{k}={v}"
-            );
-        }
-        let ac =
-            EngineOptions::from_hixl(&map(&[("EnableUseFabricMem", "1"), ("AutoConnect", "1")]))
-                .unwrap();
-        assert!(ac.auto_connect);
-    }
-
-    #[test]
-    fn global_resource_config() {
-        let with = |json: &str| {
-            EngineOptions::from_hixl(&map(&[
-                ("EnableUseFabricMem", "1"),
-                ("GlobalResourceConfig", json),
-            ]))
-        };
-        assert_eq!(
-            with(r#"{"fabric_memory.task_stream_num": 8}"#)
-                .unwrap()
-                .task_stream_num,
-            8
-        );
-        assert_eq!(
-            with(r#"{"fabric_memory.task_stream_num": "2"}"#)
-                .unwrap()
-                .task_stream_num,
-            2
-        );
-        // Flat keys win over the nested form.
-        let o = with(r#"{"fabric_memory": {"task_stream_num": 3, "max_capacity": 2}, "fabric_memory.task_stream_num": 5}"#).unwrap();
-        assert_eq!((o.task_stream_num, o.pool_capacity), (5, 2 * TB));
-        for bad in [
-            r#"{"fabric_memory.task_stream_num": 0}"#,
-            r#"{"fabric_memory.task_stream_num": 9}"#,
-            r#"{"fabric_memory.task_stream_num": "four"}"#,
-            r#"{"fabric_memory.max_capacity": 2000}"#,
-            r#"[1, 2]"#,
-            r#"{not json"#,
-        ] {
-            assert!(
-                matches!(with(bad), Err(OptionError::Invalid { .. })),
-                "{bad}"
-            );
-        }
-        assert!(matches!(
-            with(r#"{"fabric_memory.enable_aicpu_unfold": true}"#),
-            Err(OptionError::Unsupported(_))
-        ));
-        assert!(with(
-            r#"{"fabric_memory.enable_aicpu_unfold": false, "connect_pool.thread_num": 4}"#
-        )
-        .is_ok());
-        assert!(matches!(
-            with(r#"{"fabric_memory.bogus": 1}"#),
-            Err(OptionError::UnknownKey { .. })
-        ));
-        assert!(with("").is_ok());
     }
 
     #[test]
