@@ -45,6 +45,15 @@ impl ControlHandler for Handler {
     }
 }
 
+/// The `channel_id` of an engine at `addr` (see [`Engine::channel_id`]).
+fn channel_id(addr: &EngineAddr) -> String {
+    if addr.listens() {
+        addr.as_str().to_owned()
+    } else {
+        format!("{}#{:016x}", addr.as_str(), control::unique_suffix())
+    }
+}
+
 pub(crate) struct EngineInner {
     addr: EngineAddr,
     /// This engine's identity on the control wire: its address plus 64 random bits, so two
@@ -234,7 +243,7 @@ impl Engine {
         };
         let inner = Arc::new(EngineInner {
             slots: SlotPool::new(dev, opts.task_stream_num as usize),
-            channel_id: format!("{}#{:016x}", addr.as_str(), control::unique_suffix()),
+            channel_id: channel_id(&addr),
             addr,
             dev: dev.clone(),
             pool,
@@ -264,6 +273,29 @@ impl Engine {
     /// This engine's address (its identity on the wire).
     pub fn local_addr(&self) -> &EngineAddr {
         &self.inner.addr
+    }
+
+    /// The `channel_id` this engine sends when it connects, by which a server knows its
+    /// session: the engine string as given (`ip:port`) for an engine that listens, as a C++
+    /// HIXL engine sends it; `<addr>#<16 hex digits>`, unique to this engine instance, for
+    /// one without a port, whose plain `ip` would be the same for every such engine of the
+    /// host.
+    ///
+    /// What a server does with an id that already has a session:
+    /// * a C++ HIXL server with auto-cleanup replaces the old session (closes it) and serves
+    ///   the new connect, so an engine restarted at the same address takes its place at once;
+    ///   without auto-cleanup (its engine's default) it refuses the duplicate (HIXL's server
+    ///   writes its answer first and then closes the connection, so here the connect succeeds
+    ///   and the channel is lost at once, [`LostReason::KeepaliveClosed`](crate::LostReason));
+    /// * our server first reads the old session's socket: a session whose process has gone
+    ///   (its socket closed) ends there and the new connect is served; a session still open
+    ///   (the old engine alive, or its host gone without closing the connection) makes the
+    ///   duplicate [`Error::AlreadyConnected`](crate::Error) until it ends, by a disconnect or
+    ///   by [`EngineOptions::session_heartbeat_timeout`];
+    /// * an instance-unique id is always a new session, on either server; its old session
+    ///   stays until the server notices the old engine has gone.
+    pub fn channel_id(&self) -> &str {
+        &self.inner.channel_id
     }
 
     /// The control server's bound address, if this engine listens.

@@ -220,8 +220,9 @@ pub struct Connected {
     pub keepalive: TcpStream,
 }
 
-/// Connects as `channel_id` (unique to this client; see [`unique_suffix`](super::unique_suffix))
-/// to the server at `addr`, proving knowledge of `secret` first if one is given.
+/// Connects as `channel_id` (the engine's id, [`Engine::channel_id`](crate::Engine::channel_id),
+/// which says what a server does with an id that already has a session) to the server at
+/// `addr`, proving knowledge of `secret` first if one is given.
 ///
 /// # Errors
 /// [`ClientError`] for an unreachable server, a malformed or unexpected frame, a refusal

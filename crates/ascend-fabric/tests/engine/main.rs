@@ -26,6 +26,7 @@ mod pool;
 mod prepared;
 mod registrations;
 mod revocation;
+mod sessions;
 mod spans;
 mod stall;
 mod teardown;

@@ -1,0 +1,252 @@
+//! Channel ids and sessions across an engine restart. A listening engine sends its engine
+//! string as its channel id, as a C++ HIXL engine does, so a server that keys sessions by id
+//! sees the restarted engine as the same client: HIXL's server with auto-cleanup replaces the
+//! old session, without it refuses the duplicate. The first engine runs in a child process
+//! that is SIGKILLed (a crash); the restarted one binds the same address in the test.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use ascend_fabric::wire::{self, ConnectMsg, DisconnectMsg, Frame, MsgType, StatusMsg};
+use ascend_fabric::{Engine, HixlCode};
+use ascend_testkit::{role, test_name, Spawn};
+use parking_lot::Mutex;
+
+use crate::util::{listen_addr, listening, setup, test_options};
+
+const T: Duration = Duration::from_secs(20);
+
+/// What the session server saw.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Open sessions by channel id (their sockets, never read: like a server that has not yet
+    /// noticed a client's loss, as when its host vanished without closing the connection).
+    sessions: HashMap<String, TcpStream>,
+    /// Every channel id that asked to connect, in order.
+    connects: Vec<String>,
+    replaced: usize,
+    refused: usize,
+}
+
+/// A control server with the session rules of HIXL's FabricMem server (hicann/hixl
+/// `fabric_mem_control.cc`): sessions keyed by the connect request's `channel_id`; with
+/// auto-cleanup a connect under an id that has a session closes the old one and takes its
+/// place, without it the duplicate is refused (`NOT_CONNECTED`). It offers no memory.
+struct SessionServer {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Seen>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn status_frame(code: HixlCode) -> Frame {
+    let msg = StatusMsg {
+        error_code: code.0,
+        error_message: String::new(),
+    };
+    Frame::new(MsgType::Status, &msg).unwrap()
+}
+
+impl SessionServer {
+    fn start(auto_cleanup: bool) -> SessionServer {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (s2, stop2) = (seen.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if stop2.load(Ordering::SeqCst) {
+                    break;
+                }
+                if let Ok(c) = conn {
+                    serve(c, &s2, auto_cleanup);
+                }
+            }
+        });
+        SessionServer {
+            addr,
+            seen,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    fn addr(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+impl Drop for SessionServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(self.addr); // wakes the accept loop
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+}
+
+/// One request: a connect (answered, and the socket kept as the session) or a disconnect.
+fn serve(mut c: TcpStream, seen: &Mutex<Seen>, auto_cleanup: bool) {
+    c.set_read_timeout(Some(T)).unwrap();
+    let Ok(frame) = wire::read_frame(&mut c) else {
+        return;
+    };
+    match MsgType::from_raw(frame.msg_type) {
+        Some(MsgType::Connect) => {
+            let req: ConnectMsg = frame.parse(MsgType::Connect, "connect").unwrap();
+            let mut s = seen.lock();
+            s.connects.push(req.channel_id.clone());
+            let mut code = HixlCode::SUCCESS;
+            if let Some(old) = s.sessions.get(&req.channel_id) {
+                if auto_cleanup {
+                    let _ = old.shutdown(Shutdown::Both);
+                    s.replaced += 1;
+                } else {
+                    code = HixlCode::NOT_CONNECTED;
+                    s.refused += 1;
+                }
+            }
+            let resp = Frame::new(MsgType::Connect, &ConnectMsg::response(&req, Vec::new()));
+            wire::write_frame(&mut c, &resp.unwrap()).unwrap();
+            wire::write_frame(&mut c, &status_frame(code)).unwrap();
+            c.flush().unwrap();
+            if code == HixlCode::SUCCESS {
+                s.sessions.insert(req.channel_id, c);
+            }
+        }
+        Some(MsgType::Disconnect) => {
+            let msg: DisconnectMsg = frame.parse(MsgType::Disconnect, "disconnect").unwrap();
+            if let Some(old) = seen.lock().sessions.remove(&msg.channel_id) {
+                let _ = old.shutdown(Shutdown::Both);
+            }
+            let _ = wire::write_frame(&mut c, &status_frame(HixlCode::SUCCESS));
+        }
+        _ => {}
+    }
+}
+
+/// The child: an engine at `addr` (from stdin) connects to the server and reports its channel
+/// id, then waits to be killed.
+fn first_incarnation() {
+    let env = setup();
+    let dev = env.rt.device(0).unwrap();
+    let line = ascend_testkit::role::read_stdin_line().expect("addresses from the parent");
+    let (addr, server) = line.split_once(' ').expect("ADDR SERVER");
+    let e = Engine::new(&dev, addr, test_options(1)).unwrap();
+    e.connect(server, T).unwrap();
+    println!("CONNECTED {}", e.channel_id());
+    let _ = ascend_testkit::role::read_stdin_line(); // killed before this returns
+    panic!("the first incarnation was not killed");
+}
+
+/// Runs the first incarnation of an engine at `addr` against `server`, kills it once it is
+/// connected, and returns the channel id it used.
+fn crash_after_connecting(test: &str, addr: &str, server: &str) -> String {
+    let mut child = Spawn::new(test, "first").start();
+    let id = child.ask(&format!("{addr} {server}"), "CONNECTED ");
+    child.child.kill().unwrap();
+    child.child.wait().unwrap();
+    id
+}
+
+#[test]
+fn restarted_engine_replaces_its_session_on_a_server_with_auto_cleanup() {
+    if role().is_some() {
+        return first_incarnation();
+    }
+    let env = setup();
+    let dev = env.rt.device(0).unwrap();
+    let server = SessionServer::start(true);
+    let addr = listen_addr();
+    let test = test_name!(restarted_engine_replaces_its_session_on_a_server_with_auto_cleanup);
+    let first = crash_after_connecting(test, &addr, &server.addr());
+    assert_eq!(
+        first, addr,
+        "a listening engine's channel id is its engine string"
+    );
+
+    let restarted = Engine::new(&dev, &addr, test_options(1)).unwrap();
+    assert_eq!(restarted.channel_id(), addr);
+    restarted.connect(&server.addr(), T).unwrap();
+    assert!(restarted.is_connected(&server.addr()));
+    {
+        let s = server.seen.lock();
+        assert_eq!(s.connects, [addr.clone(), addr.clone()]);
+        assert_eq!((s.replaced, s.refused), (1, 0), "{s:?}");
+        assert_eq!(
+            s.sessions.len(),
+            1,
+            "the old session is gone, not kept beside the new"
+        );
+    }
+    restarted.disconnect(&server.addr(), T).unwrap();
+    assert!(server.seen.lock().sessions.is_empty());
+}
+
+#[test]
+fn restarted_engine_is_refused_by_a_server_without_auto_cleanup() {
+    if role().is_some() {
+        return first_incarnation();
+    }
+    let env = setup();
+    let dev = env.rt.device(0).unwrap();
+    let server = SessionServer::start(false);
+    let addr = listen_addr();
+    let test = test_name!(restarted_engine_is_refused_by_a_server_without_auto_cleanup);
+    crash_after_connecting(test, &addr, &server.addr());
+
+    let restarted = Engine::new(&dev, &addr, test_options(1)).unwrap();
+    let e = restarted.connect(&server.addr(), T).unwrap_err();
+    assert_eq!(e.status(), HixlCode::NOT_CONNECTED, "{e:?}");
+    assert!(!restarted.is_connected(&server.addr()));
+    let s = server.seen.lock();
+    assert_eq!((s.replaced, s.refused), (0, 1), "{s:?}");
+    assert_eq!(
+        s.sessions.keys().collect::<Vec<_>>(),
+        [&addr],
+        "the old session stays"
+    );
+}
+
+/// Our own server: the crashed engine's socket is closed, so its session ends when the
+/// restarted engine's connect arrives, and the restart is served at once.
+#[test]
+fn restarted_engine_is_served_at_once_by_our_server() {
+    if role().is_some() {
+        return first_incarnation();
+    }
+    let env = setup();
+    let dev = env.rt.device(0).unwrap();
+    let (server, server_addr) = listening(&dev, test_options(1));
+    let addr = listen_addr();
+    let test = test_name!(restarted_engine_is_served_at_once_by_our_server);
+    crash_after_connecting(test, &addr, &server_addr);
+    let restarted = Engine::new(&dev, &addr, test_options(1)).unwrap();
+    restarted.connect(&server_addr, T).unwrap();
+    assert_eq!(server.sessions(), [addr.clone()]);
+    restarted.disconnect(&server_addr, T).unwrap();
+}
+
+/// An engine without a port gets an id of its own: every such engine of a host has the same
+/// plain `ip`.
+#[test]
+fn portless_engines_have_instance_unique_channel_ids() {
+    let env = setup();
+    let dev = env.rt.device(0).unwrap();
+    let a = Engine::new(&dev, "127.0.0.1", test_options(1)).unwrap();
+    let b = Engine::new(&dev, "127.0.0.1", test_options(1)).unwrap();
+    for e in [&a, &b] {
+        let (ip, suffix) = e.channel_id().split_once('#').expect("ip#suffix");
+        assert_eq!(ip, "127.0.0.1");
+        assert_eq!(suffix.len(), 16);
+        assert!(suffix.chars().all(|c| c.is_ascii_hexdigit()), "{suffix}");
+    }
+    assert_ne!(a.channel_id(), b.channel_id());
+}
