@@ -230,6 +230,15 @@ pub enum Error {
     /// The transfer request was aborted (dropped or its sync wait timed out).
     #[error("transfer aborted")]
     Aborted,
+    /// The transfer was cancelled by [`TransferRequest::cancel`](crate::TransferRequest::cancel)
+    /// before its copies ended.
+    #[error("{peer}: transfer {id} cancelled")]
+    Cancelled {
+        /// The peer's engine address.
+        peer: String,
+        /// The request's id.
+        id: u64,
+    },
     /// The outcome of this request was already returned by an earlier call.
     #[error("the result of this transfer was already reported: {0}")]
     AlreadyReported(String),
@@ -297,7 +306,7 @@ impl Error {
             Error::NotConnected { .. } => HixlCode::NOT_CONNECTED,
             Error::AlreadyConnected { .. } => HixlCode::ALREADY_CONNECTED,
             Error::PeerLost { .. } => HixlCode::NOT_CONNECTED,
-            Error::Busy { .. } | Error::Aborted => HixlCode::FAILED,
+            Error::Busy { .. } | Error::Aborted | Error::Cancelled { .. } => HixlCode::FAILED,
             Error::Timeout { .. } => HixlCode::TIMEOUT,
             Error::ResourceExhausted { .. } => HixlCode::RESOURCE_EXHAUSTED,
             Error::Unsupported(_) => HixlCode::UNSUPPORTED,

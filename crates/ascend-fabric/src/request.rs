@@ -281,14 +281,17 @@ impl ReqInner {
         self.notify_due.store(true, Ordering::Release);
     }
 
-    /// Fails a pending request (aborting its streams); no effect once done.
-    pub(crate) fn fail(&self, e: Error) {
+    /// Fails a pending request (aborting its streams); no effect once done. Whether it was
+    /// still pending.
+    pub(crate) fn fail(&self, e: Error) -> bool {
         let mut st = self.state.lock();
-        if matches!(*st, ReqState::Pending(_)) {
+        let pending = matches!(*st, ReqState::Pending(_));
+        if pending {
             self.finish(&mut st, Err(e));
         }
         drop(st);
         self.flush();
+        pending
     }
 
     /// Tells the waker and the queue, once, after `finish` (call without the state lock);
@@ -514,6 +517,14 @@ impl ReqInner {
     pub(crate) fn abort(&self) {
         self.fail(Error::Aborted);
     }
+
+    /// Cancels the request if still pending, as [`TransferRequest::cancel`].
+    pub(crate) fn cancel(&self, peer: &str) -> bool {
+        self.fail(Error::Cancelled {
+            peer: peer.to_owned(),
+            id: self.id,
+        })
+    }
 }
 
 /// Fails every request of `reqs` still pending with `err()` (aborting its streams and
@@ -538,6 +549,22 @@ pub(crate) fn fail_all(reqs: &[Arc<ReqInner>], err: impl Fn() -> Error, between:
 /// Observe it with [`TransferRequest::status`] or [`TransferRequest::wait`], await it (it is a
 /// `Future` of the same outcome, for any executor: the engine's progress thread wakes the
 /// task when it ends), or hand it to a [`CompletionQueue`](crate::CompletionQueue).
+///
+/// # How a transfer that did not complete ends
+/// One outcome per cause, each naming the peer, and the request stays known until dropped
+/// (never HIXL's "request not found"):
+/// * this engine disconnected the peer: [`Error::PeerLost`](crate::Error::PeerLost) with
+///   [`LostReason::Disconnected`](crate::LostReason::Disconnected);
+/// * the peer was lost (its process died, it stopped reading heartbeats, it left the
+///   directory) or the engine shut down: `PeerLost` with that [`LostReason`](crate::LostReason);
+/// * [`TransferRequest::cancel`]: [`Error::Cancelled`](crate::Error::Cancelled);
+/// * a copy failed: [`Error::Mem`](crate::Error::Mem) or
+///   [`Error::CopyRefused`](crate::Error::CopyRefused); a sync wait's time ran out:
+///   [`Error::Timeout`](crate::Error::Timeout).
+///
+/// [`status`](Self::status) is then `Failed`; the first [`wait`](Self::wait) (or the future,
+/// or the queue's completion) returns the error, and later waits
+/// [`Error::AlreadyReported`](crate::Error::AlreadyReported) with its text.
 ///
 /// Dropping it while the transfer runs aborts the transfer's streams and waits for them, so
 /// no copy outlives the request; the memory it touched was kept alive until then. This is
@@ -620,6 +647,16 @@ impl TransferRequest {
                 after: timeout,
             }),
         }
+    }
+}
+
+impl TransferRequest {
+    /// Cancels the transfer if its copies have not ended: they are aborted and their streams
+    /// waited for, so when this returns no copy of it touches memory any more (as when the
+    /// request is dropped, but the request stays to be asked). Returns whether it was still
+    /// running; a transfer that had ended keeps its outcome.
+    pub fn cancel(&self) -> bool {
+        self.inner.cancel(&self.peer)
     }
 }
 

@@ -21,6 +21,7 @@ mod failure;
 mod futures;
 mod hixl_cs;
 mod hixl_cs_procs;
+mod hixl_scenarios;
 mod perf;
 mod pool;
 mod prepared;
