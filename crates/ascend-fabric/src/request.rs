@@ -557,7 +557,7 @@ pub(crate) fn fail_all(reqs: &[Arc<ReqInner>], err: impl Fn() -> Error, between:
 ///   [`LostReason::Disconnected`](crate::LostReason::Disconnected);
 /// * the peer was lost (its process died, it stopped reading heartbeats, it left the
 ///   directory) or the engine shut down: `PeerLost` with that [`LostReason`](crate::LostReason);
-/// * [`TransferRequest::cancel`]: [`Error::Cancelled`](crate::Error::Cancelled);
+/// * a [`cancel`](TransferRequest::cancel): [`Error::Cancelled`](crate::Error::Cancelled);
 /// * a copy failed: [`Error::Mem`](crate::Error::Mem) or
 ///   [`Error::CopyRefused`](crate::Error::CopyRefused); a sync wait's time ran out:
 ///   [`Error::Timeout`](crate::Error::Timeout).

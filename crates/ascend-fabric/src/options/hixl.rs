@@ -120,8 +120,10 @@ fn read_map(
             "this engine implements HIXL's FabricMem mode only: set EnableUseFabricMem=1".into(),
         ));
     }
-    let mut o = EngineOptions::default();
-    o.auto_connect = auto_connect.unwrap_or(false);
+    let mut o = EngineOptions {
+        auto_connect: auto_connect.unwrap_or(false),
+        ..EngineOptions::default()
+    };
     if let Some(tb) = fabric.max_capacity {
         o.pool_capacity = tb * TB;
     }
@@ -339,11 +341,8 @@ fn global_resource_config(text: &str, comm_res_set: bool) -> Result<FabricMemory
     }
     match obj.get("local_comm_res_path") {
         None => {}
-        Some(Value::String(p)) if !p.is_empty() => {
-            if !comm_res_set {
-                local_comm_res_file(p)?;
-            }
-        }
+        Some(Value::String(p)) if !p.is_empty() && comm_res_set => {}
+        Some(Value::String(p)) if !p.is_empty() => local_comm_res_file(p)?,
         Some(v) => {
             return Err(invalid(
                 "local_comm_res_path",

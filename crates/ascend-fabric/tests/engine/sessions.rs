@@ -230,7 +230,7 @@ fn restarted_engine_is_served_at_once_by_our_server() {
     crash_after_connecting(test, &addr, &server_addr);
     let restarted = Engine::new(&dev, &addr, test_options(1)).unwrap();
     restarted.connect(&server_addr, T).unwrap();
-    assert_eq!(server.sessions(), [addr.clone()]);
+    assert_eq!(server.sessions(), std::slice::from_ref(&addr));
     restarted.disconnect(&server_addr, T).unwrap();
 }
 
