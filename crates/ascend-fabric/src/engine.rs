@@ -19,10 +19,11 @@ use crate::pool::VaPool;
 use crate::progress::Progress;
 use crate::registry::{Registrable, Registration, Registry};
 use crate::remote::Remote;
-use crate::request::{AutoDisconnect, Observer, TransferRequest};
+use crate::request::{AutoDisconnect, Observer};
 use crate::slots::{SlotFrom, SlotPool};
 use crate::stats::PeerStats;
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
+use crate::transfer_request::TransferRequest;
 use crate::wire::{NotifyMsg, SegmentName, ShareHandleEntry};
 
 struct Handler {

@@ -23,9 +23,10 @@ use parking_lot::Mutex;
 use crate::engine::{Engine, AUTO_CONNECT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::plan;
-use crate::request::{Observer, ReqInner, TransferRequest};
+use crate::request::{Observer, ReqInner};
 use crate::slots::{SlotFrom, SlotGuard, SlotPool, SlotWaiter};
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
+use crate::transfer_request::TransferRequest;
 
 impl Future for TransferRequest {
     type Output = Result<()>;

@@ -125,6 +125,7 @@ mod engine;
 mod error;
 mod future;
 mod heartbeat;
+mod names;
 pub mod options;
 mod plan;
 mod pool;
@@ -139,6 +140,7 @@ mod slots;
 mod stats;
 mod submit;
 mod transfer;
+mod transfer_request;
 pub mod wire;
 
 pub use code::HixlCode;
@@ -150,10 +152,10 @@ pub use pool::SLOT as POOL_SLOT;
 pub use prepared::{LocalBlocks, RemoteBlocks, SegmentRef};
 pub use queue::{Completion, CompletionQueue, Next};
 pub use registry::{MemKind, Registrable, Registration};
-pub use request::TransferRequest;
 pub use slots::STREAM_BUDGET;
 pub use stats::PeerStats;
 pub use transfer::{TransferDesc, TransferOp, TransferOptions, TransferStatus};
+pub use transfer_request::TransferRequest;
 
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::Result;
-use crate::request::{spin_until, Sink, TransferRequest};
+use crate::request::{spin_until, Sink};
 use crate::transfer::TransferStatus;
+use crate::transfer_request::TransferRequest;
 
 /// A request that ended, taken from a [`CompletionQueue`].
 ///

@@ -21,6 +21,7 @@ use ascend_mem::{
 use parking_lot::{RwLock, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
+use crate::names::{Named, Names};
 use crate::pool::{SlotMapping, VaPool};
 use crate::ranges::{RangeError, RangeMap};
 use crate::wire::ShareHandleEntry;
@@ -133,6 +134,16 @@ impl RegInner {
     }
 }
 
+impl Named for RegInner {
+    fn is_removed(&self) -> bool {
+        RegInner::is_removed(self)
+    }
+
+    fn range(&self) -> (u64, u64) {
+        (self.addr, self.len)
+    }
+}
+
 /// A local segment: part of a registration inside one block.
 #[derive(Clone)]
 pub(crate) struct LocalSeg {
@@ -205,7 +216,7 @@ pub(crate) struct Registry {
     pool: Arc<VaPool>,
     pub(crate) state: RwLock<RegState>,
     /// Names given to registrations, offered to peers.
-    pub(crate) names: crate::prepared::Names,
+    pub(crate) names: Names<RegInner>,
     next_id: AtomicU64,
     revoke: OnceLock<RevokeHook>,
 }

@@ -19,10 +19,9 @@ use crate::ranges::RangeMap;
 use crate::registry::RegInner;
 
 mod build;
-mod names;
 mod post;
 
-pub(crate) use names::{check_name, Names};
+pub(crate) use crate::names::check_name;
 
 /// One of the segments a peer offered, as [`Engine::prepare_remote`](crate::Engine::prepare_remote)
 /// takes it.

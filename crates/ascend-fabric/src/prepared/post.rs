@@ -9,9 +9,10 @@ use crate::engine::{Engine, EngineInner};
 use crate::error::{Error, Result, Side};
 use crate::plan::{self, Piece, Span};
 use crate::remote::Remote;
-use crate::request::{Observer, ReqInner, TransferRequest};
+use crate::request::{Observer, ReqInner};
 use crate::slots::SlotFrom;
 use crate::transfer::{TransferOp, TransferOptions};
+use crate::transfer_request::TransferRequest;
 
 const CALL: &str = "transfer_prepared";
 

@@ -7,13 +7,27 @@ use std::sync::{Arc, Weak};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
-use crate::registry::RegInner;
 use crate::wire::{SegmentName, MAX_SEGMENT_NAME};
 
+/// What a name names: a registration (`registry::RegInner`), live until removed.
+pub(crate) trait Named {
+    /// Whether it was removed (its name is free again).
+    fn is_removed(&self) -> bool;
+    /// Its range, `(addr, len)`, as offered to peers.
+    fn range(&self) -> (u64, u64);
+}
+
 /// Live names: name → registration (a name whose registration is gone is free again).
-#[derive(Default)]
-pub(crate) struct Names {
-    map: Mutex<BTreeMap<String, Weak<RegInner>>>,
+pub(crate) struct Names<T> {
+    map: Mutex<BTreeMap<String, Weak<T>>>,
+}
+
+impl<T> Default for Names<T> {
+    fn default() -> Self {
+        Names {
+            map: Mutex::default(),
+        }
+    }
 }
 
 /// Why `name` cannot name a registration, if it cannot.
@@ -33,13 +47,13 @@ pub(crate) fn check_name(name: &str) -> Result<()> {
     })
 }
 
-fn live(w: &Weak<RegInner>) -> Option<Arc<RegInner>> {
+fn live<T: Named>(w: &Weak<T>) -> Option<Arc<T>> {
     w.upgrade().filter(|r| !r.is_removed())
 }
 
-impl Names {
+impl<T: Named> Names<T> {
     /// Whether `name` is free, or names `reg` already.
-    pub(crate) fn available(&self, name: &str, reg: Option<&Arc<RegInner>>) -> Result<()> {
+    pub(crate) fn available(&self, name: &str, reg: Option<&Arc<T>>) -> Result<()> {
         check_name(name)?;
         match self.map.lock().get(name).and_then(live) {
             Some(other) if reg.map_or(true, |r| !Arc::ptr_eq(r, &other)) => Err(Error::BadName {
@@ -51,7 +65,7 @@ impl Names {
     }
 
     /// Names `reg` `name` (a registration may have several names).
-    pub(crate) fn insert(&self, name: &str, reg: &Arc<RegInner>) -> Result<()> {
+    pub(crate) fn insert(&self, name: &str, reg: &Arc<T>) -> Result<()> {
         let mut map = self.map.lock();
         if let Some(other) = map.get(name).and_then(live) {
             if !Arc::ptr_eq(&other, reg) {
@@ -72,11 +86,11 @@ impl Names {
             .lock()
             .iter()
             .filter_map(|(name, w)| {
-                let r = live(w)?;
+                let (va_addr, len) = live(w)?.range();
                 Some(SegmentName {
-                    len: r.len,
+                    len,
                     name: name.clone(),
-                    va_addr: r.addr,
+                    va_addr,
                 })
             })
             .collect()
