@@ -13,7 +13,15 @@ use crate::config::config;
 use crate::counters::{dec, inc, Ctr};
 use crate::handles::{self, Kind};
 use crate::rt::{self, Out, Res};
-use crate::stream::queue::Stream;
+
+/// A context's default stream as the stream module makes it: the context owns it and ends it
+/// when the context goes, and knows nothing else of streams.
+pub(crate) trait ContextStream: Send + Sync + std::fmt::Debug {
+    /// Ends the stream (its context is gone).
+    fn shutdown(&self);
+    /// The stream itself, for the stream module to downcast.
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync>;
+}
 
 /// A context: explicit (`aclrtCreateContext`) or a device's default one (`aclrtSetDevice`).
 #[derive(Debug)]
@@ -22,7 +30,7 @@ pub(crate) struct Context {
     pub device: u32,
     pub explicit: bool,
     destroyed: AtomicBool,
-    default_stream: Mutex<Option<Arc<Stream>>>,
+    default_stream: Mutex<Option<Arc<dyn ContextStream>>>,
 }
 
 impl Context {
@@ -36,13 +44,17 @@ impl Context {
         })
     }
 
-    /// The context's default stream (the stream used for a NULL stream argument).
-    pub(crate) fn default_stream(&self) -> Res<Arc<Stream>> {
+    /// The context's default stream (the stream used for a NULL stream argument), made by
+    /// `make` (given the device) the first time.
+    pub(crate) fn default_stream(
+        &self,
+        make: impl FnOnce(u32) -> Res<Arc<dyn ContextStream>>,
+    ) -> Res<Arc<dyn ContextStream>> {
         let mut g = self.default_stream.lock();
         if let Some(s) = &*g {
             return Ok(s.clone());
         }
-        let s = Stream::new(self.device, 0, false)?;
+        let s = make(self.device)?;
         *g = Some(s.clone());
         Ok(s)
     }

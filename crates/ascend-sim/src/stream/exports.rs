@@ -32,7 +32,7 @@ pub(crate) fn hold(stream: aclrtStream) -> Res<Arc<HoldInner>> {
 pub(crate) fn resolve(p: aclrtStream, what: &str) -> Res<Arc<Stream>> {
     if p.is_null() {
         let c: Arc<Context> = device::require_current()?;
-        return c.default_stream();
+        return super::queue::default_stream(&c);
     }
     let id = handles::decode(p, Kind::Stream, what)?;
     STREAMS

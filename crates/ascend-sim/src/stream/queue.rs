@@ -12,6 +12,7 @@ use parking_lot::{Condvar, Mutex};
 use super::hold::{wait_hold_all, HoldInner};
 use crate::config::{config, StreamMode};
 use crate::counters::{inc, Ctr};
+use crate::device::{Context, ContextStream};
 use crate::handles::{self, Kind};
 use crate::rt::{self, AclErr, Res};
 use crate::vmm::copy::{exec_copy_hinted, CopyHints};
@@ -577,4 +578,25 @@ impl Event {
         }
         Ok(())
     }
+}
+
+impl ContextStream for Stream {
+    fn shutdown(&self) {
+        Stream::shutdown(self);
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn std::any::Any + Send + Sync> {
+        self
+    }
+}
+
+/// The default stream of `ctx`, made on first use.
+pub(crate) fn default_stream(ctx: &Context) -> Res<Arc<Stream>> {
+    let s = ctx.default_stream(|device| {
+        let s: Arc<dyn ContextStream> = Stream::new(device, 0, false)?;
+        Ok(s)
+    })?;
+    Ok(s.into_any()
+        .downcast::<Stream>()
+        .expect("only this module makes default streams"))
 }
