@@ -48,7 +48,7 @@ impl ControlHandler for Handler {
 
 /// The `channel_id` of an engine at `addr` (see [`Engine::channel_id`]).
 fn channel_id(addr: &EngineAddr) -> String {
-    if addr.listens() {
+    if addr.listens() && !addr.ip.is_unspecified() {
         addr.as_str().to_owned()
     } else {
         format!("{}#{:016x}", addr.as_str(), control::unique_suffix())
@@ -57,8 +57,7 @@ fn channel_id(addr: &EngineAddr) -> String {
 
 pub(crate) struct EngineInner {
     addr: EngineAddr,
-    /// This engine's identity on the control wire: its address plus 64 random bits, so two
-    /// engines at the same address (every port-less engine is just its IP) never collide.
+    /// This engine's identity on the control wire (see [`Engine::channel_id`]).
     channel_id: String,
     opts: EngineOptions,
     pub(crate) dev: Device,
@@ -280,7 +279,11 @@ impl Engine {
     /// session: the engine string as given (`ip:port`) for an engine that listens, as a C++
     /// HIXL engine sends it; `<addr>#<16 hex digits>`, unique to this engine instance, for
     /// one without a port, whose plain `ip` would be the same for every such engine of the
-    /// host.
+    /// host, and for one listening on an unspecified address (`0.0.0.0:port`, `[::]:port`),
+    /// which names no host. A loopback engine string (`127.0.0.1:port`, `localhost:port`) is
+    /// sent as given, as HIXL does, so engines on two hosts listening on the same loopback
+    /// port have the same id at a server they both reach: give engines that connect to other
+    /// hosts a routable address.
     ///
     /// What a server does with an id that already has a session:
     /// * a C++ HIXL server with auto-cleanup replaces the old session (closes it) and serves

@@ -62,14 +62,18 @@
 //!   covers any more are closed, and [`Engine::deregister`] returns once those peers have let
 //!   go of it (peers of this crate tear their channel down first), or after 3 s;
 //! * quarantine a VA slot whose unmap failed instead of handing it out again;
-//! * identify itself to peers by a channel id unique to the engine instance (its address and
-//!   64 random bits), so engines sharing an address never take each other's session.
+//! * identify itself to peers by its engine string, as HIXL does, when it listens on a host
+//!   address (so a server knows an engine restarted at the same address), and by an id unique
+//!   to the engine instance (its address and 64 random bits) when it has no port or listens
+//!   on an unspecified address, so such engines never take each other's session
+//!   ([`Engine::channel_id`]).
 //!
 //! # Does not
 //! * encrypt or integrity-protect control traffic: the shared secret controls who may connect,
 //!   disconnect and notify, but the share-handle list and everything after the handshake
 //!   travel in clear;
-//! * run HIXL's AICPU path (`fabric_memory.enable_aicpu_unfold` must be false) or implement
+//! * run HIXL's AICPU path (an option map asking for it runs the host path, with a WARN line;
+//!   see [`EngineOptions::from_hixl`]) or implement
 //!   HIXL's HCCL engines itself (its C client/server API, HixlCS, is wrapped in [`cs`] over the
 //!   runtime's own library);
 //! * reconnect on its own unless `AutoConnect` is on: then a transfer to a peer it is not

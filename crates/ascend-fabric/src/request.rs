@@ -517,12 +517,21 @@ impl ReqInner {
         self.fail(Error::Aborted);
     }
 
-    /// Cancels the request if still pending, as [`TransferRequest::cancel`].
+    /// Cancels the request if its copies have not ended, as `TransferRequest::cancel`: the
+    /// streams are asked first, so copies that ended unobserved keep their outcome.
     pub(crate) fn cancel(&self, peer: &str) -> bool {
-        self.fail(Error::Cancelled {
-            peer: peer.to_owned(),
-            id: self.id,
-        })
+        let mut st = self.state.lock();
+        let running = !self.advance(&mut st, true);
+        if running {
+            let e = Error::Cancelled {
+                peer: peer.to_owned(),
+                id: self.id,
+            };
+            self.finish(&mut st, Err(e));
+        }
+        drop(st);
+        self.flush();
+        running
     }
 }
 

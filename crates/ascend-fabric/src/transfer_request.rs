@@ -100,8 +100,9 @@ impl TransferRequest {
     /// # Errors
     /// [`Error::Timeout`]; the transfer's failure ([`Error::PeerLost`] when the peer died or
     /// was disconnected, [`Error::Mem`] for a failed copy, [`Error::CopyRefused`] for a copy
-    /// the runtime refused at submission); [`Error::AlreadyReported`] when an earlier call
-    /// returned the failure already.
+    /// the runtime refused at submission, [`Error::Cancelled`] after
+    /// [`cancel`](Self::cancel)); [`Error::AlreadyReported`] when an earlier call returned the
+    /// failure already.
     pub fn wait(&self, timeout: Duration) -> Result<()> {
         let r = self.inner.wait(Instant::now().checked_add(timeout));
         self.inner.disconnect_if_due(false);
@@ -118,8 +119,9 @@ impl TransferRequest {
 impl TransferRequest {
     /// Cancels the transfer if its copies have not ended: they are aborted and their streams
     /// waited for, so when this returns no copy of it touches memory any more (as when the
-    /// request is dropped, but the request stays to be asked). Returns whether it was still
-    /// running; a transfer that had ended keeps its outcome.
+    /// request is dropped, but the request stays to be asked, and then reports
+    /// [`Error::Cancelled`]). Returns whether it was still running; a transfer whose copies
+    /// had ended, observed or not, keeps its outcome.
     pub fn cancel(&self) -> bool {
         self.inner.cancel(&self.peer)
     }

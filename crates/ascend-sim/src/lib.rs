@@ -77,8 +77,8 @@
 //! R1, R5, R6, R7, R9, R12, R16 and null out-pointers → `ACL_ERROR_INVALID_PARAM` 100000;
 //! R13 (export flags > 1, V2 share type ∉ {1, 2}) → `ACL_ERROR_RT_PARAM_INVALID` 107000 (V1
 //! `handleType` ≠ NONE → 100000); R14 FABRIC export without a current context →
-//! `ACL_ERROR_RT_CONTEXT_NULL` 107002; FABRIC on a non-A3 product and R4 on a non-A3 product →
-//! `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000; calls that need a current context → 107002;
+//! `ACL_ERROR_RT_CONTEXT_NULL` 107002; FABRIC on a non-A3 product, R4 on a non-A3 product and
+//! R4 with a NULL `expectPtr` → `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000; calls that need a current context → 107002;
 //! bad device ids → `ACL_ERROR_RT_INVALID_DEVICEID` 107001; peer-access `flags` ≠ 0 → 200006;
 //! stream/event timeouts → 507046 / 507047; aborted stream → 107023 once; aclInit twice → 100002;
 //! finalize without init → 100037.
@@ -86,9 +86,9 @@
 //! **Our choices where the real code is unconfirmed** (driver-level "doc" rules):
 //! * `ACL_ERROR_RT_PARAM_INVALID` 107000 for every violated doc rule: R2 (`alignment` ≠ 0),
 //!   reservation size not a 2 MiB multiple, R3 (`expectPtr` outside [16 TiB, 24 TiB), unaligned,
-//!   or non-NULL on 950), R4 argument errors, R8 (physical size not a multiple of the
-//!   granularity), R10 (map size ≠ physical size, offset ≠ 0, address unaligned, outside one
-//!   reservation, overlapping a mapping), R15 (second export of the same allocation in a process,
+//!   or non-NULL on 950), R4 argument errors, R10 (map size ≠ physical size or not a multiple
+//!   of the minimum granularity, offset ≠ 0, address unaligned, outside one reservation,
+//!   overlapping a mapping), R15 (second export of the same allocation in a process,
 //!   or re-export of imported memory), release of a reservation with live mappings, unmap or
 //!   retain of an address that is not a mapping start, a copy kind that does not match the
 //!   pointers, frees of addresses that are not block starts.

@@ -301,6 +301,27 @@ fn r8_size_multiple_of_granularity() {
     assert!(last_msg().contains("minimum granularity"), "{}", last_msg());
     expect_code!(ACL_ERROR_RT_PARAM_INVALID, aclrtMapMem(va, MIB2, 0, h, 0));
     assert!(last_msg().contains("differs"), "{}", last_msg());
+    // Shared, it imports, and its import does not map either.
+    set_device(0);
+    let mut f = aclrtMemFabricHandle::default();
+    let fp: *mut c_void = (&mut f as *mut aclrtMemFabricHandle).cast();
+    ok!(aclrtMemExportToShareableHandleV2(
+        h,
+        1,
+        ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
+        fp
+    ));
+    let mut imp = null_mut();
+    ok!(aclrtMemImportFromShareableHandleV2(
+        fp,
+        ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
+        0,
+        &mut imp
+    ));
+    expect_code!(ACL_ERROR_RT_PARAM_INVALID, aclrtMapMem(va, 4096, 0, imp, 0));
+    assert!(last_msg().contains("minimum granularity"), "{}", last_msg());
+    ok!(aclrtFreePhysical(imp));
+    reset_device(0);
     ok!(aclrtFreePhysical(h));
     ok!(aclrtReleaseMemAddress(va));
     let mut p = dev_prop(0);

@@ -42,7 +42,7 @@ impl EngineOptions {
     ///
     /// | key | accepted |
     /// |---|---|
-    /// | `EnableUseFabricMem` | `1` (read as a C++ stream reads a number: leading blanks and a sign allowed, nothing after the digits). `0`, empty or absent: [`OptionError::Unsupported`] (103905), since HIXL then picks an engine other than FabricMem and this crate is that one only; other values: 103900 |
+    /// | `EnableUseFabricMem` | `1` (read as a C++ stream reads a number: leading blanks and a sign allowed, nothing after the digits). `0`, empty or absent: [`OptionError::Unsupported`] (103905) whatever else the map holds, since HIXL then picks an engine other than FabricMem (whose own keys and rules apply) and this crate is FabricMem only; a value that is not a number, or not 0 or 1: 103900 |
     /// | `BufferPool` / `adxl.BufferPool` | absent or exactly `0:0` (the hixl key wins) |
     /// | `AutoConnect` | `0` or `1` (as a number, as above); empty is refused |
     /// | `RdmaTrafficClass` / `adxl.…` | empty or absent: the `HCCL_RDMA_TC` environment variable when set; a number in 0..=255, a multiple of 4 (unused by FabricMem) |
@@ -75,12 +75,17 @@ impl EngineOptions {
     /// [`OptionError::Invalid`] naming the key and value, [`OptionError::UnknownKey`] (both
     /// `PARAM_INVALID`), or [`OptionError::Unsupported`] when `EnableUseFabricMem` is not 1.
     pub fn from_hixl(options: &BTreeMap<String, String>) -> Result<Self, OptionError> {
-        read_map(options, |name| std::env::var(name).ok())
+        // A value that is not Unicode is kept (lossily) so it is refused, as HIXL refuses
+        // bytes that are not a number.
+        read_map(options, |name| {
+            std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+        })
     }
 }
 
 /// [`EngineOptions::from_hixl`] with the environment given (`HCCL_RDMA_TC`, `HCCL_RDMA_SL`).
-/// The checks run in HIXL's order: its parser first, then its FabricMem engine's own checks.
+/// The checks run in HIXL's order: its parser first, then its choice of engine, then its
+/// FabricMem engine's own checks.
 fn read_map(
     options: &BTreeMap<String, String>,
     env: impl Fn(&str) -> Option<String>,
@@ -102,6 +107,12 @@ fn read_map(
         None => FabricMemory::default(),
         Some(text) => global_resource_config(text, local_comm_res.is_some_and(|v| !v.is_empty()))?,
     };
+    // HIXL picks another engine for such a map (so its FabricMem checks below never run).
+    if enable != Some(true) {
+        return Err(OptionError::Unsupported(
+            "this engine implements HIXL's FabricMem mode only: set EnableUseFabricMem=1".into(),
+        ));
+    }
     // The FabricMem engine's own checks.
     if let Some(key) = options.keys().find(|k| !KNOWN.contains(&k.as_str())) {
         return Err(OptionError::UnknownKey { key: key.clone() });
@@ -114,11 +125,6 @@ fn read_map(
                 "buffer pool and fabric mem cannot be set together (use \"0:0\" or leave it out)",
             ));
         }
-    }
-    if enable != Some(true) {
-        return Err(OptionError::Unsupported(
-            "this engine implements HIXL's FabricMem mode only: set EnableUseFabricMem=1".into(),
-        ));
     }
     let mut o = EngineOptions {
         auto_connect: auto_connect.unwrap_or(false),
@@ -166,8 +172,28 @@ fn stream_number(s: &str) -> Option<i64> {
         .ok()
 }
 
+/// A `uint32_t` as C++'s `std::stringstream >> n` reads it: as [`stream_number`], with a
+/// magnitude of at most `u32::MAX`, and a leading minus sign wrapping the value (libstdc++
+/// reads `-1` as 4294967295 and `-4294967295` as 1).
+fn stream_u32(s: &str) -> Option<u32> {
+    let t = s.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, digits) = match t.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, t.strip_prefix('+').unwrap_or(t)),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let magnitude: u32 = digits.parse().ok()?;
+    Some(if negative {
+        magnitude.wrapping_neg()
+    } else {
+        magnitude
+    })
+}
+
 fn zero_or_one(key: &str, v: &str) -> Result<bool, OptionError> {
-    match stream_number(v) {
+    match stream_u32(v) {
         Some(0) => Ok(false),
         Some(1) => Ok(true),
         _ => Err(invalid(key, v, "must be 0 or 1")),
@@ -318,13 +344,6 @@ fn global_resource_config(text: &str, comm_res_set: bool) -> Result<FabricMemory
         &[
             ("connect_pool.thread_num", 1, 64),
             ("connect_pool.task_queue_capacity", 1, 65535),
-            ("comm_resource_config.listen_port", 1, 65535),
-            ("comm_resource_config.qos", 0, 7),
-            (
-                "comm_resource_config.max_active_channels",
-                1,
-                i64::from(u32::MAX),
-            ),
         ],
     )?;
     let pd = "comm_resource_config.protocol_desc";
@@ -339,6 +358,20 @@ fn global_resource_config(text: &str, comm_res_set: bool) -> Result<FabricMemory
             ))
         }
     }
+    ints(
+        obj,
+        "",
+        false,
+        &[
+            ("comm_resource_config.listen_port", 1, 65535),
+            ("comm_resource_config.qos", 0, 7),
+            (
+                "comm_resource_config.max_active_channels",
+                1,
+                i64::from(u32::MAX),
+            ),
+        ],
+    )?;
     match obj.get("local_comm_res_path") {
         None => {}
         Some(Value::String(p)) if !p.is_empty() && comm_res_set => {}

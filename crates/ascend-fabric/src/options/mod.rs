@@ -138,7 +138,8 @@ impl EngineAddr {
         SocketAddr::new(self.ip, self.port)
     }
 
-    /// The text as given: the engine's identity on the wire (`channel_id`).
+    /// The text as given: how peers name this engine, and the `channel_id` it sends when it
+    /// listens on a host address (see [`Engine::channel_id`](crate::Engine::channel_id)).
     pub fn as_str(&self) -> &str {
         &self.text
     }

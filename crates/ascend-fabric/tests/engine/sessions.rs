@@ -1,8 +1,10 @@
 //! Channel ids and sessions across an engine restart. A listening engine sends its engine
 //! string as its channel id, as a C++ HIXL engine does, so a server that keys sessions by id
 //! sees the restarted engine as the same client: HIXL's server with auto-cleanup replaces the
-//! old session, without it refuses the duplicate. The first engine runs in a child process
-//! that is SIGKILLed (a crash); the restarted one binds the same address in the test.
+//! old session; without it (its engine's default) it refuses the duplicate, the way HIXL's
+//! server does: it answers the connect with SUCCESS and then closes the connection. The first
+//! engine runs in a child process that is SIGKILLed (a crash); the restarted one binds the
+//! same address in the test.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -13,11 +15,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ascend_fabric::wire::{self, ConnectMsg, DisconnectMsg, Frame, MsgType, StatusMsg};
-use ascend_fabric::{Engine, HixlCode};
+use ascend_fabric::{Engine, Error, HixlCode};
 use ascend_testkit::{role, test_name, Spawn};
 use parking_lot::Mutex;
 
-use crate::util::{listen_addr, listening, setup, test_options};
+use crate::util::{listening, setup, test_options};
 
 const T: Duration = Duration::from_secs(20);
 
@@ -36,7 +38,9 @@ struct Seen {
 /// A control server with the session rules of HIXL's FabricMem server (hicann/hixl
 /// `fabric_mem_control.cc`): sessions keyed by the connect request's `channel_id`; with
 /// auto-cleanup a connect under an id that has a session closes the old one and takes its
-/// place, without it the duplicate is refused (`NOT_CONNECTED`). It offers no memory.
+/// place; without it the duplicate is refused as HIXL's server refuses it (the connect
+/// response and a SUCCESS status are written first, then the connection is closed and no
+/// session made). It offers no memory.
 struct SessionServer {
     addr: SocketAddr,
     seen: Arc<Mutex<Seen>>,
@@ -103,22 +107,19 @@ fn serve(mut c: TcpStream, seen: &Mutex<Seen>, auto_cleanup: bool) {
             let req: ConnectMsg = frame.parse(MsgType::Connect, "connect").unwrap();
             let mut s = seen.lock();
             s.connects.push(req.channel_id.clone());
-            let mut code = HixlCode::SUCCESS;
-            if let Some(old) = s.sessions.get(&req.channel_id) {
-                if auto_cleanup {
-                    let _ = old.shutdown(Shutdown::Both);
-                    s.replaced += 1;
-                } else {
-                    code = HixlCode::NOT_CONNECTED;
-                    s.refused += 1;
-                }
-            }
             let resp = Frame::new(MsgType::Connect, &ConnectMsg::response(&req, Vec::new()));
             wire::write_frame(&mut c, &resp.unwrap()).unwrap();
-            wire::write_frame(&mut c, &status_frame(code)).unwrap();
+            wire::write_frame(&mut c, &status_frame(HixlCode::SUCCESS)).unwrap();
             c.flush().unwrap();
-            if code == HixlCode::SUCCESS {
-                s.sessions.insert(req.channel_id, c);
+            let duplicate = s.sessions.contains_key(&req.channel_id);
+            if duplicate && !auto_cleanup {
+                s.refused += 1;
+                let _ = c.shutdown(Shutdown::Both);
+                return;
+            }
+            if let Some(old) = s.sessions.insert(req.channel_id, c) {
+                let _ = old.shutdown(Shutdown::Both);
+                s.replaced += 1;
             }
         }
         Some(MsgType::Disconnect) => {
@@ -132,28 +133,38 @@ fn serve(mut c: TcpStream, seen: &Mutex<Seen>, auto_cleanup: bool) {
     }
 }
 
-/// The child: an engine at `addr` (from stdin) connects to the server and reports its channel
-/// id, then waits to be killed.
+/// The child: a listening engine connects to the server (its address from stdin) and
+/// reports its own address and channel id, then waits to be killed.
 fn first_incarnation() {
     let env = setup();
     let dev = env.rt.device(0).unwrap();
-    let line = ascend_testkit::role::read_stdin_line().expect("addresses from the parent");
-    let (addr, server) = line.split_once(' ').expect("ADDR SERVER");
-    let e = Engine::new(&dev, addr, test_options(1)).unwrap();
-    e.connect(server, T).unwrap();
-    println!("CONNECTED {}", e.channel_id());
+    let server = ascend_testkit::role::read_stdin_line().expect("the server from the parent");
+    let (e, addr) = listening(&dev, test_options(1));
+    e.connect(&server, T).unwrap();
+    println!("CONNECTED {addr} {}", e.channel_id());
     let _ = ascend_testkit::role::read_stdin_line(); // killed before this returns
     panic!("the first incarnation was not killed");
 }
 
-/// Runs the first incarnation of an engine at `addr` against `server`, kills it once it is
-/// connected, and returns the channel id it used.
-fn crash_after_connecting(test: &str, addr: &str, server: &str) -> String {
+/// Runs the first incarnation of an engine against `server`, kills it once it is connected,
+/// and returns its address and the channel id it used. (The restarted engine must bind the
+/// same address; nothing else of this process takes ports from the free-port range.)
+fn crash_after_connecting(test: &str, server: &str) -> (String, String) {
     let mut child = Spawn::new(test, "first").start();
-    let id = child.ask(&format!("{addr} {server}"), "CONNECTED ");
+    let line = child.ask(server, "CONNECTED ");
     child.child.kill().unwrap();
     child.child.wait().unwrap();
-    id
+    let (addr, id) = line.split_once(' ').expect("ADDR ID");
+    (addr.to_owned(), id.to_owned())
+}
+
+/// Waits until `f` holds (the bound only ends a hang; the event is what is waited for).
+fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
+    let t0 = std::time::Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < T, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 #[test]
@@ -164,9 +175,8 @@ fn restarted_engine_replaces_its_session_on_a_server_with_auto_cleanup() {
     let env = setup();
     let dev = env.rt.device(0).unwrap();
     let server = SessionServer::start(true);
-    let addr = listen_addr();
     let test = test_name!(restarted_engine_replaces_its_session_on_a_server_with_auto_cleanup);
-    let first = crash_after_connecting(test, &addr, &server.addr());
+    let (addr, first) = crash_after_connecting(test, &server.addr());
     assert_eq!(
         first, addr,
         "a listening engine's channel id is its engine string"
@@ -198,14 +208,18 @@ fn restarted_engine_is_refused_by_a_server_without_auto_cleanup() {
     let env = setup();
     let dev = env.rt.device(0).unwrap();
     let server = SessionServer::start(false);
-    let addr = listen_addr();
     let test = test_name!(restarted_engine_is_refused_by_a_server_without_auto_cleanup);
-    crash_after_connecting(test, &addr, &server.addr());
+    let (addr, _) = crash_after_connecting(test, &server.addr());
 
     let restarted = Engine::new(&dev, &addr, test_options(1)).unwrap();
-    let e = restarted.connect(&server.addr(), T).unwrap_err();
-    assert_eq!(e.status(), HixlCode::NOT_CONNECTED, "{e:?}");
-    assert!(!restarted.is_connected(&server.addr()));
+    // HIXL's server answers SUCCESS and then closes: the connect returns, and the channel is
+    // lost as soon as its keepalive reader sees the close.
+    restarted.connect(&server.addr(), T).unwrap();
+    wait_until("the refused channel's loss", || {
+        !restarted.is_connected(&server.addr())
+    });
+    let e = restarted.disconnect(&server.addr(), T).unwrap_err();
+    assert!(matches!(e, Error::NotConnected { .. }), "{e:?}");
     let s = server.seen.lock();
     assert_eq!((s.replaced, s.refused), (0, 1), "{s:?}");
     assert_eq!(
@@ -215,19 +229,21 @@ fn restarted_engine_is_refused_by_a_server_without_auto_cleanup() {
     );
 }
 
-/// Our own server: the crashed engine's socket is closed, so its session ends when the
-/// restarted engine's connect arrives, and the restart is served at once.
+/// Our own server: it ends the crashed engine's session once it reads the closed socket
+/// (the event waited for), and serves the restarted engine under the same id.
 #[test]
-fn restarted_engine_is_served_at_once_by_our_server() {
+fn restarted_engine_is_served_by_our_server() {
     if role().is_some() {
         return first_incarnation();
     }
     let env = setup();
     let dev = env.rt.device(0).unwrap();
     let (server, server_addr) = listening(&dev, test_options(1));
-    let addr = listen_addr();
-    let test = test_name!(restarted_engine_is_served_at_once_by_our_server);
-    crash_after_connecting(test, &addr, &server_addr);
+    let test = test_name!(restarted_engine_is_served_by_our_server);
+    let (addr, _) = crash_after_connecting(test, &server_addr);
+    wait_until("the crashed engine's session to end", || {
+        server.sessions().is_empty()
+    });
     let restarted = Engine::new(&dev, &addr, test_options(1)).unwrap();
     restarted.connect(&server_addr, T).unwrap();
     assert_eq!(server.sessions(), std::slice::from_ref(&addr));
@@ -249,4 +265,18 @@ fn portless_engines_have_instance_unique_channel_ids() {
         assert!(suffix.chars().all(|c| c.is_ascii_hexdigit()), "{suffix}");
     }
     assert_ne!(a.channel_id(), b.channel_id());
+    // An unspecified address names no host: it gets an id of its own too.
+    let (c, c_addr) = (0..20)
+        .find_map(|_| {
+            let addr = format!("0.0.0.0:{}", crate::util::free_port());
+            Engine::new(&dev, &addr, test_options(1))
+                .ok()
+                .map(|e| (e, addr))
+        })
+        .expect("a free port");
+    assert!(
+        c.channel_id().starts_with(&format!("{c_addr}#")),
+        "{}",
+        c.channel_id()
+    );
 }

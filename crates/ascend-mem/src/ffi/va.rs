@@ -57,9 +57,9 @@ pub unsafe fn reserve_raw(
 
 /// `aclrtReserveMemAddressNoUCMemory(&va, size, 0, expect, flags)`: a reservation at a
 /// fixed address for memory mapped without the unified-cache path (rule R4). Only A3
-/// products have it (others return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000);
-/// `expectPtr` is required (not NULL) and 1 GiB aligned, and `size` a non-zero multiple
-/// of 1 GiB. `alignment` is reserved and passed as 0. Released with [`release`].
+/// products have it (others return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000); a NULL
+/// `expectPtr` is "not supported" (207000 too, on which HIXL falls back to [`reserve`]);
+/// `expectPtr` is 1 GiB aligned, and `size` a non-zero multiple of 1 GiB. `alignment` is reserved and passed as 0. Released with [`release`].
 ///
 /// # Errors
 /// [`Error::Acl`](crate::Error::Acl) with the returned status;

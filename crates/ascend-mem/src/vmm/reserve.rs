@@ -91,7 +91,9 @@ impl ReservedVa {
     /// Mem VA pool reserves on an A3. Only A3 products have it.
     ///
     /// # Errors
-    /// [`Error::InvalidArgument`] for a zero `at` or size; [`Error::Misaligned`] when `at` or
+    /// [`Error::InvalidArgument`] for a zero `at` or size (the runtime itself answers a NULL
+    /// `expectPtr` with `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`; a caller that wants HIXL's
+    /// fallback uses [`ReservedVa::new`] for "anywhere"); [`Error::Misaligned`] when `at` or
     /// `len` is not a multiple of 1 GiB; `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (kind
     /// [`NotSupported`](crate::ErrorKind::NotSupported)) on other products; other
     /// `aclrtReserveMemAddressNoUCMemory` failures (the range is in use, ...).

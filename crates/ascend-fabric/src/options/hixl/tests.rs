@@ -1,5 +1,6 @@
 //! Option maps read as HIXL's parser and FabricMem engine read them: every map of HIXL's
-//! documented option set, accepted or refused with HIXL's status.
+//! documented option set, accepted or refused with HIXL's status. (Every row here was also
+//! run through HIXL's own parser, built from its source, with the same outcome.)
 
 use super::*;
 use crate::HixlCode;
@@ -59,6 +60,25 @@ fn top_level_keys() {
         (map(&[("EnableUseFabricMem", "+1")]), DEFAULT),
         (map(&[("EnableUseFabricMem", "1 ")]), INVALID),
         (map(&[("EnableUseFabricMem", "0x1")]), INVALID),
+        // As a C++ stream reads a uint32_t: a minus sign wraps.
+        (map(&[("EnableUseFabricMem", "-4294967295")]), DEFAULT),
+        (map(&[("EnableUseFabricMem", "-1")]), INVALID),
+        (map(&[("EnableUseFabricMem", "4294967297")]), INVALID),
+        (
+            map(&[ON, ("AutoConnect", "-4294967295")]),
+            Want::Ok(4, 40, 32, true),
+        ),
+        (map(&[ON, ("AutoConnect", "-0")]), DEFAULT),
+        // Not FabricMem: HIXL picks another engine, whose keys these are.
+        (map(&[("BufferPool", "4:8")]), UNSUPPORTED),
+        (
+            map(&[("EnableUseFabricMem", "0"), ("BufferPool", "4:8")]),
+            UNSUPPORTED,
+        ),
+        (
+            map(&[("EnableUseFabricMem", "0"), ("Bogus", "1")]),
+            UNSUPPORTED,
+        ),
         // A bad value is the parser's error, before the engine's "must be 1".
         (
             map(&[("EnableUseFabricMem", "0"), ("AutoConnect", "")]),
@@ -308,6 +328,10 @@ fn refusals_name_the_option() {
     );
     let e = read_map(&grc(r#"{"fabric_memory": {"max_capacity": 0}}"#), |_| None).unwrap_err();
     assert!(e.to_string().contains("fabric_memory.max_capacity"), "{e}");
+    // HIXL checks protocol_desc before the other comm_resource_config fields.
+    let both = r#"{"comm_resource_config.protocol_desc": 1, "comm_resource_config.qos": 9}"#;
+    let e = read_map(&grc(both), |_| None).unwrap_err();
+    assert!(e.to_string().contains("protocol_desc"), "{e}");
     let e = read_map(&map(&[ON, ("Bogus", "1")]), |_| None).unwrap_err();
     assert_eq!(
         e,
