@@ -103,7 +103,7 @@
 //! | R5 | `aclrtMallocPhysical`: `flags` 0, `handleType` NONE, `allocationType` PINNED, `size` non-zero (else 100000) |
 //! | R6 | DDR page attributes only on host locations; UNREGISTERED and MANAGED locations refused (100000) |
 //! | R7 | `memAttr` is one of the attributes `aclrtMallocPhysical` accepts (100000) |
-//! | R8 | the physical size is a whole number of the kind's allocation granules. The runtime takes any size (the API reference recommends aligned sizes "to save memory"), but only whole granules can be mapped (R10), so this crate refuses other sizes on the host |
+//! | R8 | the physical size is a whole number of the kind's allocation granules |
 //! | R9 | `aclrtMapMem`: `flags` 0 (100000) |
 //! | R10 | `aclrtMapMem`: map size equal to the physical size and a multiple of the minimum granularity, `offset` 0, address aligned, inside one reservation, not overlapping a mapping |
 //! | R11 | one device per reservation (checked on the host by [`ReservedVa::map`]) |

@@ -86,9 +86,10 @@
 //! **Our choices where the real code is unconfirmed** (driver-level "doc" rules):
 //! * `ACL_ERROR_RT_PARAM_INVALID` 107000 for every violated doc rule: R2 (`alignment` ≠ 0),
 //!   reservation size not a 2 MiB multiple, R3 (`expectPtr` outside [16 TiB, 24 TiB), unaligned,
-//!   or non-NULL on 950), R4 argument errors, R10 (map size ≠ physical size or not a multiple
-//!   of the minimum granularity, offset ≠ 0, address unaligned, outside one reservation,
-//!   overlapping a mapping), R15 (second export of the same allocation in a process,
+//!   or non-NULL on 950), R4 argument errors, R8 (physical size not a multiple of the
+//!   granularity), R10 (map size ≠ physical size or not a multiple of the minimum
+//!   granularity, offset ≠ 0, address unaligned, outside one reservation, overlapping a
+//!   mapping), R15 (second export of the same allocation in a process,
 //!   or re-export of imported memory), release of a reservation with live mappings, unmap or
 //!   retain of an address that is not a mapping start, a copy kind that does not match the
 //!   pointers, frees of addresses that are not block starts.
@@ -131,7 +132,7 @@
 //! | R4 NoUC `size` a non-zero multiple of 1 GiB | API reference; code ours |
 //! | R4 NoUC `expectPtr` 1 GiB aligned | **ours** (R3's rule for sizes of 1 GiB and more) |
 //! | R5–R7 `aclrtMallocPhysical` arguments, properties and attributes (100000) | ACL |
-//! | R8 any physical size is allocated, as whole granules | API reference (align sizes "to save memory") |
+//! | R8 a physical size that is not whole granules of its kind is refused | API reference (it asks for aligned sizes, "to save memory"); HIXL relies on a refusal: its host allocation asks for 1 GiB pages first and falls back to 2 MiB pages when they are refused; the code 107000 is ours |
 //! | R10 map size equal to the allocation's size and a multiple of the minimum granularity, `offset` 0 | API reference |
 //! | R10 the mapped address 2 MiB aligned, inside one reservation, overlapping no mapping | **ours** |
 //! | R11 (one device, one kind of handle per reservation) | not enforced: HIXL breaks it and nothing public says the driver checks it |

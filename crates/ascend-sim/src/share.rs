@@ -22,7 +22,7 @@ use crate::counters::{inc, Ctr};
 use crate::device;
 use crate::rt::{self, read_in, AclErr, Out, Res};
 use crate::vmm::memfd::{fstat, read_header, write_header, HDR, MAGIC, MAX_PIDS};
-use crate::vmm::phys::check_prop;
+use crate::vmm::phys::{check_prop, GRAN, GRAN_1G};
 use crate::vmm::state::{Class, PhysObj, MEM};
 
 const FABRIC_MAGIC: [u8; 8] = *b"ASIMFAB\0";
@@ -514,7 +514,7 @@ fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtD
         return Err(stale());
     }
     let h = read_header(fd.as_raw_fd()).ok_or_else(stale)?;
-    if h.magic != MAGIC || h.ino != st.st_ino || (st.st_size as u64) < HDR as u64 + h.size {
+    if h.magic != MAGIC || h.ino != st.st_ino || st.st_size as u64 != HDR as u64 + h.size {
         return Err(stale());
     }
     ensure!(
@@ -557,12 +557,8 @@ fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtD
         c => c,
     };
     let size = h.size as usize;
-    // The allocation's size as asked (R8: not necessarily whole granules; such memory imports
-    // but does not map, R10); the memfd holds whole granules of it.
     ensure!(
-        size > 0
-            && (st.st_size as u64)
-                >= HDR as u64 + size.checked_next_multiple_of(page).unwrap_or(usize::MAX) as u64,
+        size > 0 && size % GRAN == 0 && (page != GRAN_1G || size % GRAN_1G == 0),
         ACL_ERROR_RT_INVALID_HANDLE,
         "the exported memory header is corrupt (size {size})"
     );

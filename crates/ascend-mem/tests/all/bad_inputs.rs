@@ -144,26 +144,19 @@ fn rows() -> Vec<Row> {
             Acl("aclrtMallocPhysical", INVALID, ErrorKind::InvalidArgument),
         ),
         (
-            // The runtime allocates it (as whole granules), but R10 refuses its mapping.
-            "ffi: mapping a physical size that is not a granule multiple",
+            "ffi: physical size not a granule multiple",
             |env| {
-                let lib = env.rt.acl();
-                // SAFETY: valid prop; the allocation is freed below.
-                let h = unsafe {
-                    ffi::phys::malloc(lib, MIB2 + 4096, &MemSpec::DEVICE_HBM.to_prop(0))
-                }?;
-                // SAFETY: a fresh reservation, released below with nothing mapped in it.
-                let va = unsafe { ffi::va::reserve(lib, 2 * MIB2, 0) }?;
-                // SAFETY: a live reservation and handle; the call must fail (R10).
-                let r = unsafe { ffi::map::map(lib, va, MIB2 + 4096, h) };
-                // SAFETY: nothing was mapped; both are released once.
+                // SAFETY: valid prop; must fail.
                 unsafe {
-                    ffi::va::release(lib, va)?;
-                    ffi::phys::free(lib, h)?;
+                    ffi::phys::malloc(env.rt.acl(), MIB2 + 4096, &MemSpec::DEVICE_HBM.to_prop(0))
                 }
-                r
+                .map(|_| ())
             },
-            Acl("aclrtMapMem", RT_INVALID, ErrorKind::InvalidArgument),
+            Acl(
+                "aclrtMallocPhysical",
+                RT_INVALID,
+                ErrorKind::InvalidArgument,
+            ),
         ),
         // --- flags, types, locations
         (

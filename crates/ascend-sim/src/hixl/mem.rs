@@ -253,7 +253,7 @@ impl Remote {
                     let st = crate::vmm::memfd::fstat(f.as_raw_fd())
                         .map_err(|x| xerr(HIXL_FAILED, x.msg))?;
                     xensure!(
-                        st.st_ino == ino && st.st_size as u64 >= HDR as u64 + size,
+                        st.st_ino == ino && st.st_size as u64 == HDR as u64 + size,
                         HIXL_FAILED,
                         "block {:#x} of process {pid} was unregistered or freed meanwhile",
                         e.addr

@@ -110,10 +110,8 @@ pub(crate) fn check_prop(p: &aclrtPhysicalMemProp) -> Res<(Class, Pool, usize)> 
     }
 }
 
-/// Creates the sealed memfd of a new allocation of `size` bytes backed by `backing` bytes
-/// (whole granules) and writes its header.
+/// Creates the sealed memfd of a new allocation and writes its header.
 pub(crate) fn new_memfd(
-    backing: usize,
     size: usize,
     prop: &aclrtPhysicalMemProp,
     device: i32,
@@ -133,7 +131,7 @@ pub(crate) fn new_memfd(
     }
     // SAFETY: `fd` is a freshly created descriptor we own.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let total = (HDR + backing) as libc::off_t;
+    let total = (HDR + size) as libc::off_t;
     // SAFETY: plain syscalls on our own descriptor.
     if unsafe { libc::ftruncate(fd.as_raw_fd(), total) } != 0 {
         return Err(drv_err("ftruncate"));
@@ -159,8 +157,7 @@ pub(crate) fn new_memfd(
 }
 
 export! { Acl;
-    /// Allocates physical memory (rules R5-R8), whole granules charged against the device's HBM
-    /// or the host cap.
+    /// Allocates physical memory (rules R5-R8), charged against the device's HBM or the host cap.
     fn aclrtMallocPhysical(handle: *mut aclrtDrvMemHandle, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) {
         // SAFETY: out-pointer per the C contract.
         let out = unsafe { Out::new(handle, "handle") }?;
@@ -169,18 +166,18 @@ export! { Acl;
         ensure!(size > 0, ACL_ERROR_INVALID_PARAM, "size is 0");
         ensure!(flags == 0, ACL_ERROR_INVALID_PARAM, "flags {flags:#x} must be 0");
         let (class, pool, page) = check_prop(&prop)?;
-        // R8: the API reference asks for sizes aligned to the granularity "to save memory",
-        // so an unaligned size is allocated as whole granules (and charged so). Only a whole
-        // number of minimum granules can be mapped, and only at the size asked here (R10).
-        let backing = size.checked_next_multiple_of(page).ok_or_else(|| {
-            rt::err(ACL_ERROR_RT_MEMORY_ALLOCATION, format!("size {size} too large"))
-        })?;
-        rt::charge(pool, backing as u64)?;
+        ensure!(
+            size % page == 0,
+            ACL_ERROR_RT_PARAM_INVALID,
+            "size {size} is not a multiple of the granularity {page:#x} of memAttr {}",
+            prop.memAttr
+        );
+        rt::charge(pool, size as u64)?;
         let device = match class { Class::Dev(d) => d as i32, _ => -1 };
-        let (fd, ino) = match new_memfd(backing, size, &prop, device) {
+        let (fd, ino) = match new_memfd(size, &prop, device) {
             Ok(x) => x,
             Err(e) => {
-                rt::refund(pool, backing as u64);
+                rt::refund(pool, size as u64);
                 return Err(e);
             }
         };
@@ -191,7 +188,7 @@ export! { Acl;
             class,
             page,
             ino,
-            charge: Some((pool, backing as u64)),
+            charge: Some((pool, size as u64)),
             imported: false,
             exported: AtomicBool::new(false),
         });
