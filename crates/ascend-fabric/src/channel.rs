@@ -79,6 +79,27 @@ impl Channel {
         }
     }
 
+    /// Whether the peer has closed or reset the keepalive socket, asked of the socket now (a
+    /// peek that does not wait): its reader may not have seen it yet.
+    pub(crate) fn peer_closed(&self) -> bool {
+        let mut b = [std::mem::MaybeUninit::<u8>::uninit(); 1];
+        let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT;
+        match socket2::SockRef::from(&self.closer).recv_with_flags(&mut b, flags) {
+            Ok(0) => true,
+            Ok(_) => false, // a server writes nothing here, but that is not a close
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+            ),
+        }
+    }
+
+    /// Whether the channel is open; a teardown in progress is waited for (it holds the
+    /// gate until the channel has left the map).
+    pub(crate) fn is_open(&self) -> bool {
+        matches!(*self.gate.read(), Gate::Open(_))
+    }
+
     /// Runs `f` on the imports while the channel is open.
     pub(crate) fn with_remote<R>(&self, f: impl FnOnce(&Remote) -> R) -> Option<R> {
         match &*self.gate.read() {

@@ -406,8 +406,14 @@ impl Engine {
     /// Connects to the engine at `remote` (`ip:port`, the peer's own address string), imports
     /// every segment it offers into this engine's VA pool, and keeps a keepalive channel.
     ///
+    /// A channel to `remote` that is going is not in the way: one whose teardown is under way
+    /// is waited for, and one whose peer has closed the keepalive socket (its process died,
+    /// and its reader has not noticed yet) is torn down first, so a reconnect right after a
+    /// peer died needs no retry loop.
+    ///
     /// # Errors
-    /// [`Error::AlreadyConnected`]; [`Error::Option`] for an address without a port;
+    /// [`Error::AlreadyConnected`] for a channel that is open; [`Error::Option`] for an address
+    /// without a port;
     /// [`Error::Control`] (unreachable, refused, malformed reply); [`Error::BadEntry`] or
     /// [`Error::Mem`] for an entry that cannot be imported or mapped (everything imported so
     /// far is undone); [`Error::ResourceExhausted`] when the VA pool is full.
@@ -444,10 +450,17 @@ impl Engine {
                 (g, timeout.min(d.saturating_duration_since(Instant::now())))
             }
         };
-        if inner.channels.read().contains_key(remote) {
-            return Err(Error::AlreadyConnected {
-                peer: remote.to_owned(),
-            });
+        let existing = inner.channels.read().get(remote).cloned();
+        if let Some(ch) = existing {
+            // A channel whose peer has gone is torn down first (or its teardown, already
+            // under way, waited for), so a reconnect right after a peer died connects.
+            if ch.peer_closed() {
+                channel::lose(&inner.channels, &ch, LostReason::KeepaliveClosed);
+            } else if ch.is_open() {
+                return Err(Error::AlreadyConnected {
+                    peer: remote.to_owned(),
+                });
+            }
         }
         let sa = addr.socket_addr();
         let c = control::connect(

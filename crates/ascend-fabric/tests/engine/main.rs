@@ -25,6 +25,7 @@ mod hixl_scenarios;
 mod perf;
 mod pool;
 mod prepared;
+mod reconnect;
 mod registrations;
 mod revocation;
 mod sessions;

@@ -228,7 +228,13 @@ pub(crate) fn destroy(h: HixlClientHandle) -> XRes {
         );
         clients.remove(&id).expect("checked above")
     };
-    c.worker.stop.store(true, SeqCst);
+    // Set under the queue's lock, which the worker holds from its check of `stop` until it
+    // waits: otherwise the store and the notify could both fall between the two, and the
+    // worker would wait for ever (and this join with it).
+    {
+        let _q = c.worker.queue.lock();
+        c.worker.stop.store(true, SeqCst);
+    }
     c.worker.cv.notify_all();
     if let Some(t) = c.worker_thread.lock().take() {
         let _ = t.join();
