@@ -46,6 +46,17 @@ impl ControlHandler for Handler {
     }
 }
 
+/// A control exchange's error: [`Error::Timeout`] naming `what` when its time ran out (the
+/// server could not be reached in time, or did not answer), [`Error::Control`] otherwise.
+fn timed_out(e: control::ClientError, what: &'static str, after: Duration) -> Error {
+    if e.is_timeout() {
+        tracing::debug!(error = %e, "{what} timed out");
+        Error::Timeout { what, after }
+    } else {
+        e.into()
+    }
+}
+
 /// The `channel_id` of an engine at `addr` (see [`Engine::channel_id`]).
 fn channel_id(addr: &EngineAddr) -> String {
     if addr.listens() && !addr.ip.is_unspecified() {
@@ -413,7 +424,8 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::AlreadyConnected`] for a channel that is open; [`Error::Option`] for an address
-    /// without a port;
+    /// without a port; [`Error::Timeout`] when the peer could not be reached, or did not
+    /// answer, within `timeout`;
     /// [`Error::Control`] (unreachable, refused, malformed reply); [`Error::BadEntry`] or
     /// [`Error::Mem`] for an entry that cannot be imported or mapped (everything imported so
     /// far is undone); [`Error::ResourceExhausted`] when the VA pool is full.
@@ -468,7 +480,8 @@ impl Engine {
             &inner.channel_id,
             timeout,
             inner.opts.shared_secret.as_deref(),
-        )?;
+        )
+        .map_err(|e| timed_out(e, "connect: the control exchange with the peer", timeout))?;
         let keepalive = c.keepalive;
         let made = Remote::import_entries(&inner.dev, &inner.pool, remote, &c.entries, &c.names)
             .and_then(|rem| {
@@ -581,7 +594,9 @@ impl Engine {
     /// Sends a notify to `remote` (HIXL's `SendNotify`, on a new connection, no reply).
     ///
     /// # Errors
-    /// [`Error::Control`] (unreachable peer, name or message over 1024 bytes).
+    /// [`Error::Control`] (unreachable peer, name or message over
+    /// [`wire::MAX_NOTIFY_FIELD`](crate::wire::MAX_NOTIFY_FIELD) bytes, HIXL's limit);
+    /// [`Error::Timeout`] when the peer could not be reached within `timeout`.
     pub fn send_notify(
         &self,
         remote: &str,
@@ -598,7 +613,14 @@ impl Engine {
             },
             timeout,
             self.inner.opts.shared_secret.as_deref(),
-        )?;
+        )
+        .map_err(|e| {
+            timed_out(
+                e,
+                "send_notify: the control exchange with the peer",
+                timeout,
+            )
+        })?;
         Ok(())
     }
 

@@ -258,6 +258,16 @@ pub enum Error {
         /// What is wrong, with the values.
         reason: String,
     },
+    /// A remote block list prepared on an earlier connection to its peer: the engine has
+    /// connected to the peer again since, and the list names the old connection's imports.
+    #[error(
+        "{peer}: the remote block list was prepared on an earlier connection to this peer; \
+         prepare it again (Engine::prepare_remote)"
+    )]
+    StalePrepared {
+        /// The peer.
+        peer: String,
+    },
     /// A block index of a prepared transfer lies past the end of its list.
     #[error("transfer_prepared: pair {index}: {side} block {block} is out of range (the list has {blocks})")]
     BlockIndex {
@@ -301,6 +311,7 @@ impl Error {
             | Error::BadEntry { .. }
             | Error::BadName { .. }
             | Error::Prepare { .. }
+            | Error::StalePrepared { .. }
             | Error::BlockIndex { .. }
             | Error::AlreadyReported(_) => HixlCode::PARAM_INVALID,
             Error::NotConnected { .. } => HixlCode::NOT_CONNECTED,

@@ -353,6 +353,9 @@ fn a_failed_queued_copy_stops_only_a_stopping_stream() {
         ok!(aclrtMemset(d, 8192, 0, 8192));
         ascend_sim::testing::fail_next_queued_copy(ACL_ERROR_RT_DEVICE_MEM_ERROR);
         let dst = (d as usize + 4096) as *mut std::ffi::c_void;
+        // Both queued before either runs (the worker could otherwise fail the copy before
+        // the memset is queued behind it).
+        let hold = ascend_sim::testing::hold_stream(s);
         ok!(aclrtMemcpyAsync(
             dst,
             16,
@@ -362,6 +365,7 @@ fn a_failed_queued_copy_stops_only_a_stopping_stream() {
             s
         ));
         ok!(aclrtMemsetAsync(d, 16, 0x5A, 16, s));
+        drop(hold);
         expect_code!(ACL_ERROR_RT_DEVICE_MEM_ERROR, aclrtSynchronizeStream(s));
         ok!(aclrtSynchronizeStream(s));
         let mut b = [0u8; 16];

@@ -54,6 +54,12 @@ pub enum ClientError {
 }
 
 impl ClientError {
+    /// Whether the exchange ran out of its time (reaching the server, or waiting for its
+    /// answer), as opposed to failing.
+    pub fn is_timeout(&self) -> bool {
+        self.status() == status::TIMEOUT && !matches!(self, ClientError::Status { .. })
+    }
+
     /// The HIXL status this error corresponds to.
     pub fn status(&self) -> u32 {
         match self {

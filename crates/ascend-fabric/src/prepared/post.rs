@@ -29,8 +29,10 @@ impl Engine {
     /// # Errors
     /// [`Error::EmptyBatch`]; [`Error::BlockIndex`] naming the first pair with an index past
     /// its list; [`Error::Prepare`] for lists of another engine, of different block sizes, or
-    /// a local list whose registration was deregistered; [`Error::PeerLost`] once the list's
-    /// channel is gone; as [`Engine::transfer_async`] otherwise.
+    /// a local list whose registration was deregistered; [`Error::StalePrepared`] for a
+    /// remote list prepared on an earlier connection to a peer the engine has connected to
+    /// again (prepare it again); [`Error::PeerLost`] once the list's channel is gone and no
+    /// newer one exists; as [`Engine::transfer_async`] otherwise.
     pub fn transfer_prepared_async(
         &self,
         op: TransferOp,
@@ -62,6 +64,22 @@ impl Engine {
         Self::wait_sync(&req, deadline, timeout)
     }
 
+    /// A remote list names the imports of the connection it was prepared on: once that
+    /// channel is gone and the engine has connected to the peer again, the list is stale
+    /// (while no newer channel exists, the submission reports the loss itself).
+    fn check_current(&self, remote: &RemoteBlocks) -> Result<()> {
+        if remote.ch.is_open() {
+            return Ok(());
+        }
+        let now = self.inner.channels.read().get(&remote.ch.peer).cloned();
+        match now {
+            Some(c) if !Arc::ptr_eq(&c, &remote.ch) => Err(Error::StalePrepared {
+                peer: remote.ch.peer.clone(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
     fn submit_prepared(
         &self,
         op: TransferOp,
@@ -77,6 +95,7 @@ impl Engine {
         if !me(&local.engine) || !me(&remote.engine) {
             return Err(prep_err("a list was prepared by another engine".into()));
         }
+        self.check_current(remote)?;
         let bl = local.blocks.block_len;
         if bl != remote.blocks.block_len {
             return Err(prep_err(format!(

@@ -94,3 +94,24 @@ fn engines_are_addressed_by_host_name() {
     remote.read_into(&mut got, 0).unwrap();
     assert_eq!(&got, b"by name");
 }
+
+/// A server that accepts and never answers: the connect times out, and says so
+/// (`Error::Timeout` naming the control exchange, HIXL's TIMEOUT status), not an I/O error.
+#[test]
+fn a_server_that_never_answers_is_a_timeout() {
+    let env = setup();
+    // Listening, never accepting: the kernel completes the handshake, nobody answers.
+    let mute = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = mute.local_addr().unwrap().to_string();
+    let e = Engine::new(&env.dev, "127.0.0.1", test_options(1)).unwrap();
+    let t = std::time::Duration::from_millis(300);
+    let err = e.connect(&addr, t).unwrap_err();
+    assert!(
+        matches!(err, Error::Timeout { what, after } if what.contains("control exchange") && after == t),
+        "{err:?}"
+    );
+    assert_eq!(err.status(), ascend_fabric::HixlCode::TIMEOUT);
+    assert!(!e.is_connected(&addr));
+    drop((e, mute));
+    env.finish();
+}

@@ -233,3 +233,51 @@ fn prepared_lists_move_blocks_by_index() {
     let c = ascend_sim::counters();
     assert!(c.is_zero(), "leaked {c}");
 }
+
+/// A remote list prepared before a reconnect is stale, and says so (not "peer lost" while the
+/// engine is connected); a list prepared again works.
+#[test]
+fn a_remote_list_from_before_a_reconnect_is_stale() {
+    let _env = crate::util::setup();
+    let p = crate::async_util::Pair::new(2 << 20, crate::util::options(1, 4), true);
+    let local = p.client.prepare_local(&p.local_reg, 4096).unwrap();
+    let old = p
+        .client
+        .prepare_remote(&p.peer_addr, &[SegmentRef::Index(0)], 4096)
+        .unwrap();
+    let t = std::time::Duration::from_secs(20);
+    let w = ascend_fabric::TransferOp::Write;
+    p.client
+        .transfer_prepared_sync(w, &local, &old, &[(0, 0)], t)
+        .unwrap();
+    p.client.disconnect(&p.peer_addr, t).unwrap();
+    // Disconnected: the list's channel is gone, and that is what it says.
+    let e = p
+        .client
+        .transfer_prepared_sync(w, &local, &old, &[(0, 0)], t)
+        .unwrap_err();
+    assert!(e.is_peer_lost(), "{e:?}");
+    p.client.connect(&p.peer_addr, t).unwrap();
+    let e = p
+        .client
+        .transfer_prepared_sync(w, &local, &old, &[(0, 0)], t)
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::StalePrepared { ref peer } if *peer == p.peer_addr),
+        "{e:?}"
+    );
+    assert_eq!(e.status(), ascend_fabric::HixlCode::PARAM_INVALID);
+    assert!(
+        p.client.is_connected(&p.peer_addr),
+        "a stale list leaves the channel alone"
+    );
+    let fresh = p
+        .client
+        .prepare_remote(&p.peer_addr, &[SegmentRef::Index(0)], 4096)
+        .unwrap();
+    p.client
+        .transfer_prepared_sync(w, &local, &fresh, &[(0, 0)], t)
+        .unwrap();
+    drop((local, old, fresh));
+    p.close();
+}
