@@ -32,13 +32,16 @@ pub enum ClientError {
         #[source]
         source: WireError,
     },
-    /// The server answered with a non-zero status.
-    #[error("{addr} refused the request with status {code}")]
+    /// The server answered with a non-zero status (and, from our servers, why: for example
+    /// that it is over its connection cap).
+    #[error("{addr} refused the request with status {code}{}", refusal_text(*.code, .message))]
     Status {
         /// The server.
         addr: SocketAddr,
         /// The HIXL status code.
         code: u32,
+        /// The server's `error_message` (empty from HIXL).
+        message: String,
     },
     /// We hold a shared secret and the server did not prove it knows it: it closed the
     /// connection or answered without a challenge (it has no secret, or is not ours), or its
@@ -82,6 +85,30 @@ impl ClientError {
             ClientError::ServerAuth { .. } => status::FAILED,
         }
     }
+}
+
+/// The name of a refusal's code and the server's message, for its error text.
+fn refusal_text(code: u32, message: &str) -> String {
+    let name = crate::HixlCode(code)
+        .name()
+        .map(|n| format!(" ({n})"))
+        .unwrap_or_default();
+    if message.is_empty() {
+        name
+    } else {
+        format!("{name}: {message}")
+    }
+}
+
+/// A status frame read where another answer was expected, as its refusal (our server answers
+/// a connection it refuses at once, over its cap, with a status instead of the exchange).
+fn refusal(addr: SocketAddr, frame: &Frame) -> Option<ClientError> {
+    let st: StatusMsg = frame.parse(MsgType::Status, "status").ok()?;
+    (st.error_code != status::SUCCESS).then_some(ClientError::Status {
+        addr,
+        code: st.error_code,
+        message: st.error_message,
+    })
 }
 
 /// A client connection whose exchange as a whole ends by one deadline: every read and write
@@ -176,6 +203,9 @@ fn authenticate(s: &mut Bounded, addr: SocketAddr, secret: &str) -> Result<(), C
             })
         }
     };
+    if let Some(refused) = refusal(addr, &answer) {
+        return Err(refused);
+    }
     let challenge: AuthChallenge = answer
         .parse(MsgType::AuthChallenge, "auth challenge")
         .map_err(|_| ClientError::ServerAuth {
@@ -210,6 +240,7 @@ fn read_status(s: &mut Bounded, addr: SocketAddr) -> Result<(), ClientError> {
         return Err(ClientError::Status {
             addr,
             code: st.error_code,
+            message: st.error_message,
         });
     }
     Ok(())
@@ -248,8 +279,12 @@ pub fn connect(
         &Frame::new(MsgType::Connect, &req).map_err(wire_err)?,
     )
     .map_err(wire_err)?;
-    let resp: ConnectMsg = wire::read_frame(&mut s)
-        .and_then(|f| f.parse(MsgType::Connect, "connect response"))
+    let frame = wire::read_frame(&mut s).map_err(wire_err)?;
+    if let Some(refused) = refusal(addr, &frame) {
+        return Err(refused);
+    }
+    let resp: ConnectMsg = frame
+        .parse(MsgType::Connect, "connect response")
         .map_err(wire_err)?;
     read_status(&mut s, addr)?;
     Ok(Connected {

@@ -4,9 +4,11 @@
 use super::conn::{Close, Conn, Input, Phase};
 use super::shared::{Command, SessionEntry, Shared, LISTENER_KEY};
 use super::source::Registered;
+use super::status;
+use crate::wire::{Frame, MsgType, StatusMsg};
 use polling::Events;
 use std::collections::{BTreeSet, HashMap};
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -172,6 +174,15 @@ impl Loop {
             if let Some(held) = self.logs.over_cap.allow(now) {
                 tracing::warn!(%peer, open = self.conns.len(), from_ip, held, "control connection refused: over the connection cap");
             }
+            let why = if from_ip >= cfg.max_connections_per_ip {
+                format!(
+                    "over its connection cap of {} per peer address",
+                    cfg.max_connections_per_ip
+                )
+            } else {
+                format!("over its connection cap of {}", cfg.max_connections)
+            };
+            refuse(stream, status::RESOURCE_EXHAUSTED, why);
             return;
         }
         let key = self.next_key;
@@ -410,6 +421,31 @@ impl Loop {
             }
             Close::Io(e) => tracing::debug!(%peer, error = %e, "control connection failed"),
             Close::Done | Close::Disconnected | Close::Stopping => {}
+        }
+    }
+}
+
+/// Answers a connection refused at once with a status saying why, if the socket takes it
+/// without waiting (a fresh socket's send buffer is empty), and closes it: the peer reads why
+/// instead of a bare close. What the peer sent already is read and dropped first, so the
+/// close is a FIN after the status, not a reset that could overtake it.
+fn refuse(stream: TcpStream, code: u32, why: String) {
+    let frame = Frame::new(
+        MsgType::Status,
+        &StatusMsg {
+            error_code: code,
+            error_message: why,
+        },
+    );
+    let (Ok(f), Ok(())) = (frame, stream.set_nonblocking(true)) else {
+        return;
+    };
+    let _ = (&stream).write(&f.encode());
+    let mut scratch = [0u8; 4096];
+    for _ in 0..16 {
+        match (&stream).read(&mut scratch) {
+            Ok(n) if n > 0 => {}
+            _ => break,
         }
     }
 }

@@ -17,7 +17,9 @@
 //! Anything malformed closes that one connection, counted in [`ServerStats::malformed`].
 //!
 //! Bounds ([`ServerConfig`]): at most `max_connections` open connections and
-//! `max_connections_per_ip` from one address (more are closed as soon as they are accepted);
+//! `max_connections_per_ip` from one address (more are answered with a `RESOURCE_EXHAUSTED`
+//! status whose message names the cap, and closed, as soon as they are accepted; a client of
+//! this crate reports [`ClientError::Status`] with that message, with or without a secret);
 //! a connection must complete its request phase, handshake included, within
 //! `request_timeout` of being accepted (silent and trickling senders are closed then); a
 //! session that sends no heartbeat for `session_heartbeat_timeout` (default 120 s, HIXL's

@@ -45,8 +45,14 @@ fn over_cap_connections_are_closed_at_once_and_counted() {
         closed_by_peer(&mut ninth, GUARD),
         "over the global cap, still open"
     );
+    // A client over the cap is told so (not a bare close, not an I/O error).
     let err = control::connect(addr, "late", T, None).unwrap_err();
-    assert!(matches!(err, ClientError::Wire { .. }), "{err}");
+    assert!(
+        matches!(err, ClientError::Status { code, ref message, .. }
+            if code == status::RESOURCE_EXHAUSTED && message.contains("connection cap of 8")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("RESOURCE_EXHAUSTED"), "{err}");
     let st = srv.stats();
     assert_eq!(
         (st.refused_over_cap, st.open_connections, st.sessions),
@@ -58,6 +64,30 @@ fn over_cap_connections_are_closed_at_once_and_counted() {
     drop(held.pop());
     wait_until("slot freed", || srv.stats().open_connections == 7);
     control::connect(addr, "late", T, None).unwrap();
+}
+
+/// With a shared secret, a client over the cap is told about the cap, not that the server
+/// could not prove it knows the secret.
+#[test]
+fn over_the_cap_with_a_secret_says_cap_not_secret() {
+    let config = ServerConfig {
+        max_connections_per_ip: 1,
+        request_timeout: Duration::from_secs(600),
+        shared_secret: Some("a long shared secret for the test".into()),
+        ..ServerConfig::default()
+    };
+    let (srv, _h) = server(fake_entries(1), config);
+    let addr = srv.local_addr();
+    // Held from 127.0.0.1, the address the client below connects from.
+    let _held = connect_from(ip(1), addr).unwrap();
+    wait_until("one accepted", || srv.stats().open_connections == 1);
+    let secret = Some("a long shared secret for the test");
+    let err = control::connect(addr, "late", T, secret).unwrap_err();
+    assert!(
+        matches!(err, ClientError::Status { code, ref message, .. }
+            if code == status::RESOURCE_EXHAUSTED && message.contains("per peer address")),
+        "{err}"
+    );
 }
 
 #[test]
