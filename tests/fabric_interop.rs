@@ -12,10 +12,7 @@ use ascend_testkit::emulator::setup;
 
 const MIB2: usize = 2 << 20;
 
-/// A loopback port nobody listens on right now.
-fn free_port() -> u16 {
-    ascend_launch::free_port().expect("a free loopback port")
-}
+use ascend_testkit::free_port;
 
 fn python_client(port: u16, channel: &str) -> Option<(bool, String)> {
     let script = concat!(

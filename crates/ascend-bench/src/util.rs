@@ -1,6 +1,5 @@
 //! Small helpers: environment, limits, /proc, ports, timing.
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use crate::Res;
@@ -56,9 +55,9 @@ pub(crate) fn proc_status_bytes(field: &str) -> Res<u64> {
     Err(format!("{field} missing from /proc/self/status").into())
 }
 
-/// A TCP port nobody listens on right now.
+/// A loopback port nobody listens on right now, below the ephemeral range.
 pub(crate) fn free_port() -> Res<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(ascend_testkit::free_port())
 }
 
 /// Runs `f` `n` times and returns the shortest duration.

@@ -28,13 +28,9 @@ fn open(url: &str) -> Arc<EtcdDirectory> {
     Arc::new(EtcdDirectory::connect(EtcdOptions::new(url).prefix("/test").ttl(TTL)).unwrap())
 }
 
-/// Polls `cond` (a state reached in the background) until it holds, or fails after `T`.
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < T, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Waits until `cond` (a state reached in the background) holds, bounded by `T`.
+fn until(what: &str, cond: impl FnMut() -> bool) {
+    ascend_testkit::wait_until(what, T, cond);
 }
 
 fn bad_options() {

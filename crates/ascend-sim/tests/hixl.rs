@@ -58,13 +58,7 @@ fn ep(protocol: CommProtocol) -> EndpointDesc {
     e[0]
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use ascend_testkit::free_port;
 
 fn server_desc(eps: &[EndpointDesc], port: u32) -> HixlServerDesc {
     HixlServerDesc {

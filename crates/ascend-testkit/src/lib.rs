@@ -1,7 +1,7 @@
 //! Helpers shared by the workspace's test suites and its bench (a crate that is not published).
 //!
-//! Without features it depends on no other crate of the workspace, so every crate's tests can
-//! use it:
+//! Without features it depends on no other crate of the workspace but the launcher (for its
+//! free ports), so every crate's tests can use it:
 //!
 //! - [`lock`](mod@lock): the process-wide test lock (the emulator's counters, faults and call log are
 //!   global to a process, so tests that read or arm them serialize on it);
@@ -11,7 +11,8 @@
 //! - [`watchdog`](mod@watchdog): a child that gives up on its own when its parent stops driving it;
 //! - [`net`]: raw bytes to a server and its whole answer;
 //! - [`hex`]: bytes as hex text, for handing binary values to a child on a line;
-//! - [`process`]: this process's live threads and open descriptors.
+//! - [`process`]: this process's live threads and open descriptors;
+//! - [`wait`](mod@wait): waiting for a state reached in the background, and free ports.
 //!
 //! With the `emulator` feature, `emulator` adds a test's session on the in-process emulator
 //! (the lock, cleared faults, device 0, and the check that nothing is left at its end).
@@ -24,6 +25,7 @@ pub mod net;
 pub mod process;
 pub mod result;
 pub mod role;
+pub mod wait;
 pub mod watchdog;
 
 pub use hex::{from_hex, to_hex};
@@ -31,4 +33,5 @@ pub use lock::lock;
 pub use net::send_raw;
 pub use result::{assert_ok, result_line, result_numbers, result_of};
 pub use role::{role, wait_success, ChildProc, Spawn, ROLE_VAR};
+pub use wait::{free_port, wait_until};
 pub use watchdog::watchdog;

@@ -8,7 +8,7 @@ use ascend_mem::{DeviceBuffer, ExportFlags, FabricHandle, Runtime, ShareKind};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Generous failure guard of every bounded wait.
 pub const GUARD: Duration = Duration::from_secs(20);
@@ -173,12 +173,8 @@ pub fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> 
 
 /// Waits (bounded by [`GUARD`]) until `f` holds; panics naming `what` otherwise.
 #[track_caller]
-pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(start.elapsed() < GUARD, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(2));
-    }
+pub fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    ascend_testkit::wait_until(what, GUARD, f);
 }
 
 /// Sets the soft descriptor limit to `n` (at most the hard limit); returns the new soft limit.

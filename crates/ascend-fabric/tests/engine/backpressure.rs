@@ -4,7 +4,7 @@
 //! busy. The first 128 are kept in flight with the emulator's process-wide stream hold, so
 //! the slots really are all busy; one test function.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::async_util::*;
 use crate::util::*;
@@ -16,13 +16,9 @@ const BLOCK: usize = 4096;
 const STREAMS: u32 = 4;
 const SLOTS: usize = STREAM_BUDGET / STREAMS as usize;
 
-/// Waits (yielding) until `cond` holds; panics naming `what` after `T`.
-fn until(what: &str, mut cond: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !cond() {
-        assert!(t0.elapsed() < T, "{what}: not reached within {T:?}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+/// Waits until `cond` holds (bounded by `T`).
+fn until(what: &str, cond: impl FnMut() -> bool) {
+    ascend_testkit::wait_until(what, T, cond);
 }
 
 #[test]

@@ -33,12 +33,8 @@ fn child_main(role: &str) {
     }
 }
 
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < T, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+fn wait_until(what: &str, f: impl FnMut() -> bool) {
+    ascend_testkit::wait_until(what, T, f);
 }
 
 fn client_role(rt: &ascend_mem::Runtime) {

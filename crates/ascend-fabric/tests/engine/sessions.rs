@@ -158,15 +158,6 @@ fn crash_after_connecting(test: &str, server: &str) -> (String, String) {
     (addr.to_owned(), id.to_owned())
 }
 
-/// Waits until `f` holds (the bound only ends a hang; the event is what is waited for).
-fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
-    let t0 = std::time::Instant::now();
-    while !f() {
-        assert!(t0.elapsed() < T, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 #[test]
 fn restarted_engine_replaces_its_session_on_a_server_with_auto_cleanup() {
     if role().is_some() {
@@ -215,7 +206,7 @@ fn restarted_engine_is_refused_by_a_server_without_auto_cleanup() {
     // HIXL's server answers SUCCESS and then closes: the connect returns, and the channel is
     // lost as soon as its keepalive reader sees the close.
     restarted.connect(&server.addr(), T).unwrap();
-    wait_until("the refused channel's loss", || {
+    ascend_testkit::wait_until("the refused channel's loss", T, || {
         !restarted.is_connected(&server.addr())
     });
     let e = restarted.disconnect(&server.addr(), T).unwrap_err();
@@ -241,7 +232,7 @@ fn restarted_engine_is_served_by_our_server() {
     let (server, server_addr) = listening(&dev, test_options(1));
     let test = test_name!(restarted_engine_is_served_by_our_server);
     let (addr, _) = crash_after_connecting(test, &server_addr);
-    wait_until("the crashed engine's session to end", || {
+    ascend_testkit::wait_until("the crashed engine's session to end", T, || {
         server.sessions().is_empty()
     });
     let restarted = Engine::new(&dev, &addr, test_options(1)).unwrap();

@@ -9,9 +9,7 @@ pub use ascend_testkit::emulator::setup;
 
 /// A loopback port nobody listens on right now, from outside the ephemeral range (so no
 /// outgoing connection of another test takes it before the engine binds it).
-pub fn free_port() -> u16 {
-    ascend_launch::free_port().expect("a free loopback port")
-}
+pub use ascend_testkit::free_port;
 
 /// `127.0.0.1:<a free port>`: an address for a listening engine.
 pub fn listen_addr() -> String {
