@@ -119,6 +119,7 @@
 //! transfer among themselves its own prefix (a `directory::EtcdOptions::prefix` per group),
 //! and start them in waves.
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod channel;
 mod code;

@@ -162,6 +162,7 @@
 //! # Ok(()) }
 //! ```
 #![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[allow(unsafe_code)]
 pub mod ffi;

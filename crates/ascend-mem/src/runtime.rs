@@ -138,9 +138,12 @@ impl Runtime {
     /// The in-tree emulator, linked into this process (feature `emulator`, off by default).
     /// The first emulator runtime of a process logs a WARN line saying so.
     ///
+    /// Requires the `emulator` feature.
+    ///
     /// # Errors
     /// An `aclInit` failure (the emulator does not normally fail it).
     #[cfg(feature = "emulator")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "emulator")))]
     pub fn emulated() -> Result<Runtime> {
         let rt = Self::from_table(ascend_sim::acl_table())?;
         warn_emulated(rt.backend());
@@ -173,9 +176,12 @@ impl Runtime {
     /// anywhere. `ASCEND_MEM_BACKEND=cann` still requires CANN. For examples and demos; a
     /// production service should call [`Runtime::from_env`] or [`Runtime::load`].
     ///
+    /// Requires the `emulator` feature.
+    ///
     /// # Errors
     /// As [`Runtime::from_env`] (a load error only when CANN was required by name).
     #[cfg(feature = "emulator")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "emulator")))]
     pub fn from_env_or_emulator() -> Result<Runtime> {
         let explicit = !std::env::var("ASCEND_MEM_BACKEND")
             .unwrap_or_default()

@@ -20,7 +20,10 @@ use super::entry::{check_name, EngineEntry};
 use super::{Directory, DirectoryError, DirectoryStats, Publication, Watch};
 
 /// How to reach etcd and how entries are kept.
+///
+/// Requires the `etcd` feature.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub struct EtcdOptions {
     /// etcd endpoints (`http://127.0.0.1:2379`, or `127.0.0.1:2379`).
     pub endpoints: Vec<String>,
@@ -222,7 +225,10 @@ impl Shared {
 /// inside an async runtime. Cheap to clone. Dropping the last clone stops its runtime: the
 /// keep-alives of publications still alive stop (their entries go when their leases run out)
 /// and watches end.
+///
+/// Requires the `etcd` feature.
 #[derive(Clone)]
+#[cfg_attr(docsrs, doc(cfg(feature = "etcd")))]
 pub struct EtcdDirectory {
     shared: Arc<Shared>,
 }
