@@ -86,7 +86,9 @@ impl Channel {
         let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT;
         match socket2::SockRef::from(&self.closer).recv_with_flags(&mut b, flags) {
             Ok(0) => true,
-            Ok(_) => false, // a server writes nothing here, but that is not a close
+            // Bytes before a close (servers send nothing here in this protocol) hide it until
+            // the reader has taken them; the reader then finds the close itself.
+            Ok(_) => false,
             Err(e) => !matches!(
                 e.kind(),
                 std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted

@@ -420,7 +420,8 @@ impl Engine {
     /// A channel to `remote` that is going is not in the way: one whose teardown is under way
     /// is waited for, and one whose peer has closed the keepalive socket (its process died,
     /// and its reader has not noticed yet) is torn down first, so a reconnect right after a
-    /// peer died needs no retry loop.
+    /// peer died needs no retry loop once the peer's close has reached this host (a peer
+    /// whose host vanished sends none: its channel ends when a heartbeat fails).
     ///
     /// # Errors
     /// [`Error::AlreadyConnected`] for a channel that is open; [`Error::Option`] for an address
@@ -459,7 +460,14 @@ impl Engine {
                     what: "connect on demand (waiting for another connect to finish)",
                     after: timeout,
                 })?;
-                (g, timeout.min(d.saturating_duration_since(Instant::now())))
+                let left = timeout.min(d.saturating_duration_since(Instant::now()));
+                if left.is_zero() {
+                    return Err(Error::Timeout {
+                        what: "connect on demand (no time left after another connect)",
+                        after: timeout,
+                    });
+                }
+                (g, left)
             }
         };
         let existing = inner.channels.read().get(remote).cloned();
@@ -591,7 +599,8 @@ impl Engine {
             .map_or(0, |s| s.rejected())
     }
 
-    /// Sends a notify to `remote` (HIXL's `SendNotify`, on a new connection, no reply).
+    /// Sends a notify to `remote` (HIXL's `SendNotify`, on a new connection, no reply: a
+    /// notify the peer's server drops, for example over its connection cap, is not reported).
     ///
     /// # Errors
     /// [`Error::Control`] (unreachable peer, name or message over

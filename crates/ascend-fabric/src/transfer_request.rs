@@ -121,9 +121,13 @@ impl TransferRequest {
     /// waited for, so when this returns no copy of it touches memory any more (as when the
     /// request is dropped, but the request stays to be asked, and then reports
     /// [`Error::Cancelled`]). Returns whether it was still running; a transfer whose copies
-    /// had ended, observed or not, keeps its outcome.
+    /// had ended, observed or not, keeps its outcome (as does one past its stall deadline,
+    /// which ends as that [`Error::Timeout`]). Under `AutoConnect` a failed copy this finds
+    /// disconnects the peer, as any observation does.
     pub fn cancel(&self) -> bool {
-        self.inner.cancel(&self.peer)
+        let cancelled = self.inner.cancel(&self.peer);
+        self.inner.disconnect_if_due(false);
+        cancelled
     }
 }
 

@@ -313,7 +313,8 @@ impl Driver {
         let t = std::time::Instant::now();
         while t.elapsed() < LOSS_LIMIT {
             match self.eng.connect(addr, OP_TIMEOUT) {
-                Err(Error::Control(_)) => {
+                // Not listening yet, or accepted and not answering yet (a control timeout).
+                Err(Error::Control(_) | Error::Timeout { .. }) => {
                     self.stats.restart_connects[0] += 1;
                     std::thread::sleep(std::time::Duration::from_millis(2));
                 }

@@ -46,7 +46,9 @@ pub enum ClientError {
     /// We hold a shared secret and the server did not prove it knows it: it closed the
     /// connection or answered without a challenge (it has no secret, or is not ours), or its
     /// proof did not verify (an impostor, or the two sides' secrets differ). Nothing past
-    /// the handshake was sent to it.
+    /// the handshake was sent to it. (The one answer believed before the proof is a
+    /// `RESOURCE_EXHAUSTED` status, our server's "over its connection cap", reported as
+    /// [`ClientError::Status`].)
     #[error("{addr} did not prove it knows the shared secret: {reason}")]
     ServerAuth {
         /// The server.
@@ -203,8 +205,19 @@ fn authenticate(s: &mut Bounded, addr: SocketAddr, secret: &str) -> Result<(), C
             })
         }
     };
-    if let Some(refused) = refusal(addr, &answer) {
-        return Err(refused);
+    // Before it proves the secret, a server is believed about one thing only: that it is
+    // over its connection cap (the one status our server sends before the handshake).
+    match refusal(addr, &answer) {
+        Some(refused @ ClientError::Status { code, .. }) if code == status::RESOURCE_EXHAUSTED => {
+            return Err(refused)
+        }
+        Some(_) => {
+            return Err(ClientError::ServerAuth {
+                addr,
+                reason: "it answered the handshake with a status instead of a challenge",
+            })
+        }
+        None => {}
     }
     let challenge: AuthChallenge = answer
         .parse(MsgType::AuthChallenge, "auth challenge")

@@ -19,7 +19,9 @@
 //! Bounds ([`ServerConfig`]): at most `max_connections` open connections and
 //! `max_connections_per_ip` from one address (more are answered with a `RESOURCE_EXHAUSTED`
 //! status whose message names the cap, and closed, as soon as they are accepted; a client of
-//! this crate reports [`ClientError::Status`] with that message, with or without a secret);
+//! this crate reports [`ClientError::Status`] with that message, with or without a secret,
+//! for a connect or a disconnect; a notify reads no answer, so one over the cap is lost, as a
+//! HIXL notify is when nobody takes it);
 //! a connection must complete its request phase, handshake included, within
 //! `request_timeout` of being accepted (silent and trickling senders are closed then); a
 //! session that sends no heartbeat for `session_heartbeat_timeout` (default 120 s, HIXL's

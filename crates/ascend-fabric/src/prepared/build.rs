@@ -22,8 +22,9 @@ impl Engine {
     /// name ([`SegmentRef::Name`]). A name is free again once its registration is gone.
     ///
     /// # Errors
-    /// [`Error::BadName`] for an empty name, one over 256 bytes or with control characters,
-    /// or one that names another live registration; as [`Engine::register`].
+    /// [`Error::BadName`] for an empty name, one over
+    /// [`wire::MAX_SEGMENT_NAME`](crate::wire::MAX_SEGMENT_NAME) bytes (256) or with control
+    /// characters, or one that names another live registration; as [`Engine::register`].
     pub fn register_named<R: Registrable + ?Sized>(
         &self,
         mem: &R,

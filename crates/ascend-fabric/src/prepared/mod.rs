@@ -186,8 +186,9 @@ impl LocalBlocks {
 /// ([`Engine::prepare_remote`](crate::Engine::prepare_remote)).
 ///
 /// It is bound to the channel it was made on: once that channel is lost or disconnected,
-/// transfers of the list fail with [`Error::PeerLost`](crate::Error::PeerLost) (after a
-/// reconnect, prepare the list again). `Send + Sync`.
+/// transfers of the list fail with [`Error::PeerLost`](crate::Error::PeerLost), and after a
+/// reconnect with [`Error::StalePrepared`](crate::Error::StalePrepared) (prepare the list
+/// again). `Send + Sync`.
 pub struct RemoteBlocks {
     pub(crate) engine: Weak<EngineInner>,
     pub(crate) ch: Arc<Channel>,

@@ -262,3 +262,25 @@ fn an_engine_server_reaps_silent_clients_and_keeps_engines() {
     assert!(srv.sessions()[0].starts_with("127.0.0.1#"));
     assert!(peer.is_connected(&remote));
 }
+
+/// Before a server proves the secret, only its "over the cap" status is believed: any other
+/// status in place of the challenge is a server that did not prove it knows the secret.
+#[test]
+fn a_status_instead_of_a_challenge_is_not_believed() {
+    use ascend_fabric::wire::{self, Frame, MsgType, StatusMsg};
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap();
+    let t = std::thread::spawn(move || {
+        let (mut s, _) = fake.accept().unwrap();
+        let _hello = wire::read_frame(&mut s).unwrap();
+        let st = StatusMsg {
+            error_code: status::ALREADY_CONNECTED,
+            error_message: "believe me".into(),
+        };
+        wire::write_frame(&mut s, &Frame::new(MsgType::Status, &st).unwrap()).unwrap();
+    });
+    let err =
+        control::connect(addr, "c", T, Some("a long shared secret for the test")).unwrap_err();
+    assert!(matches!(err, ClientError::ServerAuth { .. }), "{err}");
+    t.join().unwrap();
+}

@@ -46,8 +46,7 @@ pub(crate) fn map(
     ensure!(
         size % obj.page == 0,
         ACL_ERROR_RT_PARAM_INVALID,
-        "size {size} is not a multiple of the minimum granularity {:#x} (an allocation of a \
-         size that is not whole granules cannot be mapped)",
+        "size {size} is not a multiple of the minimum granularity {:#x}",
         obj.page
     );
     ensure!(
