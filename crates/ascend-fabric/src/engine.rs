@@ -1,11 +1,13 @@
-//! The engine: registrations, the control server, channels to peers and transfers.
+//! The engine: its start and shutdown, the control server and its handler, registrations,
+//! and what it tells about its peers and pools (connecting is `connect.rs`, transfers
+//! `submit.rs`).
 
 use ascend_mem::CloseError;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ascend_mem::{Device, DeviceBuffer, HostBuffer, MappingSlice};
 use parking_lot::{Mutex, RwLock};
@@ -18,13 +20,9 @@ use crate::options::{EngineAddr, EngineOptions, OptionError};
 use crate::pool::VaPool;
 use crate::progress::Progress;
 use crate::registry::{Registrable, Registration, Registry};
-use crate::remote::Remote;
-use crate::request::{AutoDisconnect, Observer};
-use crate::slots::{SlotFrom, SlotPool};
+use crate::slots::SlotPool;
 use crate::stats::PeerStats;
-use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
-use crate::transfer_request::TransferRequest;
-use crate::wire::{NotifyMsg, SegmentName, ShareHandleEntry};
+use crate::wire::{SegmentName, ShareHandleEntry};
 
 struct Handler {
     registry: Arc<Registry>,
@@ -46,17 +44,6 @@ impl ControlHandler for Handler {
     }
 }
 
-/// A control exchange's error: [`Error::Timeout`] naming `what` when its time ran out (the
-/// server could not be reached in time, or did not answer), [`Error::Control`] otherwise.
-fn timed_out(e: control::ClientError, what: &'static str, after: Duration) -> Error {
-    if e.is_timeout() {
-        tracing::debug!(error = %e, "{what} timed out");
-        Error::Timeout { what, after }
-    } else {
-        e.into()
-    }
-}
-
 /// The `channel_id` of an engine at `addr` (see [`Engine::channel_id`]).
 fn channel_id(addr: &EngineAddr) -> String {
     if addr.listens() && !addr.ip.is_unspecified() {
@@ -67,17 +54,17 @@ fn channel_id(addr: &EngineAddr) -> String {
 }
 
 pub(crate) struct EngineInner {
-    addr: EngineAddr,
+    pub(crate) addr: EngineAddr,
     /// This engine's identity on the control wire (see [`Engine::channel_id`]).
-    channel_id: String,
-    opts: EngineOptions,
+    pub(crate) channel_id: String,
+    pub(crate) opts: EngineOptions,
     pub(crate) dev: Device,
-    pool: Arc<VaPool>,
+    pub(crate) pool: Arc<VaPool>,
     pub(crate) registry: Arc<Registry>,
     pub(crate) channels: Arc<ChannelMap>,
     pub(crate) slots: Arc<SlotPool>,
-    server: Mutex<Option<Arc<ControlServer>>>,
-    connect_lock: Mutex<()>,
+    pub(crate) server: Mutex<Option<Arc<ControlServer>>>,
+    pub(crate) connect_lock: Mutex<()>,
     monitor: Arc<Monitor>,
     monitor_thread: Mutex<Option<JoinHandle<()>>>,
     /// Observes awaited and queued requests (a thread started on first use).
@@ -122,52 +109,6 @@ pub(crate) const REVOKE_WAIT: Duration = Duration::from_secs(3);
 
 /// Timeout of a connect made on demand (`AutoConnect`), as HIXL's.
 pub(crate) const AUTO_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-
-impl EngineInner {
-    /// `AutoConnect`'s disconnect after a failed transfer on `ch` (bounded by the connect
-    /// timeout; a channel made since is left alone).
-    pub(crate) fn auto_disconnect(&self, ch: &Arc<Channel>) {
-        tracing::info!(peer = %ch.peer, "AutoConnect: disconnecting after a failed transfer");
-        if let Err(e) = self.disconnect(&ch.peer, Some(ch), self.opts.connect_timeout) {
-            tracing::debug!(peer = %ch.peer, error = %e, "AutoConnect: already disconnected");
-        }
-    }
-
-    /// [`Engine::disconnect`]; with `only`, only if the channel to `remote` is that one (a
-    /// channel made since, by a reconnect, stays).
-    pub(crate) fn disconnect(
-        &self,
-        remote: &str,
-        only: Option<&Arc<Channel>>,
-        timeout: Duration,
-    ) -> Result<()> {
-        let _span = tracing::info_span!("disconnect", engine = %self.addr, peer = remote).entered();
-        // Serialised with connects, request to the peer included: a connect to the same peer
-        // made after this disconnect reaches the peer after the disconnect request, so the
-        // request cannot close the new session (it names the channel, not the session).
-        let _serial = self.connect_lock.lock();
-        let ch = match self.channels.read().get(remote) {
-            Some(c) if only.map_or(true, |o| Arc::ptr_eq(o, c)) => c.clone(),
-            _ => {
-                return Err(Error::NotConnected {
-                    peer: remote.to_owned(),
-                })
-            }
-        };
-        // In-flight transfers fail, imports are unmapped, then the channel leaves the map.
-        if channel::lose(&self.channels, &ch, LostReason::Disconnected) {
-            if let Err(e) = control::disconnect(
-                ch.addr,
-                &self.channel_id,
-                timeout,
-                self.opts.shared_secret.as_deref(),
-            ) {
-                tracing::debug!(peer = remote, error = %e, "disconnect request not delivered");
-            }
-        }
-        Ok(())
-    }
-}
 
 impl Engine {
     /// Starts an engine on `dev` at `local` (`ip`, `ip:port` or `[ipv6]:port`; a port makes it
@@ -414,137 +355,6 @@ impl Engine {
         self.inner.registry.count()
     }
 
-    /// Connects to the engine at `remote` (`ip:port`, the peer's own address string), imports
-    /// every segment it offers into this engine's VA pool, and keeps a keepalive channel.
-    ///
-    /// A channel to `remote` that is going is not in the way: one whose teardown is under way
-    /// is waited for, and one whose peer has closed the keepalive socket (its process died,
-    /// and its reader has not noticed yet) is torn down first, so a reconnect right after a
-    /// peer died needs no retry loop once the peer's close has reached this host (a peer
-    /// whose host vanished sends none: its channel ends when a heartbeat fails).
-    ///
-    /// # Errors
-    /// [`Error::AlreadyConnected`] for a channel that is open; [`Error::Option`] for an address
-    /// without a port; [`Error::Timeout`] when the peer could not be reached, or did not
-    /// answer, within `timeout`;
-    /// [`Error::Control`] (unreachable, refused, malformed reply); [`Error::BadEntry`] or
-    /// [`Error::Mem`] for an entry that cannot be imported or mapped (everything imported so
-    /// far is undone); [`Error::ResourceExhausted`] when the VA pool is full.
-    pub fn connect(&self, remote: &str, timeout: Duration) -> Result<()> {
-        self.connect_by(remote, timeout, None)
-    }
-
-    /// [`Engine::connect`]; with `until`, the whole call (waiting for another connect or
-    /// disconnect of this engine included) ends by then.
-    pub(crate) fn connect_by(
-        &self,
-        remote: &str,
-        timeout: Duration,
-        until: Option<Instant>,
-    ) -> Result<()> {
-        let _span =
-            tracing::info_span!("connect", engine = %self.inner.addr, peer = remote).entered();
-        let addr = EngineAddr::parse(remote)?;
-        if !addr.listens() {
-            return Err(OptionError::BadAddress {
-                value: remote.to_owned(),
-                reason: "a peer address needs a port",
-            }
-            .into());
-        }
-        let inner = &self.inner;
-        let (_serial, timeout) = match until {
-            None => (inner.connect_lock.lock(), timeout),
-            Some(d) => {
-                let g = inner.connect_lock.try_lock_until(d).ok_or(Error::Timeout {
-                    what: "connect on demand (waiting for another connect to finish)",
-                    after: timeout,
-                })?;
-                let left = timeout.min(d.saturating_duration_since(Instant::now()));
-                if left.is_zero() {
-                    return Err(Error::Timeout {
-                        what: "connect on demand (no time left after another connect)",
-                        after: timeout,
-                    });
-                }
-                (g, left)
-            }
-        };
-        let existing = inner.channels.read().get(remote).cloned();
-        if let Some(ch) = existing {
-            // A channel whose peer has gone is torn down first (or its teardown, already
-            // under way, waited for), so a reconnect right after a peer died connects.
-            if ch.peer_closed() {
-                channel::lose(&inner.channels, &ch, LostReason::KeepaliveClosed);
-            } else if ch.is_open() {
-                return Err(Error::AlreadyConnected {
-                    peer: remote.to_owned(),
-                });
-            }
-        }
-        let sa = addr.socket_addr();
-        let c = control::connect(
-            sa,
-            &inner.channel_id,
-            timeout,
-            inner.opts.shared_secret.as_deref(),
-        )
-        .map_err(|e| timed_out(e, "connect: the control exchange with the peer", timeout))?;
-        let keepalive = c.keepalive;
-        let made = Remote::import_entries(&inner.dev, &inner.pool, remote, &c.entries, &c.names)
-            .and_then(|rem| {
-                let io = |source| Error::Listen { addr: sa, source };
-                let reader = keepalive.try_clone().map_err(io)?;
-                Ok((
-                    Channel::new(remote, sa, rem, keepalive).map_err(io)?,
-                    reader,
-                ))
-            });
-        let (ch, reader_sock) = match made {
-            Ok(x) => x,
-            Err(e) => {
-                // The peer has opened a session for us: end it (its socket is closed already)
-                // and wait for its answer, so a retry is not refused as a duplicate.
-                let secret = inner.opts.shared_secret.as_deref();
-                if let Err(d) = control::disconnect(sa, &inner.channel_id, timeout, secret) {
-                    tracing::debug!(peer = remote, error = %d, "disconnect after a failed connect");
-                }
-                return Err(e);
-            }
-        };
-        // In the map before the reader starts, so a peer that closes at once is taken out
-        // of it again by the reader (not left there, lost, after it).
-        inner.channels.write().insert(remote.to_owned(), ch.clone());
-        if let Err(source) = channel::start(reader_sock, &ch, Arc::downgrade(&inner.channels)) {
-            channel::lose(&inner.channels, &ch, LostReason::Disconnected);
-            return Err(Error::Listen { addr: sa, source });
-        }
-        tracing::info!(peer = remote, segments = ch.stats().segments, "connected");
-        Ok(())
-    }
-
-    /// Disconnects from `remote`: in-flight transfers to it fail with [`Error::PeerLost`]
-    /// (reason [`LostReason::Disconnected`]) after their streams are aborted, a disconnect
-    /// request goes to the peer on a new connection (its result is ignored, as in HIXL), and
-    /// every import is unmapped and freed with its VA returned to the pool.
-    ///
-    /// # Errors
-    /// [`Error::NotConnected`].
-    pub fn disconnect(&self, remote: &str, timeout: Duration) -> Result<()> {
-        self.inner.disconnect(remote, None, timeout)
-    }
-
-    /// Ends the channel to `remote` for `reason`, as a closed keepalive socket does: its
-    /// in-flight transfers fail with [`Error::PeerLost`] carrying `reason` after their streams
-    /// are aborted, and its imports are unmapped, all before it leaves [`Engine::peers`]; the
-    /// peer sees the keepalive socket close. No disconnect request is sent (for a peer known
-    /// to be gone, e.g. one that left the engine directory). Returns whether a channel was
-    /// ended here (false: none, or it was being lost already).
-    pub fn lose_peer(&self, remote: &str, reason: LostReason) -> bool {
-        let ch = self.inner.channels.read().get(remote).cloned();
-        ch.is_some_and(|ch| channel::lose(&self.inner.channels, &ch, reason))
-    }
-
     /// Whether a live channel to `remote` exists.
     pub fn is_connected(&self, remote: &str) -> bool {
         self.inner.channels.read().contains_key(remote)
@@ -599,55 +409,6 @@ impl Engine {
             .map_or(0, |s| s.rejected())
     }
 
-    /// Sends a notify to `remote` (HIXL's `SendNotify`, on a new connection, no reply: a
-    /// notify the peer's server drops, for example over its connection cap, is not reported).
-    ///
-    /// # Errors
-    /// [`Error::Control`] (unreachable peer, name or message over
-    /// [`wire::MAX_NOTIFY_FIELD`](crate::wire::MAX_NOTIFY_FIELD) bytes, HIXL's limit);
-    /// [`Error::Timeout`] when the peer could not be reached within `timeout`.
-    pub fn send_notify(
-        &self,
-        remote: &str,
-        name: &str,
-        msg: &str,
-        timeout: Duration,
-    ) -> Result<()> {
-        let addr = EngineAddr::parse(remote)?;
-        control::send_notify(
-            addr.socket_addr(),
-            &NotifyMsg {
-                name: name.to_owned(),
-                notify_msg: msg.to_owned(),
-            },
-            timeout,
-            self.inner.opts.shared_secret.as_deref(),
-        )
-        .map_err(|e| {
-            timed_out(
-                e,
-                "send_notify: the control exchange with the peer",
-                timeout,
-            )
-        })?;
-        Ok(())
-    }
-
-    /// Drains the notifies received (`GetNotifies`).
-    pub fn take_notifies(&self) -> Vec<(String, String)> {
-        self.inner
-            .server
-            .lock()
-            .as_ref()
-            .map(|s| {
-                s.take_notifies()
-                    .into_iter()
-                    .map(|n| (n.name, n.notify_msg))
-                    .collect()
-            })
-            .unwrap_or_default()
-    }
-
     /// Stream slots created (each `task_stream_num` streams), for diagnostics.
     pub fn stream_slots(&self) -> usize {
         self.inner.slots.created()
@@ -666,125 +427,6 @@ impl Engine {
     /// mapped. The engine goes on using the other slots.
     pub fn pool_quarantined(&self) -> usize {
         self.inner.pool.quarantined()
-    }
-
-    /// Copies `descs` to or from `remote` and waits up to `timeout` (`TransferSync`).
-    ///
-    /// Every descriptor is checked against local registrations and the peer's segments
-    /// before any copy; pieces are split at segment boundaries and spread over the slot's
-    /// streams. On timeout the transfer is aborted.
-    ///
-    /// # Errors
-    /// [`Error::EmptyBatch`], [`Error::ZeroLength`], [`Error::Overflow`],
-    /// [`Error::NotRegistered`] (naming the descriptor and address); [`Error::NotConnected`]
-    /// (with [`EngineOptions::auto_connect`], the connect's own errors instead);
-    /// [`Error::PeerLost`]; [`Error::Timeout`] (no free slot, or the copies took too long);
-    /// [`Error::Mem`] for a failed copy; [`Error::CopyRefused`] naming the descriptor of a
-    /// copy the runtime refused when it was queued. With `auto_connect`, a failed copy or a timeout also
-    /// disconnects the peer.
-    pub fn transfer_sync(
-        &self,
-        remote: &str,
-        op: TransferOp,
-        descs: &[TransferDesc],
-        timeout: Duration,
-    ) -> Result<()> {
-        let deadline = Self::sync_deadline(timeout);
-        let req = self.submit(
-            remote,
-            op,
-            descs,
-            SlotFrom::Acquire(Some(deadline)),
-            &TransferOptions::default(),
-            Observer::Caller,
-        )?;
-        Self::wait_sync(&req, deadline, timeout)
-    }
-
-    /// Starts copying `descs` to or from `remote` and returns at once (`TransferAsync`); with
-    /// [`EngineOptions::auto_connect`] and no channel to `remote`, after connecting (at most
-    /// 3 s).
-    ///
-    /// # Errors
-    /// As [`Engine::transfer_sync`] for the checks; [`Error::ResourceExhausted`] when every
-    /// stream slot is busy (HIXL fails at once too).
-    pub fn transfer_async(
-        &self,
-        remote: &str,
-        op: TransferOp,
-        descs: &[TransferDesc],
-    ) -> Result<TransferRequest> {
-        self.transfer_async_with(remote, op, descs, &TransferOptions::default())
-    }
-
-    /// [`Engine::transfer_async`] with per-request options (a stall deadline).
-    ///
-    /// # Errors
-    /// As [`Engine::transfer_async`].
-    pub fn transfer_async_with(
-        &self,
-        remote: &str,
-        op: TransferOp,
-        descs: &[TransferDesc],
-        opts: &TransferOptions,
-    ) -> Result<TransferRequest> {
-        let slot = SlotFrom::Acquire(None);
-        let inner = self.submit(remote, op, descs, slot, opts, Observer::Progress)?;
-        Ok(self.request(inner, remote))
-    }
-
-    /// The channel to `remote`; with `AutoConnect` and none, connects first (HIXL's connect on
-    /// demand, within 3 s and `deadline`).
-    pub(crate) fn channel_for(
-        &self,
-        remote: &str,
-        deadline: Option<Instant>,
-    ) -> Result<Arc<Channel>> {
-        let inner = &self.inner;
-        let lookup = || inner.channels.read().get(remote).cloned();
-        let not_connected = || Error::NotConnected {
-            peer: remote.to_owned(),
-        };
-        match lookup() {
-            Some(c) => Ok(c),
-            None if inner.opts.auto_connect => {
-                // HIXL's AutoConnect: connect on demand, within 3 s and the caller's deadline.
-                // Another thread may connect first, or disconnect again before the lookup
-                // after the connect: then try again while time is left.
-                let now = Instant::now();
-                let until = deadline.map_or(now + AUTO_CONNECT_TIMEOUT, |d| {
-                    d.min(now + AUTO_CONNECT_TIMEOUT)
-                });
-                loop {
-                    let left = until.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Err(not_connected());
-                    }
-                    match self.connect_by(remote, left, Some(until)) {
-                        Ok(()) | Err(Error::AlreadyConnected { .. }) => {}
-                        Err(e) => return Err(e),
-                    }
-                    if let Some(c) = lookup() {
-                        break Ok(c);
-                    }
-                }
-            }
-            None => Err(not_connected()),
-        }
-    }
-
-    /// With `AutoConnect`: what a request on `ch` does after a failed copy (disconnect `ch`,
-    /// if this engine and the channel are still there).
-    pub(crate) fn auto_disconnect(&self, ch: &Arc<Channel>) -> Option<AutoDisconnect> {
-        if !self.inner.opts.auto_connect {
-            return None;
-        }
-        let (eng, ch) = (Arc::downgrade(&self.inner), Arc::downgrade(ch));
-        Some(Box::new(move || {
-            if let (Some(eng), Some(ch)) = (eng.upgrade(), ch.upgrade()) {
-                eng.auto_disconnect(&ch);
-            }
-        }))
     }
 }
 

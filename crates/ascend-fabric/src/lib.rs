@@ -123,6 +123,7 @@
 
 mod channel;
 mod code;
+mod connect;
 pub mod control;
 pub mod cs;
 pub mod directory;

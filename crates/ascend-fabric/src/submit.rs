@@ -7,14 +7,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::channel::{Channel, Gate};
-use crate::engine::Engine;
+use crate::engine::{Engine, AUTO_CONNECT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::plan;
 use crate::registry::RegUse;
 use crate::remote::Remote;
+use crate::request::AutoDisconnect;
 use crate::request::{self, Observer, Pending, ReqInner};
 use crate::slots::{SlotFrom, SlotGuard};
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
+use crate::transfer_request::TransferRequest;
 
 /// The longest wait of a synchronous transfer: about a century, what `Duration::MAX` means.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -165,5 +167,126 @@ impl Engine {
                 })
             }
         }
+    }
+}
+
+impl Engine {
+    /// Copies `descs` to or from `remote` and waits up to `timeout` (`TransferSync`).
+    ///
+    /// Every descriptor is checked against local registrations and the peer's segments
+    /// before any copy; pieces are split at segment boundaries and spread over the slot's
+    /// streams. On timeout the transfer is aborted.
+    ///
+    /// # Errors
+    /// [`Error::EmptyBatch`], [`Error::ZeroLength`], [`Error::Overflow`],
+    /// [`Error::NotRegistered`] (naming the descriptor and address); [`Error::NotConnected`]
+    /// (with [`EngineOptions::auto_connect`](crate::EngineOptions::auto_connect), the connect's own errors instead);
+    /// [`Error::PeerLost`]; [`Error::Timeout`] (no free slot, or the copies took too long);
+    /// [`Error::Mem`] for a failed copy; [`Error::CopyRefused`] naming the descriptor of a
+    /// copy the runtime refused when it was queued. With `auto_connect`, a failed copy or a timeout also
+    /// disconnects the peer.
+    pub fn transfer_sync(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+        timeout: Duration,
+    ) -> Result<()> {
+        let deadline = Self::sync_deadline(timeout);
+        let req = self.submit(
+            remote,
+            op,
+            descs,
+            SlotFrom::Acquire(Some(deadline)),
+            &TransferOptions::default(),
+            Observer::Caller,
+        )?;
+        Self::wait_sync(&req, deadline, timeout)
+    }
+
+    /// Starts copying `descs` to or from `remote` and returns at once (`TransferAsync`); with
+    /// [`EngineOptions::auto_connect`](crate::EngineOptions::auto_connect) and no channel to `remote`, after connecting (at most
+    /// 3 s).
+    ///
+    /// # Errors
+    /// As [`Engine::transfer_sync`] for the checks; [`Error::ResourceExhausted`] when every
+    /// stream slot is busy (HIXL fails at once too).
+    pub fn transfer_async(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+    ) -> Result<TransferRequest> {
+        self.transfer_async_with(remote, op, descs, &TransferOptions::default())
+    }
+
+    /// [`Engine::transfer_async`] with per-request options (a stall deadline).
+    ///
+    /// # Errors
+    /// As [`Engine::transfer_async`].
+    pub fn transfer_async_with(
+        &self,
+        remote: &str,
+        op: TransferOp,
+        descs: &[TransferDesc],
+        opts: &TransferOptions,
+    ) -> Result<TransferRequest> {
+        let slot = SlotFrom::Acquire(None);
+        let inner = self.submit(remote, op, descs, slot, opts, Observer::Progress)?;
+        Ok(self.request(inner, remote))
+    }
+
+    /// The channel to `remote`; with `AutoConnect` and none, connects first (HIXL's connect on
+    /// demand, within 3 s and `deadline`).
+    pub(crate) fn channel_for(
+        &self,
+        remote: &str,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Channel>> {
+        let inner = &self.inner;
+        let lookup = || inner.channels.read().get(remote).cloned();
+        let not_connected = || Error::NotConnected {
+            peer: remote.to_owned(),
+        };
+        match lookup() {
+            Some(c) => Ok(c),
+            None if inner.opts.auto_connect => {
+                // HIXL's AutoConnect: connect on demand, within 3 s and the caller's deadline.
+                // Another thread may connect first, or disconnect again before the lookup
+                // after the connect: then try again while time is left.
+                let now = Instant::now();
+                let until = deadline.map_or(now + AUTO_CONNECT_TIMEOUT, |d| {
+                    d.min(now + AUTO_CONNECT_TIMEOUT)
+                });
+                loop {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(not_connected());
+                    }
+                    match self.connect_by(remote, left, Some(until)) {
+                        Ok(()) | Err(Error::AlreadyConnected { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                    if let Some(c) = lookup() {
+                        break Ok(c);
+                    }
+                }
+            }
+            None => Err(not_connected()),
+        }
+    }
+
+    /// With `AutoConnect`: what a request on `ch` does after a failed copy (disconnect `ch`,
+    /// if this engine and the channel are still there).
+    pub(crate) fn auto_disconnect(&self, ch: &Arc<Channel>) -> Option<AutoDisconnect> {
+        if !self.inner.opts.auto_connect {
+            return None;
+        }
+        let (eng, ch) = (Arc::downgrade(&self.inner), Arc::downgrade(ch));
+        Some(Box::new(move || {
+            if let (Some(eng), Some(ch)) = (eng.upgrade(), ch.upgrade()) {
+                eng.auto_disconnect(&ch);
+            }
+        }))
     }
 }
