@@ -13,8 +13,9 @@
 //! Then one more batch is cancelled: its copies are queued from a scratch buffer while the
 //! emulator holds the streams, the buffer, its registration and its list are dropped (the
 //! mapping stays: the queued copies keep it), and the request is dropped by a tokio timeout.
-//! Dropping aborts the copies and waits for the streams; only then does the scratch mapping go.
-//! (On a real NPU the batch is cancelled the same way, without the hold.)
+//! Dropping aborts the copies and returns at once; the engine's progress thread lets the
+//! scratch mapping go once the runtime says the aborted streams are done. (On a real NPU the
+//! batch is cancelled the same way, without the hold.)
 //!
 //! Finally the prefill process READs every decode block back and compares checksums, and sends
 //! the expected checksums to the decode process as a notify, which compares them with its own
@@ -244,18 +245,23 @@ async fn cancelled_batch(engine: &Engine, remote: &RemoteBlocks, emulated: bool)
         println!("[prefill] scratch buffer dropped with its batch queued: still mapped ({before} mappings)");
     }
     match tokio::time::timeout(Duration::from_millis(50), req).await {
-        Err(_) => println!(
-            "[prefill] batch cancelled: dropped after 50 ms, copies aborted and waited for"
-        ),
+        Err(_) => println!("[prefill] batch cancelled: dropped after 50 ms, its copies aborted"),
         Ok(r) => println!("[prefill] batch finished before the cancel: {r:?}"),
     }
     drop(hold);
     if emulated {
-        let after = mappings();
-        if after >= before {
-            return Err("the scratch memory is still mapped after the cancel".into());
+        // Released by the engine once the aborted streams are done; nothing waits for it.
+        let t0 = std::time::Instant::now();
+        while mappings() >= before {
+            if t0.elapsed() > Duration::from_secs(30) {
+                return Err("the scratch memory is still mapped long after the cancel".into());
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        println!("[prefill] now the scratch memory is unmapped ({after} mappings)");
+        println!(
+            "[prefill] now the scratch memory is unmapped ({} mappings)",
+            mappings()
+        );
     }
     Ok(())
 }

@@ -25,6 +25,9 @@
 //!   only, so the HBM rows are one `aclrtMemcpyAsync` per copy). UCX: `ucx_perftest -t ucp_put_bw` with
 //!   `UCX_TLS=posix,cma,self` at the same sizes, and `-t ucp_put_lat` at 4 KiB, when
 //!   `ucx_perftest` is installed.
+//!   Last, *cancel*: what dropping 1,000 transfer futures in flight costs the dropping thread
+//!   (every slot holding a 32 MiB WRITE whose copies run), against `cancel()` on each of as many
+//!   requests, which waits for the aborted streams (see the `cancel` module).
 //! * **translate**: host-side cost of a descriptor (checks, translation, `aclrtMemcpyAsync`
 //!   submission) with 1 and with 10,000 segments offered by the peer (each its own 2 MiB
 //!   allocation), measured in a child process whose emulator runs streams in `deterministic`
@@ -52,6 +55,8 @@
 //! (staged all-to-all time over one-sided puts), `peak_rss_over_registered_MiB`
 //! (sum over the two transfer processes of VmHWM minus the registered memory each touches: the
 //! initiator its buffer and its mapping of the peer's, the peer its buffer). `nan` when a part
+//! `drop_1000_futures_ms` (the drop of 1,000 futures in flight on one thread),
+//! `drop_vs_cancel` (that drop's time over the waiting cancels'). `nan` when a part
 //! did not run or UCX is missing.
 //!
 //! Profiling aids (environment): `ASCEND_BENCH_FILTER` (run only matching transfer rows, e.g.
@@ -64,6 +69,7 @@
 //! directory), a progress bar on stderr when it is a terminal, and as the last line of stdout
 //! the `RESULT` line.
 
+mod cancel;
 mod collectives;
 mod peer;
 mod progress;
@@ -188,6 +194,7 @@ pub(crate) struct Results {
     pub(crate) ucx_note: Option<String>,
     pub(crate) rss: Option<transfer::RssReport>,
     pub(crate) latency: Option<transfer::Latency>,
+    pub(crate) cancel: Option<cancel::Cancel>,
 }
 
 fn main() -> ExitCode {

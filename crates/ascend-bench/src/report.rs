@@ -79,6 +79,8 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
             "peak_rss_over_registered_MiB",
             res.rss.map(|r| r.over_mib()),
         ),
+        ("drop_1000_futures_ms", res.cancel.map(|c| c.drop_ms)),
+        ("drop_vs_cancel", res.cancel.map(|c| c.drop_vs_cancel())),
     ]
 }
 
@@ -99,6 +101,12 @@ pub(crate) fn print_tables(res: &Results) {
     }
     if let Some(l) = res.latency {
         print_latency(&l);
+    }
+    if let Some(c) = res.cancel {
+        println!(
+            "cancel: {} futures ({} in flight) dropped on one thread in {:.3} ms (all released after {:.1} ms); cancel() on {} in flight, one after the other: {:.1} ms",
+            c.futures, c.in_flight, c.drop_ms, c.released_ms, c.in_flight, c.cancel_ms
+        );
     }
     if !res.translate.is_empty() {
         print_translate(res);

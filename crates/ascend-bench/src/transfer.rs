@@ -159,8 +159,9 @@ fn reps(args: &Args) -> usize {
 
 /// Progress steps of [`run`].
 pub(crate) fn steps(_args: &Args) -> u64 {
-    // setup, 2 patterns x 2 ops x sizes, the host row, latency, check, UCX sizes and latency
-    1 + 4 * SIZES.len() as u64 + 1 + 2 + SIZES.len() as u64 + 1
+    // setup, 2 patterns x 2 ops x sizes, the host row, latency, check, cancel, UCX sizes and
+    // latency
+    1 + 4 * SIZES.len() as u64 + 1 + 3 + SIZES.len() as u64 + 1
 }
 
 /// Raw addresses of the two mappings in this process.
@@ -431,6 +432,18 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
     pb.inc(1);
     // Peak RSS of both engine processes, now (before anything else runs in this process).
     res.rss = Some(peak_rss(&mut peer, region)?);
+    if filter.as_deref().map_or(true, |f| "cancel".contains(f)) {
+        pb.set_message("transfer: dropping 1,000 futures in flight");
+        res.cancel = Some(crate::cancel::measure(&crate::cancel::Target {
+            eng: &eng,
+            peer: &peer_addr,
+            reg: &_reg,
+            l0: b.l0,
+            r0,
+            region,
+        })?);
+    }
+    pb.inc(1);
     let _ = b;
     drop(_reg);
     drop(eng);

@@ -112,7 +112,8 @@ impl Channel {
 }
 
 /// Loses `ch`, in this order, all under its gate held exclusively: new submissions fail;
-/// every in-flight request's streams are aborted and its slot destroyed; the imports are
+/// every in-flight request's streams are aborted and its slot destroyed, and the streams of
+/// requests dropped earlier whose aborts are still draining are waited for; the imports are
 /// unmapped and freed with their VA back in the pool; the channel leaves `map` (if it is
 /// still the entry for its peer), so `is_connected` turns false; the keepalive socket is
 /// shut (the peer's server sees EOF only now); only then do the requests' waiters see
@@ -134,7 +135,9 @@ pub(crate) fn lose(map: &ChannelMap, ch: &Arc<Channel>, reason: LostReason) -> b
         &reqs,
         || ch.lost_error(reason),
         || {
-            // No stream has work on the table any more: the imports unmap here.
+            // Dropped requests' aborted streams are done too (waited for here): no stream
+            // has work on the table any more, and the imports unmap.
+            ch.book.drain(true);
             drop(remote);
             let mut m = map.write();
             if m.get(&ch.peer).is_some_and(|c| Arc::ptr_eq(c, ch)) {

@@ -183,7 +183,9 @@ impl Engine {
     /// Disconnects from `remote`: in-flight transfers to it fail with [`Error::PeerLost`]
     /// (reason [`LostReason::Disconnected`]) after their streams are aborted, a disconnect
     /// request goes to the peer on a new connection (its result is ignored, as in HIXL), and
-    /// every import is unmapped and freed with its VA returned to the pool.
+    /// every import is unmapped and freed with its VA returned to the pool. Streams of
+    /// transfers dropped earlier whose aborts are still draining (a copy the device had
+    /// started) are waited for before the unmap.
     ///
     /// # Errors
     /// [`Error::NotConnected`].

@@ -7,10 +7,10 @@
 //! engine's progress thread (see `progress.rs`), or a teardown that fails it; a slot waiter's
 //! by whoever gives a slot back; a connect's by its helper thread.
 //!
-//! Cancellation is dropping: a running request aborts its copies and waits for its streams
-//! before anything it uses may be released (as the synchronous API does for a dropped request
-//! or a lost peer); a submission still waiting for a slot leaves the queue (a slot handed to it
-//! meanwhile goes on to the next waiter); nothing is queued before a slot is held.
+//! Cancellation is dropping, and a drop never waits: a running request's copies are aborted,
+//! and what they touch stays alive until the engine's progress thread sees their streams done
+//! (see [`TransferRequest`]); a submission still waiting for a slot leaves the queue (a slot
+//! handed to it meanwhile goes on to the next waiter); nothing is queued before a slot is held.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -311,10 +311,11 @@ impl Drop for Post {
 
 /// [`Engine::transfer`]'s future: [`Post`], then the [`TransferRequest`] it gives.
 ///
-/// Dropping it cancels the transfer at whatever point it is: before a slot is held nothing
-/// was queued; after, the copies are aborted and their streams waited for before the drop
-/// returns, so nothing they touch is released while they may run (as for a dropped request).
-#[must_use = "futures do nothing unless polled; dropping it cancels the transfer (aborting queued copies and waiting for their streams)"]
+/// Dropping it cancels the transfer at whatever point it is, and returns at once: before a
+/// slot is held nothing was queued; after, the copies are aborted and everything they touch
+/// stays alive until the runtime says their streams are done (as for a dropped
+/// [`TransferRequest`], whose docs say what that means for the memory and the slot).
+#[must_use = "futures do nothing unless polled; dropping it cancels the transfer"]
 #[derive(Debug)]
 pub struct Transfer {
     post: Option<Post>,

@@ -49,10 +49,11 @@
 //! * keep every byte a copy touches mapped until the copy is observed complete or aborted;
 //! * offer transfers as futures for any executor (no runtime dependency): awaiting a request,
 //!   waiting in turn for a stream slot instead of failing ([`Engine::post`]), connecting
-//!   without blocking the caller; dropping a future cancels it with the same guarantee as
-//!   above (its copies are aborted and their streams waited for before anything they touch
-//!   can go); a stall deadline per request ([`TransferOptions`]); a completion queue with user
-//!   data ([`CompletionQueue`]);
+//!   without blocking the caller; dropping a future cancels it at once, with the same
+//!   guarantee as above (its copies are aborted, and the engine's progress thread lets go of
+//!   what they touch once the runtime says their streams are done: the drop never waits); a
+//!   stall deadline per request ([`TransferOptions`]); a completion queue with user data
+//!   ([`CompletionQueue`]);
 //! * detect a dead peer through its keepalive socket (EOF, as its kernel closes it) and
 //!   heartbeats, fail its in-flight transfers with [`Error::PeerLost`], abort their streams
 //!   and unmap and free its imports, all of it before the peer leaves [`Engine::peers`] and

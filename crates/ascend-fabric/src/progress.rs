@@ -12,7 +12,9 @@
 //! it at once. When every watched request is held by someone else (a waiter blocked on its
 //! streams), it waits the slice on its condition variable instead. With nothing to watch it
 //! parks on that condition variable: no core is used while idle. Requests are held weakly: a
-//! dropped request leaves the list by itself.
+//! dropped request leaves the list by itself, its aborted streams handed over as its
+//! channel's drain list, which the thread asks each round (never waiting on those streams)
+//! until the runtime says they are done, then releases what the request held.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -21,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::request::{ReqInner, SPIN};
+use crate::request::{InFlight, ReqInner, SPIN};
 
 /// The first blocking slice after a quiet spell (the runtime's event wait counts in ms).
 const MIN_SLICE: Duration = Duration::from_millis(1);
@@ -32,6 +34,10 @@ const MAX_SLICE: Duration = Duration::from_millis(4);
 struct State {
     /// Requests handed over since the thread last looked.
     incoming: Vec<Weak<ReqInner>>,
+    /// Channels' drain lists handed over since (a dropped request's aborted streams).
+    drains: Vec<Arc<InFlight>>,
+    /// Dropped requests someone held when they were dropped, to abort.
+    aborts: Vec<Arc<ReqInner>>,
     thread: Option<JoinHandle<()>>,
     stop: bool,
     /// Parked on `cv` with nothing to watch.
@@ -64,29 +70,65 @@ impl Progress {
             return true;
         }
         let mut st = self.st.lock();
-        if st.stop {
+        if st.stop || !self.running(&mut st) {
             r.watched.store(false, Ordering::Release);
             return false;
         }
         st.incoming.push(Arc::downgrade(r));
-        if st.thread.is_none() {
-            let me = self.clone();
-            match std::thread::Builder::new()
-                .name("fabric-progress".into())
-                .spawn(move || run(&me))
-            {
-                Ok(t) => st.thread = Some(t),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot start the progress thread");
-                    st.incoming.clear();
-                    r.watched.store(false, Ordering::Release);
-                    return false;
-                }
-            }
-        } else if st.idle {
-            self.cv.notify_one();
-        }
         true
+    }
+
+    /// Drains `book` (a dropped request's aborted streams) until nothing is left in it, asking
+    /// its streams between other work, never waiting on them. When the thread cannot (the
+    /// engine is shutting down, the thread could not be started), drains it here, waiting.
+    pub(crate) fn drain(self: &Arc<Self>, book: Arc<InFlight>) {
+        let mut st = self.st.lock();
+        if st.stop || !self.running(&mut st) {
+            drop(st);
+            book.drain(true);
+            return;
+        }
+        st.drains.push(book);
+    }
+
+    /// Aborts `r` (dropped while someone held it, most likely this thread parked on its
+    /// streams) as [`ReqInner::abort_detached`] does, and drains it. When the thread cannot,
+    /// does both here, waiting.
+    pub(crate) fn abort(self: &Arc<Self>, r: Arc<ReqInner>) {
+        let mut st = self.st.lock();
+        if st.stop || !self.running(&mut st) {
+            drop(st);
+            if let Some(book) = r.abort_detached() {
+                book.drain(true);
+            }
+            return;
+        }
+        st.aborts.push(r);
+    }
+
+    /// Starts the thread if it is not running, else wakes it if idle (what is handed over
+    /// next is pushed under the same lock); false if it cannot be started.
+    fn running(self: &Arc<Self>, st: &mut State) -> bool {
+        if st.thread.is_some() {
+            if st.idle {
+                self.cv.notify_one();
+            }
+            return true;
+        }
+        let me = self.clone();
+        match std::thread::Builder::new()
+            .name("fabric-progress".into())
+            .spawn(move || run(&me))
+        {
+            Ok(t) => {
+                st.thread = Some(t);
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot start the progress thread");
+                false
+            }
+        }
     }
 
     /// Stops the thread and joins it (unless called on it).
@@ -104,17 +146,19 @@ impl Progress {
         }
     }
 
-    /// Adds the requests handed over to `watched`; blocks while there is none. `None`: stop;
-    /// else whether any was new.
-    fn take_incoming(&self, watched: &mut Vec<Weak<ReqInner>>) -> Option<bool> {
+    /// Adds the requests and drain lists handed over to `w`; blocks while there is none.
+    /// `None`: stop; else whether any was new.
+    fn take_incoming(&self, w: &mut Watched) -> Option<bool> {
         let mut st = self.st.lock();
         loop {
             if st.stop {
                 return None;
             }
-            let new = !st.incoming.is_empty();
-            watched.append(&mut st.incoming);
-            if !watched.is_empty() {
+            let new = !st.incoming.is_empty() || !st.drains.is_empty() || !st.aborts.is_empty();
+            w.reqs.append(&mut st.incoming);
+            w.drains.append(&mut st.drains);
+            w.aborts.append(&mut st.aborts);
+            if !w.reqs.is_empty() || !w.drains.is_empty() || !w.aborts.is_empty() {
                 return Some(new);
             }
             st.idle = true;
@@ -124,18 +168,33 @@ impl Progress {
     }
 }
 
+/// What the thread watches: requests (weakly) and channels' drain lists.
+#[derive(Default)]
+struct Watched {
+    reqs: Vec<Weak<ReqInner>>,
+    drains: Vec<Arc<InFlight>>,
+    aborts: Vec<Arc<ReqInner>>,
+}
+
 fn run(p: &Progress) {
-    let mut watched: Vec<Weak<ReqInner>> = Vec::new();
+    let mut w = Watched::default();
     let mut last_end = Instant::now();
     let mut slice = MIN_SLICE;
-    while let Some(new) = p.take_incoming(&mut watched) {
+    while let Some(new) = p.take_incoming(&mut w) {
         if new {
             last_end = Instant::now();
             slice = MIN_SLICE;
         }
-        let before = watched.len();
-        watched.retain(|w| w.upgrade().is_some_and(|r| r.observe(true) != Some(true)));
-        if watched.len() < before {
+        // Their holder (this thread's park, most likely) has let go, or does soon (a
+        // teardown failing them).
+        for r in w.aborts.drain(..) {
+            w.drains.extend(r.abort_detached());
+        }
+        let before = w.reqs.len() + w.drains.len();
+        w.reqs
+            .retain(|w| w.upgrade().is_some_and(|r| r.observe(true) != Some(true)));
+        w.drains.retain(|b| b.drain(false) > 0);
+        if w.reqs.len() + w.drains.len() < before {
             last_end = Instant::now();
             slice = MIN_SLICE;
             continue;
@@ -144,7 +203,7 @@ fn run(p: &Progress) {
             std::thread::yield_now();
             continue;
         }
-        park(p, &watched, slice);
+        park(p, &w.reqs, slice);
         slice = (slice * 2).min(MAX_SLICE);
     }
 }

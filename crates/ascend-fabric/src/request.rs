@@ -47,12 +47,39 @@ pub(crate) fn next_id() -> u64 {
     NEXT_ID.fetch_add(1, Ordering::Relaxed)
 }
 
-/// A channel's requests in flight, by id, and its counters: what a request updates when it
-/// finishes. Shared by the channel and its pending requests.
+/// A channel's requests in flight, by id, its counters (what a request updates when it
+/// finishes), and what dropped requests still hold while their aborted streams finish.
+/// Shared by the channel and its pending requests.
 #[derive(Default)]
 pub(crate) struct InFlight {
     reqs: Mutex<HashMap<u64, Weak<ReqInner>>>,
     pub(crate) counters: Counters,
+    draining: Mutex<Vec<Drain>>,
+    /// Held while the drain list's entries are out of it being asked (by the progress
+    /// thread) or settled (by a teardown), so a teardown never misses one.
+    scan: Mutex<()>,
+}
+
+/// What a dropped request still holds after its streams were aborted (queued copies
+/// discarded), until the runtime says they are done: a copy the device was running may still
+/// touch the slot's streams' memory, the local registrations and (through the channel, whose
+/// teardown drains first) the peer's imports.
+pub(crate) struct Drain {
+    slot: Slot,
+    used: u32,
+    regs: RegUse,
+    slots: Arc<SlotPool>,
+}
+
+impl Drain {
+    /// Releases it once its streams are done: the slot is destroyed (room for a new one,
+    /// whose waiter's waker is returned) and the registrations let go.
+    fn release(mut self) -> Option<Waker> {
+        self.slot.settle(self.used);
+        let w = self.slots.put_back_deferred(self.slot, false);
+        drop(self.regs);
+        w
+    }
 }
 
 impl InFlight {
@@ -67,6 +94,49 @@ impl InFlight {
     /// Requests in flight.
     pub(crate) fn len(&self) -> usize {
         self.reqs.lock().len()
+    }
+
+    /// Releases what dropped requests hold whose streams the runtime says are done (asking
+    /// each, without waiting), or, with `wait`, all of it once their streams are done
+    /// (before a teardown unmaps the imports). Returns how many are left.
+    ///
+    /// The list's lock is held only to take entries out and put them back (a drop pushing
+    /// one never waits for the runtime); the entries are asked under `scan`, which a
+    /// teardown takes first, so it never misses one that is out being asked. An entry is
+    /// released only with its streams idle.
+    pub(crate) fn drain(&self, wait: bool) -> usize {
+        let mut done = Vec::new();
+        let left = if wait {
+            let _scan = self.scan.lock();
+            let mut all = std::mem::take(&mut *self.draining.lock());
+            for d in &mut all {
+                d.slot.settle(d.used);
+            }
+            done = all;
+            self.draining.lock().len()
+        } else {
+            let Some(_scan) = self.scan.try_lock() else {
+                // A teardown is settling them.
+                return 1;
+            };
+            let mut out = std::mem::take(&mut *self.draining.lock());
+            let mut i = 0;
+            while i < out.len() {
+                let d = &mut out[i];
+                if d.slot.streams_done(d.used) {
+                    done.push(out.swap_remove(i));
+                } else {
+                    i += 1;
+                }
+            }
+            let mut list = self.draining.lock();
+            list.append(&mut out);
+            list.len()
+        };
+        for w in done.into_iter().filter_map(Drain::release) {
+            w.wake();
+        }
+        left
     }
 
     /// The requests still alive.
@@ -278,6 +348,51 @@ impl ReqInner {
             **st = ReqState::Done(Outcome::Err(e));
         }
         self.notify_due.store(true, Ordering::Release);
+    }
+
+    /// Aborts the request if still pending without waiting for its streams (a dropped
+    /// request): they are aborted, the request ends as [`Error::Aborted`], and its slot and
+    /// registrations go to its channel's drain list, which is returned: someone must
+    /// [`InFlight::drain`] it. `None` when the request had ended.
+    pub(crate) fn abort_detached(&self) -> Option<Arc<InFlight>> {
+        self.abort_detached_locked(self.state.lock())
+    }
+
+    /// [`ReqInner::abort_detached`] if nobody holds the request right now (`None` if someone
+    /// does: the progress thread parked on its streams, a teardown failing it).
+    pub(crate) fn try_abort_detached(&self) -> Option<Option<Arc<InFlight>>> {
+        Some(self.abort_detached_locked(self.state.try_lock()?))
+    }
+
+    fn abort_detached_locked(&self, mut st: MutexGuard<'_, ReqState>) -> Option<Arc<InFlight>> {
+        let ReqState::Pending(p) =
+            std::mem::replace(&mut *st, ReqState::Done(Outcome::Err(Error::Aborted)))
+        else {
+            return None;
+        };
+        let Pending {
+            mut slot,
+            used,
+            regs,
+            book,
+            slots,
+            ..
+        } = *p;
+        slot.abort_nowait(used);
+        book.counters.finished(None);
+        // In the drain list before it leaves the in-flight table (both under the state lock):
+        // a teardown that finds it in neither has it failed already or drains it.
+        book.draining.lock().push(Drain {
+            slot,
+            used,
+            regs,
+            slots,
+        });
+        book.remove(self.id);
+        self.notify_due.store(true, Ordering::Release);
+        drop(st);
+        self.flush();
+        Some(book)
     }
 
     /// Fails a pending request (aborting its streams); no effect once done. Whether it was

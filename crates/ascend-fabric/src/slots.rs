@@ -267,14 +267,50 @@ impl Slot {
     }
 
     /// Aborts the used streams' work and consumes the abort report, so the slot can be
-    /// destroyed quietly.
+    /// destroyed quietly: when this returns, no copy of the slot runs any more.
     pub(crate) fn abort(&mut self, used: u32) {
+        self.abort_nowait(used);
+        self.settle(used);
+    }
+
+    /// Aborts the used streams' work without waiting: queued copies are discarded, one the
+    /// device is running may still touch memory until [`Slot::streams_done`].
+    pub(crate) fn abort_nowait(&mut self, used: u32) {
         for (i, s) in self.streams.iter_mut().enumerate() {
             if used & (1 << i) != 0 {
                 if let Err(e) = s.abort() {
                     tracing::warn!(error = %e, "aclrtStreamAbort failed");
                 }
-                let _ = s.synchronize();
+            }
+        }
+    }
+
+    /// Whether the runtime says every used stream is done (`aclrtStreamQuery`, not
+    /// waiting); a stream that cannot be asked is not (ask again later, or
+    /// [`Slot::settle`]).
+    pub(crate) fn streams_done(&mut self, used: u32) -> bool {
+        used_streams(self.streams.len(), used).all(|i| match self.streams[i].is_complete() {
+            Ok(done) => done,
+            Err(e) => {
+                tracing::debug!(error = %e, "aclrtStreamQuery failed on an aborted stream");
+                false
+            }
+        })
+    }
+
+    /// Synchronizes the used streams, ignoring what they report (an abort's report is
+    /// expected): when this returns, they are idle.
+    pub(crate) fn settle(&mut self, used: u32) {
+        for i in used_streams(self.streams.len(), used) {
+            // An error recorded by an earlier drop on the device is returned before the wait:
+            // wait again (it is taken once), so the stream is idle when this returns.
+            for _ in 0..4 {
+                match self.streams[i].synchronize() {
+                    Err(e @ ascend_mem::Error::Sticky { .. }) => {
+                        tracing::warn!(error = %e, "an earlier failure, seen while settling a stream");
+                    }
+                    _ => break,
+                }
             }
         }
     }

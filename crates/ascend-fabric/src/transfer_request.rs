@@ -31,9 +31,19 @@ use crate::transfer::TransferStatus;
 /// or the queue's completion) returns the error, and later waits
 /// [`Error::AlreadyReported`](crate::Error::AlreadyReported) with its text.
 ///
-/// Dropping it while the transfer runs aborts the transfer's streams and waits for them, so
-/// no copy outlives the request; the memory it touched was kept alive until then. This is
-/// also how an awaited transfer is cancelled (dropping the future), e.g. by a
+/// # Dropping it
+/// Dropping it while the transfer runs aborts the transfer and returns at once, without
+/// waiting for the runtime: its streams are aborted (`aclrtStreamAbort`: queued copies are
+/// discarded), and everything a copy may still touch (its streams, the registrations it uses,
+/// the peer's imports) stays alive until the engine's progress thread sees the streams done
+/// and releases them; so no memory is unmapped or freed under a copy. Until then
+/// [`Engine::deregister`](crate::Engine::deregister) of a registration it used reports
+/// [`Error::Busy`](crate::Error::Busy) (a plain drop of the registration defers), and its
+/// stream slot is not yet free. A copy the device had already started may still land after
+/// the drop: to reuse the destination at once, [`cancel`](Self::cancel) first (it waits).
+/// Disconnecting the peer or shutting the engine down waits for such streams.
+///
+/// This is also how an awaited transfer is cancelled (dropping the future), e.g. by a
 /// `select!` or a timeout. So a request left unused is a transfer aborted at once, which the
 /// compiler points out:
 ///
@@ -56,7 +66,7 @@ use crate::transfer::TransferStatus;
 /// # Ok(())
 /// # }
 /// ```
-#[must_use = "dropping a TransferRequest aborts the transfer and waits for its streams"]
+#[must_use = "dropping a TransferRequest aborts the transfer"]
 pub struct TransferRequest {
     pub(crate) inner: Arc<ReqInner>,
     pub(crate) peer: String,
@@ -133,7 +143,13 @@ impl TransferRequest {
 
 impl Drop for TransferRequest {
     fn drop(&mut self) {
-        self.inner.abort();
+        match self.inner.try_abort_detached() {
+            Some(Some(book)) => self.progress.drain(book),
+            Some(None) => {}
+            // Held right now (the progress thread parked on its streams): that thread
+            // aborts it as soon as it lets go, never this one waiting.
+            None => self.progress.abort(self.inner.clone()),
+        }
         // A failure seen by someone else (the progress thread) still disconnects under
         // AutoConnect.
         self.inner.disconnect_if_due(false);

@@ -451,6 +451,25 @@ pub mod testing {
         }
     }
 
+    /// Holds every copy a threaded-mode stream starts from now on (`aclrtMemcpyAsync`'s, or a
+    /// queued batch) at its start, as a copy the device is running, until the returned
+    /// [`Hold`] is released or dropped. Unlike the other holds, an abort of the stream does
+    /// not end the wait: the copy has started, and runs once released. Meanwhile the stream
+    /// is busy (`aclrtStreamQuery` says NOT_READY; synchronizing or destroying it waits), and
+    /// the copy still needs its memory: for tests that work which dropped or aborted
+    /// transfers is kept alive until the runtime says their streams are done.
+    /// [`held_copies`] counts the copies waiting. Deterministic-mode streams are not held.
+    pub fn hold_running_copies() -> Hold {
+        Hold {
+            inner: crate::stream::hold::hold_copies(),
+        }
+    }
+
+    /// Copies waiting at a [`hold_running_copies`] hold now.
+    pub fn held_copies() -> usize {
+        crate::stream::hold::held_copies()
+    }
+
     /// Makes the next queued copy (`aclrtMemcpyAsync`'s, on any stream, when it runs) fail
     /// with `code` instead of copying, as a copy that faults on the device: the stream reports
     /// it, and one that stops on failure discards the work behind it. Fires once;

@@ -397,3 +397,67 @@ fn a_failed_queued_copy_stops_only_a_stopping_stream() {
     reset_device(0);
     assert_clean();
 }
+
+/// A copy that has started runs to its end even when its stream is aborted
+/// (`testing::hold_running_copies`): the abort returns while the copy waits at the hold, the
+/// stream stays busy, and once the hold is released the copy lands, the work queued behind it
+/// is discarded, and the next synchronize reports the abort. Threaded mode only: a
+/// deterministic stream's copy runs on the caller's thread and is not held.
+#[test]
+fn an_aborted_stream_finishes_its_running_copy() {
+    if std::env::var("ASCEND_SIM_STREAM_MODE").as_deref() == Ok("deterministic") {
+        return;
+    }
+    let _g = LOCK.lock();
+    set_device(0);
+    let d = dev_buf(8192);
+    ok!(aclrtMemset(d, 4096, 0x11, 4096));
+    let dst = (d as usize + 4096) as *mut std::ffi::c_void;
+    ok!(aclrtMemset(dst, 4096, 0, 4096));
+    let s = stream();
+    let hold = ascend_sim::testing::hold_running_copies();
+    ok!(aclrtMemcpyAsync(
+        dst,
+        16,
+        d,
+        16,
+        ACL_MEMCPY_DEVICE_TO_DEVICE,
+        s
+    ));
+    let behind = (dst as usize + 16) as *mut std::ffi::c_void;
+    ok!(aclrtMemsetAsync(behind, 16, 0x22, 16, s));
+    let t0 = Instant::now();
+    while ascend_sim::testing::held_copies() != 1 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the copy never started"
+        );
+        std::thread::yield_now();
+    }
+    ok!(aclrtStreamAbort(s));
+    let mut st = 99;
+    ok!(aclrtStreamQuery(s, &mut st));
+    assert_eq!(
+        st, ACL_STREAM_STATUS_NOT_READY,
+        "the running copy keeps it busy"
+    );
+    assert_eq!(ascend_sim::testing::held_copies(), 1);
+    drop(hold);
+    expect_code!(ACL_ERROR_RT_STREAM_ABORT, aclrtSynchronizeStream(s));
+    ok!(aclrtSynchronizeStream(s));
+    let mut b = [0u8; 32];
+    ok!(aclrtMemcpy(
+        b.as_mut_ptr().cast(),
+        32,
+        dst,
+        32,
+        ACL_MEMCPY_DEVICE_TO_HOST
+    ));
+    assert_eq!(&b[..16], &[0x11; 16], "the running copy landed");
+    assert_eq!(&b[16..], &[0; 16], "the memset behind it was discarded");
+    assert_eq!(ascend_sim::testing::held_copies(), 0);
+    ok!(aclrtDestroyStream(s));
+    ok!(aclrtFree(d));
+    reset_device(0);
+    assert_clean();
+}

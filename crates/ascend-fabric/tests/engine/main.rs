@@ -16,6 +16,7 @@ mod cancel;
 mod completion;
 mod completion_queue;
 mod connect_failure;
+mod detached_drop;
 mod errors;
 mod failure;
 mod futures;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use acl_sys::*;
 
 use super::exports::resolve;
-use super::queue::{ExtTask, Task, HOLD_BYTES};
+use super::queue::{deterministic, ExtTask, Task, HOLD_BYTES};
 use crate::rt::Res;
 use crate::vmm::batch::{read, with_fail_index, Batch, BatchErr, RawBatch};
 use crate::vmm::copy::{exec_copy_hinted, CopyHints};
@@ -22,6 +22,11 @@ impl ExtTask for BatchTask {
     /// Runs the copies in order; the address table's read lock is taken again after every
     /// [`HOLD_BYTES`], so an unmap waits at most that long. An abort stops between copies.
     fn run(&self, cancelled: &dyn Fn() -> bool) -> Res {
+        // The batch has started: a running-copy hold keeps it here, abort or not (threaded
+        // mode only: a deterministic stream runs on the caller's thread).
+        if !deterministic() {
+            super::hold::wait_copy_hold();
+        }
         let b = &self.0;
         let mut i = 0;
         while i < b.pieces.len() {

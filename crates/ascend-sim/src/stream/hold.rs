@@ -1,8 +1,9 @@
-//! The test holds: a [`HoldInner`] a stream task waits on (one stream), and the process-wide
-//! hold every threaded-mode stream waits on before its next task; and the armed failure of
-//! the next queued copy to run.
+//! The test holds: a [`HoldInner`] a stream task waits on (one stream), the process-wide
+//! hold every threaded-mode stream waits on before its next task, and the hold a copy waits on
+//! once it has started running (which an abort does not end); and the armed failure of the
+//! next queued copy to run.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -67,6 +68,53 @@ pub(crate) fn wait_hold_all(stopped: &dyn Fn() -> bool) {
             *g = None;
             HOLD_ALL_SET.store(false, Ordering::Release);
         }
+    }
+}
+
+/// The hold a copy that has started waits on ([`crate::testing::hold_running_copies`]).
+static COPY_HOLD: Mutex<Option<Arc<HoldInner>>> = Mutex::new(None);
+/// Fast check for [`COPY_HOLD`] on the workers' path.
+static COPY_HOLD_SET: AtomicBool = AtomicBool::new(false);
+/// Copies waiting at [`COPY_HOLD`] right now.
+static HELD_COPIES: AtomicUsize = AtomicUsize::new(0);
+
+/// Sets the hold every copy a threaded-mode stream starts from now on waits at, until the
+/// hold is released; an abort of its stream does not end the wait.
+pub(crate) fn hold_copies() -> Arc<HoldInner> {
+    let h = Arc::new(HoldInner::default());
+    *COPY_HOLD.lock() = Some(h.clone());
+    COPY_HOLD_SET.store(true, Ordering::Release);
+    h
+}
+
+/// Copies waiting at the running-copy hold now.
+pub(crate) fn held_copies() -> usize {
+    HELD_COPIES.load(Ordering::Acquire)
+}
+
+/// Called by a threaded-mode worker as a copy (or a batch of copies) starts, outside the
+/// address table's lock: waits while the running-copy hold is set and unreleased. The copy
+/// has started: it runs once released, whether or not its stream was aborted meanwhile.
+pub(crate) fn wait_copy_hold() {
+    if !COPY_HOLD_SET.load(Ordering::Acquire) {
+        return;
+    }
+    let Some(h) = COPY_HOLD.lock().clone() else {
+        return;
+    };
+    if !h.is_released() {
+        HELD_COPIES.fetch_add(1, Ordering::AcqRel);
+        let mut r = h.released.lock();
+        while !*r {
+            h.cv.wait(&mut r);
+        }
+        drop(r);
+        HELD_COPIES.fetch_sub(1, Ordering::AcqRel);
+    }
+    let mut g = COPY_HOLD.lock();
+    if g.as_ref().is_some_and(|x| Arc::ptr_eq(x, &h)) {
+        *g = None;
+        COPY_HOLD_SET.store(false, Ordering::Release);
     }
 }
 

@@ -257,10 +257,6 @@ impl Stream {
         for t in tasks {
             t.discard();
         }
-        let mut q = self.q.lock();
-        while q.running {
-            self.done_cv.wait_for(&mut q, POLL);
-        }
     }
 }
 
@@ -350,6 +346,8 @@ pub(crate) fn run_batch(s: &Stream, batch: &mut VecDeque<Task>, epoch: u64) {
             return;
         }
         let r = if matches!(front, Task::Copy { .. }) {
+            // The copy has started: a running-copy hold keeps it here, abort or not.
+            super::hold::wait_copy_hold();
             // Consecutive copies run under one read guard of the address table.
             let mem = crate::vmm::state::MEM.read();
             let mut hints = CopyHints::default();
