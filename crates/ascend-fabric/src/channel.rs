@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::io::Read;
 use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
@@ -27,8 +28,13 @@ pub(crate) enum Gate {
 pub(crate) struct Channel {
     pub(crate) peer: String,
     pub(crate) addr: SocketAddr,
-    /// Segments the peer offered (fixed at connect).
-    segments: usize,
+    /// Segments imported from the peer (at connect, then grown by [`Channel::grow`]).
+    segments: AtomicUsize,
+    /// The peer answered a segments request as a C++ HIXL server does (it knows none): its
+    /// segments are those of the connect.
+    fixed: AtomicBool,
+    /// Held by the one growth of the imports at a time.
+    growing: Mutex<()>,
     pub(crate) gate: RwLock<Gate>,
     /// Requests in flight and counters, shared with the pending requests.
     pub(crate) book: Arc<InFlight>,
@@ -57,7 +63,9 @@ impl Channel {
         Ok(Arc::new(Channel {
             peer: peer.to_owned(),
             addr,
-            segments: remote.map.len(),
+            segments: AtomicUsize::new(remote.map.len()),
+            fixed: AtomicBool::new(false),
+            growing: Mutex::new(()),
             gate: RwLock::new(Gate::Open(remote)),
             book: Arc::default(),
             keepalive: Mutex::new(keepalive),
@@ -67,9 +75,10 @@ impl Channel {
     }
 
     pub(crate) fn stats(&self) -> PeerStats {
-        self.book
-            .counters
-            .snapshot(self.book.len() as u64, self.segments as u64)
+        self.book.counters.snapshot(
+            self.book.len() as u64,
+            self.segments.load(Ordering::Relaxed) as u64,
+        )
     }
 
     pub(crate) fn lost_error(&self, reason: LostReason) -> Error {
@@ -100,6 +109,46 @@ impl Channel {
     /// gate until the channel has left the map).
     pub(crate) fn is_open(&self) -> bool {
         matches!(*self.gate.read(), Gate::Open(_))
+    }
+
+    /// Grows the imports by what `grow` makes of them (segments the peer registered since,
+    /// imported under the gate held shared, so submissions go on meanwhile), then swaps them
+    /// in under the gate held exclusively for a moment. Requests in flight are untouched:
+    /// their streams hold the old copy table, whose imports the new one shares. One growth at
+    /// a time. Returns how many segments were added; `None` if the channel is lost.
+    pub(crate) fn grow(
+        &self,
+        grow: impl FnOnce(&Remote) -> crate::error::Result<Option<Remote>>,
+    ) -> Option<crate::error::Result<usize>> {
+        let _one = self.growing.lock();
+        let new = match &*self.gate.read() {
+            Gate::Open(old) => grow(old),
+            Gate::Lost(_) => return None,
+        };
+        let new = match new {
+            Ok(Some(new)) => new,
+            Ok(None) => return Some(Ok(0)),
+            Err(e) => return Some(Err(e)),
+        };
+        let mut gate = self.gate.write();
+        // Lost meanwhile: the new imports go with `new` (no stream used them).
+        let Gate::Open(old) = &mut *gate else {
+            return None;
+        };
+        let added = new.map.len() - old.map.len();
+        self.segments.store(new.map.len(), Ordering::Relaxed);
+        *old = new;
+        Some(Ok(added))
+    }
+
+    /// Whether the peer's segments are those of the connect (it answered as a C++ HIXL
+    /// server, which knows no segments request).
+    pub(crate) fn is_fixed(&self) -> bool {
+        self.fixed.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_fixed(&self) {
+        self.fixed.store(true, Ordering::Relaxed);
     }
 
     /// Runs `f` on the imports while the channel is open.

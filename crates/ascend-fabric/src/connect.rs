@@ -15,7 +15,7 @@ use crate::wire::NotifyMsg;
 
 /// A control exchange's error: [`Error::Timeout`] naming `what` when its time ran out (the
 /// server could not be reached in time, or did not answer), [`Error::Control`] otherwise.
-fn timed_out(e: control::ClientError, what: &'static str, after: Duration) -> Error {
+pub(crate) fn timed_out(e: control::ClientError, what: &'static str, after: Duration) -> Error {
     if e.is_timeout() {
         tracing::debug!(error = %e, "{what} timed out");
         Error::Timeout { what, after }

@@ -283,6 +283,14 @@ pub enum Error {
     /// A call or argument this engine does not support.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The peer offers no way to ask for its segments after the connect (a C++ HIXL
+    /// engine): they are those of the connect (see
+    /// [`Engine::refresh_segments`](crate::Engine::refresh_segments)).
+    #[error("{peer} offers its segments only at the connect (a HIXL engine): reconnect to see registrations made since")]
+    SegmentsFixed {
+        /// The peer.
+        peer: String,
+    },
 }
 
 impl Error {
@@ -320,7 +328,7 @@ impl Error {
             Error::Busy { .. } | Error::Aborted | Error::Cancelled { .. } => HixlCode::FAILED,
             Error::Timeout { .. } => HixlCode::TIMEOUT,
             Error::ResourceExhausted { .. } => HixlCode::RESOURCE_EXHAUSTED,
-            Error::Unsupported(_) => HixlCode::UNSUPPORTED,
+            Error::Unsupported(_) | Error::SegmentsFixed { .. } => HixlCode::UNSUPPORTED,
         }
     }
 

@@ -140,6 +140,7 @@ mod prepared;
 mod progress;
 mod queue;
 pub mod ranges;
+mod refresh;
 mod registry;
 mod remote;
 mod request;

@@ -7,7 +7,7 @@ use ascend_mem::{MappingTable, TableCopy};
 use crate::error::{Error, Result, Side};
 use crate::ranges::{RangeError, RangeMap};
 use crate::registry::{LocalSeg, RegUse};
-use crate::remote::{Remote, SegIndex};
+use crate::remote::{Import, Remote, SegIndex};
 use crate::slots::SlotGuard;
 use crate::transfer::TransferDesc;
 
@@ -89,18 +89,19 @@ pub(crate) fn translate(
         descs,
         local,
         |seg| regs.add(&seg.reg),
-        &remote.map,
+        (&remote.map, |_, imp: &Import| imp.slot),
         &remote.index,
     )
 }
 
-/// [`translate`] over any maps: `used` sees the local segment of every local piece; `seg_index`
+/// [`translate`] over any maps: `used` sees the local segment of every local piece; a remote
+/// piece names the copy-table entry `slot` gives for (position, segment value); `seg_index`
 /// indexes `remote` (an empty index sends every lookup through the map).
 fn translate_in<L, R>(
     descs: &[TransferDesc],
     local: &RangeMap<L>,
     mut used: impl FnMut(&L),
-    remote: &RangeMap<R>,
+    (remote, slot): (&RangeMap<R>, impl Fn(usize, &R) -> usize),
     seg_index: &SegIndex,
 ) -> Result<Vec<Piece>> {
     let mut pieces: Vec<Piece> = Vec::with_capacity(descs.len());
@@ -118,12 +119,13 @@ fn translate_in<L, R>(
         let r = l.and_then(|()| {
             // Fast path: the whole range inside the segment the index finds.
             if let Some((i, start)) = seg_index.holding(d.remote_addr, d.len) {
-                rp.push((i, d.remote_addr - start, d.len));
+                let s = slot(i, &remote.segments()[i].value);
+                rp.push((s, d.remote_addr - start, d.len));
                 return Ok(());
             }
             remote
-                .for_each_piece(d.remote_addr, d.len, |p, _| {
-                    rp.push((p.index, p.offset, p.len))
+                .for_each_piece(d.remote_addr, d.len, |p, seg| {
+                    rp.push((slot(p.index, &seg.value), p.offset, p.len))
                 })
                 .map_err(|e| (Side::Remote, e))
         });

@@ -120,6 +120,19 @@ impl<V> RangeMap<V> {
     /// # Errors
     /// [`RangeError::Empty`], [`RangeError::Overflow`] or [`RangeError::Overlap`].
     pub fn insert(&mut self, start: u64, len: u64, value: V) -> Result<usize, RangeError> {
+        let i = self.free_at(start, len)?;
+        self.segs.insert(i, Segment { start, len, value });
+        Ok(i)
+    }
+
+    /// Whether `[start, start + len)` is a valid range that no segment overlaps (what
+    /// [`RangeMap::insert`] takes).
+    pub fn is_free(&self, start: u64, len: u64) -> bool {
+        self.free_at(start, len).is_ok()
+    }
+
+    /// Where a segment `[start, start + len)` would go, if nothing overlaps it.
+    fn free_at(&self, start: u64, len: u64) -> Result<usize, RangeError> {
         let end = check(start, len)?;
         let i = self.segs.partition_point(|s| s.start < start);
         if let Some(prev) = i.checked_sub(1).map(|p| &self.segs[p]) {
@@ -140,7 +153,6 @@ impl<V> RangeMap<V> {
                 });
             }
         }
-        self.segs.insert(i, Segment { start, len, value });
         Ok(i)
     }
 

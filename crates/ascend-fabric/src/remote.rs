@@ -1,6 +1,11 @@
 //! What a channel imports from its peer: each offered segment imported and mapped into the
 //! engine's VA pool ([`Import`]), the copy table over them, and the index that finds the
-//! segment holding a remote address.
+//! segment holding a remote address; and the same grown by segments the peer registered
+//! since ([`Remote::extend`]).
+//!
+//! A segment's place in the copy table (its slot) never changes once given: the first
+//! segments get theirs in address order, later ones after them, so prepared lists, which name
+//! table slots, stay right when the table grows.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,9 +18,12 @@ use crate::ranges::RangeMap;
 use crate::wire::{SegmentName, ShareHandleEntry};
 
 /// A peer segment imported and mapped into this engine's VA pool.
+#[derive(Clone)]
 pub(crate) struct Import {
     /// Shared with the channel's copy table, which holds it until the table is gone.
     pub(crate) map: Arc<SlotMapping>,
+    /// Its entry in the copy table.
+    pub(crate) slot: usize,
 }
 
 /// The segments of a range map as dense `(start, end)` pairs, with a summary of every
@@ -59,7 +67,7 @@ pub(crate) struct Remote {
     /// leaked the table).
     pub(crate) table: MappingTable,
     /// Remote va → imported mapping, held inline (one pointer less to chase per
-    /// descriptor than an `Arc` each). Immutable after connect.
+    /// descriptor than an `Arc` each). Replaced whole when the peer's segments grow.
     pub(crate) map: RangeMap<Import>,
     /// Search index over `map`'s segment starts.
     pub(crate) index: SegIndex,
@@ -68,17 +76,16 @@ pub(crate) struct Remote {
 }
 
 impl Remote {
-    /// The imports of `map`, with their copy table and search index.
+    /// The imports of `map` (their slots `0..map.len()`, in any order), with their copy table
+    /// and search index.
     pub(crate) fn new(dev: &Device, map: RangeMap<Import>) -> ascend_mem::Result<Remote> {
+        let mut by_slot: Vec<&Import> = map.segments().iter().map(|s| &s.value).collect();
+        by_slot.sort_unstable_by_key(|i| i.slot);
+        debug_assert!(by_slot.iter().enumerate().all(|(i, imp)| imp.slot == i));
         let table = MappingTable::with_keepalive(
             dev,
-            map.segments()
-                .iter()
-                .map(|s| s.value.map.mapping().as_slice()),
-            map.segments()
-                .iter()
-                .map(|s| s.value.map.clone())
-                .collect::<Vec<_>>(),
+            by_slot.iter().map(|i| i.map.mapping().as_slice()),
+            by_slot.iter().map(|i| i.map.clone()).collect::<Vec<_>>(),
         )?;
         Ok(Remote {
             index: SegIndex::new(&map),
@@ -98,25 +105,87 @@ impl Remote {
         entries: &[ShareHandleEntry],
         names: &[SegmentName],
     ) -> Result<Remote> {
-        let mut r = Self::import_all(dev, pool, peer, entries)?;
-        for n in names {
-            if n.name.len() > crate::wire::MAX_SEGMENT_NAME
-                || r.names.insert(n.name.clone(), (n.va_addr, n.len)).is_some()
-            {
-                tracing::warn!(peer, name = %n.name.escape_debug(), "segment name left out");
-            }
-        }
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_by_key(|&i| entries[i].va_addr);
+        let mut map = RangeMap::new();
+        Self::import_into(dev, pool, peer, entries, &order, &mut map)?;
+        let mut r = Remote::new(dev, map)?;
+        r.names = Self::read_names(peer, names);
         Ok(r)
     }
 
-    fn import_all(
+    /// This remote grown by what `entries` offers that it has not imported (a peer's
+    /// registrations made since), with `names` as the peer's names now; `None` when nothing
+    /// is new. Imports already held are shared, never imported again, and keep their slots.
+    /// An entry that overlaps an imported segment without being it is left out (logged).
+    pub(crate) fn extend(
+        &self,
         dev: &Device,
         pool: &Arc<VaPool>,
         peer: &str,
         entries: &[ShareHandleEntry],
-    ) -> Result<Remote> {
-        let mut remote_map = RangeMap::new();
-        for (index, e) in entries.iter().enumerate() {
+        names: &[SegmentName],
+    ) -> Result<Option<Remote>> {
+        let mut order: Vec<usize> = Vec::new();
+        let held = |e: &ShareHandleEntry| {
+            self.map.find(e.va_addr).is_some_and(|p| {
+                let s = &self.map.segments()[p];
+                (s.start, s.len) == (e.va_addr, e.len)
+            })
+        };
+        for (i, e) in entries.iter().enumerate() {
+            if held(e) {
+                continue;
+            }
+            if self.map.is_free(e.va_addr, e.len) {
+                order.push(i);
+            } else {
+                tracing::warn!(
+                    peer,
+                    va_addr = e.va_addr,
+                    len = e.len,
+                    "offered entry overlaps an import; left out"
+                );
+            }
+        }
+        if order.is_empty() {
+            return Ok(None);
+        }
+        order.sort_by_key(|&i| entries[i].va_addr);
+        let mut map = self.map.clone();
+        Self::import_into(dev, pool, peer, entries, &order, &mut map)?;
+        let mut r = Remote::new(dev, map)?;
+        r.names = Self::read_names(peer, names);
+        Ok(Some(r))
+    }
+
+    /// The names a peer gave its registrations (a name too long, or given twice, is left
+    /// out).
+    fn read_names(peer: &str, names: &[SegmentName]) -> HashMap<String, (u64, u64)> {
+        let mut out = HashMap::new();
+        for n in names {
+            if n.name.len() > crate::wire::MAX_SEGMENT_NAME
+                || out.insert(n.name.clone(), (n.va_addr, n.len)).is_some()
+            {
+                tracing::warn!(peer, name = %n.name.escape_debug(), "segment name left out");
+            }
+        }
+        out
+    }
+
+    /// Imports `entries[i]` for each `i` of `order` into `map`, giving them the next slots
+    /// in that order; on a failure the error names the entry (what was imported is dropped
+    /// with `map`).
+    fn import_into(
+        dev: &Device,
+        pool: &Arc<VaPool>,
+        peer: &str,
+        entries: &[ShareHandleEntry],
+        order: &[usize],
+        remote_map: &mut RangeMap<Import>,
+    ) -> Result<()> {
+        for &index in order {
+            let e = &entries[index];
             let bad = |reason| Error::BadEntry {
                 peer: peer.to_owned(),
                 index,
@@ -135,10 +204,11 @@ impl Remote {
                 .import(dev)
                 .inspect_err(|err| tracing::warn!(peer, index, error = %err, "import failed"))?;
             let map = Arc::new(pool.map(dev, &mem)?);
+            let slot = remote_map.len();
             remote_map
-                .insert(e.va_addr, e.len, Import { map })
+                .insert(e.va_addr, e.len, Import { map, slot })
                 .map_err(|_| bad("overlaps another entry"))?;
         }
-        Ok(Remote::new(dev, remote_map)?)
+        Ok(())
     }
 }

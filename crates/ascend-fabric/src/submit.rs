@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::channel::{Channel, Gate};
 use crate::engine::{Engine, AUTO_CONNECT_TIMEOUT};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Side};
 use crate::plan;
 use crate::registry::RegUse;
 use crate::remote::Remote;
@@ -56,8 +56,7 @@ impl Engine {
             };
         let write = op == TransferOp::Write;
         let size = (bytes, descs.len() as u64);
-        let how = (slot_from, opts, observer);
-        self.submit_on(&ch, write, size, how, |rem, slot, regs| {
+        let queue = |rem: &Remote, slot: &mut SlotGuard, regs: &mut RegUse| {
             let reg = inner.registry.state.read();
             // Check and translate every descriptor before queuing anything.
             let pieces = plan::translate(descs, &reg.ranges, rem, regs)?;
@@ -71,7 +70,25 @@ impl Engine {
                 write,
                 batch,
             ))
-        })
+        };
+        let again = match &slot_from {
+            SlotFrom::Acquire(d) => Some(SlotFrom::Acquire(*d)),
+            SlotFrom::Given(_) => None,
+        };
+        let r = self.submit_on(&ch, write, size, (slot_from, opts, observer), queue);
+        match (r, again) {
+            // A remote range in no known segment: the peer may have registered it since we
+            // connected. Not from a future's poll (no network wait there).
+            (
+                Err(Error::NotRegistered {
+                    side: Side::Remote, ..
+                }),
+                Some(slot_from),
+            ) if self.refresh_on_miss(&ch) => {
+                self.submit_on(&ch, write, size, (slot_from, opts, observer), queue)
+            }
+            (r, _) => r,
+        }
     }
 
     /// What every submission on `ch` shares: takes a stream slot and the channel's gate,

@@ -307,6 +307,39 @@ pub fn connect(
     })
 }
 
+/// Asks the server at `addr` for its export list now, for the connected client
+/// `channel_id` (a [`MsgType::Segments`] exchange on a new connection): the entries and the
+/// names, as a connect would have been offered them.
+///
+/// # Errors
+/// As [`connect`]; `NOT_CONNECTED` when the server has no session of `channel_id`; a C++ HIXL
+/// server closes the connection (it knows no such request), which reads as an I/O or wire
+/// error.
+pub fn segments(
+    addr: SocketAddr,
+    channel_id: &str,
+    timeout: Duration,
+    secret: Option<&str>,
+) -> Result<(Vec<ShareHandleEntry>, Vec<SegmentName>), ClientError> {
+    let wire_err = |source| ClientError::Wire { addr, source };
+    let mut s = open(addr, timeout, secret)?;
+    let req = ConnectMsg::request(channel_id, timeout.as_millis() as i64);
+    wire::write_frame(
+        &mut s,
+        &Frame::new(MsgType::Segments, &req).map_err(wire_err)?,
+    )
+    .map_err(wire_err)?;
+    let frame = wire::read_frame(&mut s).map_err(wire_err)?;
+    if let Some(refused) = refusal(addr, &frame) {
+        return Err(refused);
+    }
+    let resp: ConnectMsg = frame
+        .parse(MsgType::Segments, "segments response")
+        .map_err(wire_err)?;
+    read_status(&mut s, addr)?;
+    Ok((resp.share_handles, resp.segment_names))
+}
+
 /// Sends one heartbeat on a keepalive socket (3 s send timeout, as HIXL).
 ///
 /// # Errors

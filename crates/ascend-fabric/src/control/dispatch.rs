@@ -27,6 +27,7 @@ impl Loop {
             Some(MsgType::Connect) => self.on_connect(key, &frame),
             Some(MsgType::Disconnect) => self.on_disconnect(key, &frame),
             Some(MsgType::SendNotify) => self.on_notify(key, &frame),
+            Some(MsgType::Segments) => self.on_segments(key, &frame),
             _ => Err(Close::Malformed(WireError::UnexpectedType {
                 found: frame.msg_type,
             })),
@@ -104,6 +105,44 @@ impl Loop {
         tracing::debug!(channel = %req.channel_id, peer = %conn.peer, "session opened");
         conn.queue(&bytes);
         conn.flush()
+    }
+
+    /// Answers a connected client's request for the export list now (a session of its id must
+    /// exist: anyone else gets an empty list and NOT_CONNECTED); what it is offered counts as
+    /// offered to its session from now on (a revocation of it closes the session).
+    fn on_segments(&mut self, key: usize, frame: &Frame) -> Result<(), Close> {
+        let req: ConnectMsg = frame
+            .parse(MsgType::Segments, "segments request")
+            .map_err(Close::Malformed)?;
+        let mut resp = ConnectMsg::response(&req, Vec::new());
+        let mut code = status::NOT_CONNECTED;
+        if let Some(session) = self.session_key(&req.channel_id) {
+            let entries = self.shared.handler.share_handles();
+            if let Some(Phase::Session(s)) = self.conns.get_mut(&session).map(|c| &mut c.phase) {
+                s.offered.extend(entries.iter().map(|e| e.va_addr));
+                s.offered.sort_unstable();
+                s.offered.dedup();
+                resp.share_handles = entries;
+                resp.segment_names = self.shared.handler.segment_names();
+                code = status::SUCCESS;
+            }
+        }
+        let mut out = match Frame::new(MsgType::Segments, &resp) {
+            Ok(f) => f.encode(),
+            Err(e) => {
+                tracing::error!(error = %e, "share-handle list does not fit in one frame");
+                code = status::RESOURCE_EXHAUSTED;
+                Frame::new(MsgType::Segments, &ConnectMsg::response(&req, Vec::new()))
+                    .expect("an empty response fits in a frame")
+                    .encode()
+            }
+        };
+        out.extend_from_slice(&status_frame(code));
+        let Some(conn) = self.conns.get_mut(&key) else {
+            return Ok(());
+        };
+        conn.queue(&out);
+        conn.finish(Instant::now())
     }
 
     /// Closes the named session before answering, so a client that sees the status knows the

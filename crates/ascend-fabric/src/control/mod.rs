@@ -68,7 +68,9 @@ mod shared;
 mod source;
 
 pub use auth::unique_suffix;
-pub use client::{connect, disconnect, send_heartbeat, send_notify, ClientError, Connected};
+pub use client::{
+    connect, disconnect, segments, send_heartbeat, send_notify, ClientError, Connected,
+};
 pub use server::ControlServer;
 
 use crate::wire::{SegmentName, ShareHandleEntry};

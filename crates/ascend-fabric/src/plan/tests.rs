@@ -97,10 +97,10 @@ proptest! {
             })
             .collect();
         let mut seen = Vec::new();
-        let got = translate_in(&descs, &local, |i| seen.push(*i), &remote, &SegIndex::new(&remote));
+        let got = translate_in(&descs, &local, |i| seen.push(*i), (&remote, |i, _| i), &SegIndex::new(&remote));
 
         // Without the index every lookup goes through the map: the same answer.
-        let slow = translate_in(&descs, &local, |_| {}, &remote, &SegIndex::default());
+        let slow = translate_in(&descs, &local, |_| {}, (&remote, |i, _| i), &SegIndex::default());
         prop_assert_eq!(format!("{got:?}"), format!("{slow:?}"));
 
         let gap = descs.iter().enumerate().find_map(|(index, d)| {

@@ -11,6 +11,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::ranges::RangeMap;
 use crate::registry::{Registrable, Registration};
+use crate::remote::Remote;
 
 fn prep_err(call: &'static str, reason: String) -> Error {
     Error::Prepare { call, reason }
@@ -104,6 +105,11 @@ impl Engine {
     /// cut into whole blocks from its start, and the blocks are numbered across the segments
     /// in the order given ([`RemoteBlocks::first_block`]).
     ///
+    /// A segment not known yet (a name, or an index past the segments seen so far) may be a
+    /// registration the peer made after the connect: the peer's segments are refreshed first
+    /// ([`Engine::refresh_segments`]; a C++ HIXL peer's stay those of the connect). A list
+    /// stays valid while the peer's segments grow.
+    ///
     /// # Errors
     /// [`Error::NotConnected`]; [`Error::PeerLost`]; [`Error::Prepare`] for an empty segment
     /// list, a zero `block_len`, an index past the peer's segments, a name the peer did not
@@ -130,6 +136,11 @@ impl Engine {
             .ok_or_else(|| Error::NotConnected {
                 peer: peer.to_owned(),
             })?;
+        // A segment not known yet may be one the peer registered since we connected.
+        let known = ch.with_remote(|rem| segments.iter().all(|s| knows(rem, s)));
+        if known == Some(false) {
+            self.refresh_on_miss(&ch);
+        }
         let gate = ch.gate.read();
         let rem = match &*gate {
             Gate::Open(r) => r,
@@ -156,7 +167,7 @@ impl Engine {
             };
             let mut pieces = Vec::new();
             rem.map
-                .for_each_piece(addr, len, |p, _| pieces.push((p.index, p.offset)))
+                .for_each_piece(addr, len, |p, seg| pieces.push((seg.value.slot, p.offset)))
                 .map_err(|e| prep_err(CALL, format!("{s:?} of {peer}: {e}")))?;
             ranges.push((addr, len, (pieces.len() == 1).then(|| pieces[0])));
         }
@@ -175,5 +186,13 @@ impl Engine {
             ch,
             blocks,
         })
+    }
+}
+
+/// Whether `rem` has the segment `s` names.
+fn knows(rem: &Remote, s: &SegmentRef) -> bool {
+    match s {
+        SegmentRef::Index(i) => *i < rem.map.len(),
+        SegmentRef::Name(n) => rem.names.contains_key(n),
     }
 }

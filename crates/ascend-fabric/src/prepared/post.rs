@@ -168,8 +168,9 @@ fn pieces(
             .segs
             .for_each_piece(lr.addr + lo, bl, |p, _| lp.push((p.index, p.offset, p.len)))
             .and_then(|()| {
-                rem.map
-                    .for_each_piece(rr.addr + ro, bl, |p, _| rp.push((p.index, p.offset, p.len)))
+                rem.map.for_each_piece(rr.addr + ro, bl, |p, seg| {
+                    rp.push((seg.value.slot, p.offset, p.len))
+                })
             });
         if let Err(e) = walked {
             // Lists are checked when made and their tables do not change: not reached.

@@ -12,10 +12,12 @@
 //! objects are written with their keys in alphabetical order, as HIXL's serialiser writes
 //! them, and read by key. Every limit is checked before a byte of payload is allocated.
 //!
-//! Our engines add three request types of their own, far outside HIXL's range, for the
-//! shared-secret handshake ([`AuthHello`], [`AuthChallenge`], [`AuthProof`], types 1001–1003).
-//! They travel in the request framing and are only ever sent when a secret is configured, so
-//! without one the bytes on the wire are exactly HIXL's.
+//! Our engines add request types of their own, far outside HIXL's range: the shared-secret
+//! handshake ([`AuthHello`], [`AuthChallenge`], [`AuthProof`], types 1001–1003), sent only
+//! when a secret is configured, and the segments request ([`MsgType::Segments`], 1004), sent
+//! only when a caller asks for a peer's registrations made since the connect. Without either
+//! the bytes on the wire are exactly HIXL's; a C++ HIXL server closes the connection on 1004
+//! (a type it does not know), which our client reads as "segments fixed at the connect".
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::io::{self, Read, Write};
@@ -59,6 +61,11 @@ pub enum MsgType {
     AuthChallenge,
     /// Ours: client → server, the client's proof ([`AuthProof`]).
     AuthProof,
+    /// Ours, not HIXL's: a connected client asks for the server's export list now (request:
+    /// a [`ConnectMsg`] request under the client's session id; response: a [`ConnectMsg`]
+    /// response, then `kStatus`). A C++ HIXL server closes the connection instead, as for
+    /// any type it does not know.
+    Segments,
 }
 
 impl MsgType {
@@ -72,6 +79,7 @@ impl MsgType {
             MsgType::AuthHello => 1001,
             MsgType::AuthChallenge => 1002,
             MsgType::AuthProof => 1003,
+            MsgType::Segments => 1004,
         }
     }
 
@@ -85,6 +93,7 @@ impl MsgType {
             1001 => MsgType::AuthHello,
             1002 => MsgType::AuthChallenge,
             1003 => MsgType::AuthProof,
+            1004 => MsgType::Segments,
             _ => return None,
         })
     }

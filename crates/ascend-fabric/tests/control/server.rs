@@ -270,3 +270,17 @@ fn a_trickling_server_cannot_stretch_a_connect() {
     assert!(took < Duration::from_secs(10), "connect took {took:?}");
     server.join().unwrap();
 }
+
+/// The segments request: a client with a session gets the export list now; any other id
+/// gets nothing and NOT_CONNECTED (only a connected client may ask).
+#[test]
+fn only_a_connected_client_is_told_the_segments_now() {
+    let (srv, _h) = server(fake_entries(2), ServerConfig::default());
+    let addr = srv.local_addr();
+    let e = control::segments(addr, "nobody", T, None).unwrap_err();
+    assert_eq!(e.status(), ascend_fabric::HixlCode::NOT_CONNECTED.0, "{e}");
+    let _c = control::connect(addr, "peer-s", T, None).unwrap();
+    let (entries, names) = control::segments(addr, "peer-s", T, None).unwrap();
+    assert_eq!(entries, fake_entries(2));
+    assert!(names.is_empty());
+}

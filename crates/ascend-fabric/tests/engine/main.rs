@@ -23,6 +23,7 @@ mod futures;
 mod hixl_cs;
 mod hixl_cs_procs;
 mod hixl_scenarios;
+mod late_segments;
 mod perf;
 mod pool;
 mod prepared;

@@ -33,6 +33,8 @@ struct Seen {
     connects: Vec<String>,
     replaced: usize,
     refused: usize,
+    /// Requests of a type HIXL's server does not know (closed unanswered).
+    unknown: usize,
 }
 
 /// A control server with the session rules of HIXL's FabricMem server (hicann/hixl
@@ -129,7 +131,7 @@ fn serve(mut c: TcpStream, seen: &Mutex<Seen>, auto_cleanup: bool) {
             }
             let _ = wire::write_frame(&mut c, &status_frame(HixlCode::SUCCESS));
         }
-        _ => {}
+        _ => seen.lock().unknown += 1,
     }
 }
 
@@ -270,4 +272,28 @@ fn portless_engines_have_instance_unique_channel_ids() {
         "{}",
         c.channel_id()
     );
+}
+
+/// A server with HIXL's rules knows no segments request (it closes the connection, as for
+/// any type it does not know): the peer's segments are those of the connect. Asking reports
+/// [`Error::SegmentsFixed`] (UNSUPPORTED), the channel stays, and the answer is remembered
+/// (the server is not asked again).
+#[test]
+fn a_hixl_server_s_segments_are_those_of_the_connect() {
+    let env = setup();
+    let server = SessionServer::start(true);
+    let engine = Engine::new(&env.dev, "127.0.0.1", test_options(1)).unwrap();
+    engine.connect(&server.addr(), T).unwrap();
+    for _ in 0..2 {
+        let e = engine.refresh_segments(&server.addr(), T).unwrap_err();
+        assert!(matches!(e, Error::SegmentsFixed { .. }), "{e:?}");
+        assert_eq!(e.status(), HixlCode::UNSUPPORTED);
+    }
+    assert!(engine.is_connected(&server.addr()));
+    assert_eq!(server.seen.lock().unknown, 1, "asked once");
+    assert_eq!(server.seen.lock().connects.len(), 1, "no reconnect");
+    engine.disconnect(&server.addr(), T).unwrap();
+    drop(engine);
+    drop(server);
+    env.finish();
 }
