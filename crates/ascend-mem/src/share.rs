@@ -4,7 +4,7 @@
 use std::fmt;
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::handle::{granularity, set_pids, OwnedPhys};
 use crate::vmm::{Origin, PhysicalMem};
 
@@ -194,7 +194,7 @@ impl SharedHandle {
         let lib = dev.lib();
         let mut prop = match h.properties(lib) {
             Ok(p) => p,
-            Err(e) if e.kind() == crate::ErrorKind::NotSupported => {
+            Err(e) if e.kind() == ErrorKind::NotSupported => {
                 tracing::debug!(error = %e, "cannot read imported properties; size unchecked");
                 return Ok((0, false));
             }

@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{CopySide, Error, Result};
 use crate::vmm::{Mapping, MappingSlice};
 
 /// An immutable list of mapped ranges (each a [`MappingSlice`] when the table was made), kept
@@ -179,26 +179,6 @@ pub struct TableCopy {
     pub src_offset: usize,
     /// Bytes to copy.
     pub len: usize,
-}
-
-/// Which table of a [`Stream::copy_table_async`] batch a copy error is about.
-///
-/// [`Stream::copy_table_async`]: crate::Stream::copy_table_async
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CopySide {
-    /// The destination table.
-    Dst,
-    /// The source table.
-    Src,
-}
-
-impl fmt::Display for CopySide {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CopySide::Dst => "dst",
-            CopySide::Src => "src",
-        })
-    }
 }
 
 impl TableInner {

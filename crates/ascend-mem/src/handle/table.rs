@@ -16,10 +16,11 @@ use acl::AclLib;
 
 use super::stream::{BatchFailure, StreamQueue, BATCH_API, EACH_API};
 use super::StreamRef;
+use crate::error::CopySide;
 use crate::error::Error;
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
-use crate::table::{CopySide, TableCopy, TableInner};
+use crate::table::{TableCopy, TableInner};
 use crate::vmm::memcpy_kind;
 
 /// Fewest copies of one direction sent as one batch call (a lone copy is cheaper alone).

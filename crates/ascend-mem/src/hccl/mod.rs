@@ -88,7 +88,6 @@
 //! # Ok(()) }
 //! ```
 
-mod code;
 mod comm;
 mod config;
 mod onesided;
@@ -98,7 +97,7 @@ pub(crate) mod table;
 mod types;
 mod window;
 
-pub use code::HcclCode;
+pub use crate::error::HcclCode;
 pub use comm::Comm;
 pub use config::{CommConfig, Deterministic, OpExpansion, RootInfo, DEFAULT_SYM_WINDOW_MAX_GB};
 pub use half;

@@ -4,8 +4,8 @@
 //! other public `unsafe` entry points (`handle/unchecked.rs`); they share the checks here.
 
 use super::queue::Stream;
-use crate::error::{Error, Result};
-use crate::table::{CopySide, MappingTable, TableCopy};
+use crate::error::{CopySide, Error, Result};
+use crate::table::{MappingTable, TableCopy};
 use crate::typed::TypedSlice;
 use crate::vmm::MappingSlice;
 
