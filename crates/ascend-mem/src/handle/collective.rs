@@ -11,7 +11,7 @@ use super::hccl::CommOwner;
 use super::stream::{live, StreamQueue};
 use super::MappedRef;
 use crate::error::{Error, Result};
-use crate::hccl::table::hcall;
+use crate::ffi::hcall;
 use crate::hccl::{HcclType, ReduceOp};
 use crate::vmm::MappingSlice;
 

@@ -11,7 +11,7 @@ use hccl_sys::{HcclComm, HcclCommConfig, HcclCommSymWindow, HcclLib, HcclRootInf
 
 use super::RawHandle;
 use crate::error::{Error, Result};
-use crate::hccl::table::hcall;
+use crate::ffi::hcall;
 use crate::vmm::MapInner;
 
 /// The error for a call on a communicator or window already destroyed.

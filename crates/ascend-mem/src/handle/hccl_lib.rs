@@ -1,4 +1,4 @@
-//! Loading the HCCL library a [`Runtime`] uses, and reading its error strings.
+//! Loading the HCCL library a [`Runtime`] uses.
 //!
 //! Which table serves which runtime is [`crate::sibling`]'s rule (documented with the
 //! `hccl` module): the in-process emulator's table, the emulator's shared library opened
@@ -6,9 +6,7 @@
 //! `unsafe` (its initialisers run and its symbols are trusted); here it is done only for the
 //! files that rule picked, which the runtime already opened as its ACL library.
 
-use std::ffi::CStr;
-
-use hccl_sys::{HcclLib, HcclResult};
+use hccl_sys::HcclLib;
 
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
@@ -49,17 +47,4 @@ pub(crate) fn hccl_table(rt: &Runtime) -> Result<&'static HcclLib> {
         tracing::debug!(source = %t.source().describe(), "HCCL table chosen");
         Ok(t)
     })
-}
-
-/// `HcclGetErrorString(code)`, copied out (empty when the library has none).
-pub(crate) fn hccl_error_string(h: &HcclLib, code: HcclResult) -> Box<str> {
-    // SAFETY: takes a plain value and returns a static string or null.
-    match unsafe { h.HcclGetErrorString(code) } {
-        Ok(p) if !p.is_null() => {
-            // SAFETY: a non-null result is a static NUL-terminated string.
-            let s = unsafe { CStr::from_ptr(p) };
-            s.to_string_lossy().into_owned().into_boxed_str()
-        }
-        _ => Box::from(""),
-    }
 }

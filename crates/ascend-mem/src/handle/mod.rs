@@ -38,7 +38,7 @@ mod vmm;
 
 pub(crate) use collective::Collective;
 pub(crate) use hccl::{root_info, CommOwner, OwnedComm, OwnedWindow, PeerPart, WindowOwner};
-pub(crate) use hccl_lib::{hccl_error_string, hccl_table};
+pub(crate) use hccl_lib::hccl_table;
 pub(crate) use onesided::PeerDir;
 pub(crate) use pinned::OwnedPinned;
 pub(crate) use stream::{check_word, BatchPair, StreamQueue, BATCH_API};
