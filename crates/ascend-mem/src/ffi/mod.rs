@@ -27,7 +27,11 @@ use acl::AclLib;
 
 use crate::error::Result;
 
+mod live;
 mod status;
+
+pub(crate) use live::RawHandle;
+pub use live::{EventRef, OwnedEvent, OwnedStream, StreamRef};
 
 pub(crate) use status::{hcall, HcclStatus};
 pub use status::{recent_error_message, StatusCheck};
@@ -62,7 +66,6 @@ pub mod device;
 pub mod event;
 pub mod host;
 pub mod ptr;
-pub use crate::handle::{EventRef, OwnedEvent, OwnedStream, StreamRef};
 
 pub mod init;
 pub mod map;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use acl::AclLib;
 use hccl_sys::{HcclComm, HcclCommConfig, HcclCommSymWindow, HcclLib, HcclRootInfo};
 
-use super::RawHandle;
 use crate::error::{Error, Result};
 use crate::ffi::hcall;
+use crate::ffi::RawHandle;
 use crate::vmm::MapInner;
 
 /// The error for a call on a communicator or window already destroyed.

@@ -13,10 +13,11 @@ use std::sync::Arc;
 
 use acl::AclLib;
 
-use super::{MappedRef, OwnedPinned, OwnedStream, StreamRef};
+use super::{MappedRef, OwnedPinned};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
+use crate::ffi::{OwnedStream, StreamRef};
 use crate::table::TableInner;
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
 

@@ -15,11 +15,11 @@ use std::sync::Arc;
 use acl::AclLib;
 
 use super::stream::{BatchFailure, StreamQueue, BATCH_API, EACH_API};
-use super::StreamRef;
 use crate::error::CopySide;
 use crate::error::Error;
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
+use crate::ffi::StreamRef;
 use crate::table::{TableCopy, TableInner};
 use crate::vmm::memcpy_kind;
 

@@ -12,9 +12,9 @@ use std::marker::PhantomData;
 
 use acl::AclLib;
 
-use super::RawHandle;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::ffi::RawHandle;
 
 /// The error for a call on a handle already released, freed or unmapped (the safe types
 /// never make one: they drop the handle with its owner).
