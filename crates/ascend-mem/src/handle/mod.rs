@@ -17,7 +17,6 @@
 //! * Pinned host words (`pinned.rs`): an `aclrtMallocHost` block the host reads with
 //!   atomics while streams write it; a queue that writes a word keeps the block.
 //! * Loading libhccl and reading its error strings (`hccl_lib.rs`).
-//! * The crate's public `unsafe` entry points (`unchecked.rs`).
 
 mod collective;
 mod hccl;
@@ -26,7 +25,6 @@ mod onesided;
 mod pinned;
 mod stream;
 mod table;
-mod unchecked;
 mod vmm;
 
 pub(crate) use collective::Collective;

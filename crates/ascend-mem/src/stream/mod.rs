@@ -20,7 +20,6 @@ mod queue;
 mod value;
 
 pub use batch::BatchCopy;
-pub(crate) use copy::{elems_to_bytes, fits};
 pub use event::{Event, EventFlags};
 pub use pool::{StreamLease, StreamPool};
 pub use queue::{FailureMode, Stream, StreamFlags};

@@ -301,6 +301,25 @@ impl ReservedVa {
     }
 }
 
+impl ReservedVa {
+    /// Maps `phys` at byte offset `offset` with no host-side checks: only the C call.
+    ///
+    /// For tests of the runtime's own checks and rare uses; prefer [`ReservedVa::map`].
+    ///
+    /// # Errors
+    /// An `aclrtMapMem` failure.
+    ///
+    /// # Safety
+    /// * `offset + phys.len()` lies inside this reservation;
+    /// * no other mapping of this crate covers any of that range (nothing else claimed it);
+    /// * if the call succeeds while a rule is broken, the resulting Mapping unmaps in Drop.
+    #[doc(hidden)]
+    #[allow(unsafe_code)]
+    pub unsafe fn map_unchecked(&self, phys: &PhysicalMem, offset: usize) -> Result<Mapping> {
+        self.map_raw(phys, offset, false)
+    }
+}
+
 /// A range of a reservation held for a mapping in progress; un-claims on drop unless disarmed.
 struct Claim {
     va: Arc<VaInner>,
