@@ -16,11 +16,9 @@
 //!   runtime batches them, one call per copy elsewhere; the queue keeps the tables.
 //! * Pinned host words (`pinned.rs`): an `aclrtMallocHost` block the host reads with
 //!   atomics while streams write it; a queue that writes a word keeps the block.
-//! * Loading libhccl and reading its error strings (`hccl_lib.rs`).
 
 mod collective;
 mod hccl;
-mod hccl_lib;
 mod onesided;
 mod pinned;
 mod stream;
@@ -29,7 +27,6 @@ mod vmm;
 
 pub(crate) use collective::Collective;
 pub(crate) use hccl::{root_info, CommOwner, OwnedComm, OwnedWindow, PeerPart, WindowOwner};
-pub(crate) use hccl_lib::hccl_table;
 pub(crate) use onesided::PeerDir;
 pub(crate) use pinned::OwnedPinned;
 pub(crate) use stream::{check_word, BatchPair, StreamQueue, BATCH_API};

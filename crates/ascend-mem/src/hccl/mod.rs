@@ -93,7 +93,7 @@ mod config;
 mod onesided;
 mod peer;
 mod state;
-pub(crate) mod table;
+mod table;
 mod types;
 mod window;
 
