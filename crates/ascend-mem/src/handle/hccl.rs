@@ -23,14 +23,6 @@ fn gone(api: &'static str) -> Error {
     }
 }
 
-/// `HcclGetRootInfo` on the calling thread's device.
-pub(crate) fn root_info(h: &HcclLib, acl: &AclLib) -> Result<HcclRootInfo> {
-    let mut raw = HcclRootInfo::default();
-    // SAFETY: `raw` is a writable root info.
-    unsafe { hcall!(h, acl, HcclGetRootInfo(&mut raw)) }?;
-    Ok(raw)
-}
-
 /// What owns an [`OwnedComm`] and the table it was made through, shared through an `Arc`:
 /// queued work keeps a clone, so the communicator outlives it (it is destroyed only through
 /// `&mut`, so never while a clone is held).

@@ -26,8 +26,8 @@ mod table;
 mod vmm;
 
 pub(crate) use collective::Collective;
-pub(crate) use hccl::{root_info, CommOwner, OwnedComm, OwnedWindow, PeerPart, WindowOwner};
+pub(crate) use hccl::{CommOwner, OwnedComm, OwnedWindow, PeerPart, WindowOwner};
 pub(crate) use onesided::PeerDir;
 pub(crate) use pinned::OwnedPinned;
 pub(crate) use stream::{check_word, BatchPair, StreamQueue, BATCH_API};
-pub(crate) use vmm::{granularity, set_pids, MappedRef, OwnedMap, OwnedPhys, OwnedVa};
+pub(crate) use vmm::{MappedRef, OwnedMap, OwnedPhys, OwnedVa};

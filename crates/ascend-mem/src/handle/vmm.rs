@@ -26,33 +26,6 @@ fn gone(api: &'static str) -> Error {
     }
 }
 
-/// `aclrtMemGetAllocationGranularity` for a property struct.
-///
-/// # Errors
-/// As [`ffi::phys::granularity`].
-pub(crate) fn granularity(
-    lib: &AclLib,
-    prop: &acl::aclrtPhysicalMemProp,
-    option: acl::aclrtMemGranularityOptions,
-) -> Result<usize> {
-    // SAFETY: plain values: the property struct is only read, the result is an out-value.
-    unsafe { ffi::phys::granularity(lib, prop, option) }
-}
-
-/// `aclrtMemSetPidToShareableHandleV2`: lets `pids` import the exported handle `data`.
-///
-/// # Errors
-/// As [`ffi::share::set_pids_v2`].
-pub(crate) fn set_pids(
-    lib: &AclLib,
-    data: &ffi::share::HandleData,
-    share_type: acl::aclrtMemSharedHandleType,
-    pids: &[i32],
-) -> Result<()> {
-    // SAFETY: plain data, only read; the runtime validates the handle bytes and the list.
-    unsafe { ffi::share::set_pids_v2(lib, data, share_type, pids) }
-}
-
 /// A reservation of device VA this value owns.
 #[derive(Debug)]
 pub(crate) struct OwnedVa {
