@@ -14,7 +14,7 @@
 //!   also keeps the window).
 //! * Copies between the entries of two mapping tables (`table.rs`): batched where the
 //!   runtime batches them, one call per copy elsewhere; the queue keeps the tables.
-//! * Pinned host words (`pinned.rs`): an `aclrtMallocHost` block the host reads with
+//! * The pinned host block (`pinned.rs`): an `aclrtMallocHost` block the host reads with
 //!   atomics while streams write it; a queue that writes a word keeps the block.
 
 mod collective;

@@ -13,11 +13,12 @@ use std::sync::Arc;
 
 use acl::AclLib;
 
-use super::{MappedRef, OwnedPinned};
+use super::MappedRef;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
 use crate::ffi::{OwnedStream, StreamRef};
+use crate::pinned::PinnedInner;
 use crate::table::TableInner;
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
 
@@ -289,14 +290,14 @@ impl StreamQueue {
     pub(crate) fn enqueue_pinned_write(
         &mut self,
         lib: &AclLib,
-        words: &Arc<OwnedPinned>,
+        words: &Arc<PinnedInner>,
         i: usize,
         value: u64,
     ) -> Result<()> {
         // SAFETY: an aligned word of a live pinned block, which the clone pushed below keeps
         // allocated until the stream is synchronized past the write; the host only touches
         // it with atomics.
-        unsafe { ffi::value::write(lib, words.addr(i), value, self.live()?) }?;
+        unsafe { ffi::value::write(lib, words.words.addr(i), value, self.live()?) }?;
         self.keep.push(Keep::Other(words.clone()));
         Ok(())
     }
