@@ -8,11 +8,11 @@ use std::sync::Arc;
 use acl::AclLib;
 
 use super::hccl::CommOwner;
-use super::stream::{live, StreamQueue};
 use super::MappedRef;
 use crate::error::{Error, Result};
 use crate::ffi::hcall;
 use crate::hccl::{HcclType, ReduceOp};
+use crate::stream::StreamQueue;
 use crate::vmm::MappingSlice;
 
 /// A collective and its buffers, with counts in elements (the API's checks made by the
@@ -84,7 +84,7 @@ fn holding<'m>(
     size: usize,
     api: &'static str,
 ) -> Result<MappedRef<'m>> {
-    let r = live(b, api)?;
+    let r = b.live_range(api)?;
     let need = elems
         .and_then(|n| usize::try_from(n).ok())
         .and_then(|n| n.checked_mul(size));

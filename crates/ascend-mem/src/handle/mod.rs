@@ -6,12 +6,9 @@
 //!   `vmm.rs`, the HCCL handles in `hccl.rs` (with the lookup of a peer's part of a window).
 //!   They hold `ffi`'s `RawHandle` (the one `Send`/`Sync` impl for handles), as `ffi`'s own
 //!   live stream and event handles do.
-//! * A stream's queue of device work and what that work uses (`stream.rs`): the async
-//!   copies, fills, value writes and waits it queues are safe because it keeps the memory they
-//!   touch, and releases it only once the stream is synchronized or destroyed. The HCCL work
-//!   it queues the same way: collectives (`collective.rs`; it also keeps the communicator)
-//!   and one-sided copies and signals through a peer's part of a window (`onesided.rs`; it
-//!   also keeps the window).
+//! * The HCCL work a stream's queue (`stream/enqueue.rs`) takes: collectives
+//!   (`collective.rs`; it also keeps the communicator) and one-sided copies and signals
+//!   through a peer's part of a window (`onesided.rs`; it also keeps the window).
 //! * Copies between the entries of two mapping tables (`table.rs`): batched where the
 //!   runtime batches them, one call per copy elsewhere; the queue keeps the tables.
 //! * The pinned host block (`pinned.rs`): an `aclrtMallocHost` block the host reads with
@@ -21,7 +18,6 @@ mod collective;
 mod hccl;
 mod onesided;
 mod pinned;
-mod stream;
 mod table;
 mod vmm;
 
@@ -29,5 +25,4 @@ pub(crate) use collective::Collective;
 pub(crate) use hccl::{CommOwner, OwnedComm, OwnedWindow, PeerPart, WindowOwner};
 pub(crate) use onesided::PeerDir;
 pub(crate) use pinned::OwnedPinned;
-pub(crate) use stream::{check_word, BatchPair, StreamQueue, BATCH_API};
 pub(crate) use vmm::{MappedRef, OwnedMap, OwnedPhys, OwnedVa};

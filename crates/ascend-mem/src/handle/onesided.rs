@@ -9,9 +9,9 @@ use std::sync::Arc;
 use acl::AclLib;
 
 use super::hccl::{PeerPart, WindowOwner};
-use super::stream::{live, StreamQueue};
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::stream::StreamQueue;
 use crate::vmm::MappingSlice;
 
 /// Which way a one-sided copy goes.
@@ -71,7 +71,7 @@ impl StreamQueue {
         dir: PeerDir,
     ) -> Result<()> {
         const API: &str = "aclrtMemcpyAsync";
-        let here = live(local, API)?;
+        let here = local.live_range(API)?;
         let n = here.len();
         if n == 0 {
             return Ok(());

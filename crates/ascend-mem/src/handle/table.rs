@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use acl::AclLib;
 
-use super::stream::{BatchFailure, StreamQueue, BATCH_API, EACH_API};
 use crate::error::CopySide;
 use crate::error::Error;
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
 use crate::ffi::StreamRef;
+use crate::stream::{BatchFailure, StreamQueue, BATCH_API, EACH_API};
 use crate::table::{TableCopy, TableInner};
 use crate::vmm::memcpy_kind;
 
@@ -109,9 +109,9 @@ impl StreamQueue {
         copies: &[TableCopy],
         batch: bool,
     ) -> std::result::Result<(), BatchFailure> {
-        self.keep_table(dst);
+        self.keep_other(dst.clone());
         if !Arc::ptr_eq(dst, src) {
-            self.keep_table(src);
+            self.keep_other(src.clone());
         }
         let mut run = Run::with_capacity(copies.len());
         for (i, c) in copies.iter().enumerate().filter(|(_, c)| c.len != 0) {

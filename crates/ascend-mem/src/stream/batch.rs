@@ -5,9 +5,9 @@
 //! mappings after the call returns; the stream's queue (`handle::StreamQueue`) derives their
 //! addresses from the mappings it keeps until a synchronize proves the work done.
 
+use super::enqueue::{BatchPair, BATCH_API as API};
 use super::queue::Stream;
 use crate::error::{Error, Result};
-use crate::handle::{BatchPair, BATCH_API as API};
 use crate::vmm::{memcpy_kind, MappingSlice};
 
 /// One copy of a [`Stream::copy_batch_async`] batch: all of `src` into the start of `dst`.

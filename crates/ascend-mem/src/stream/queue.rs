@@ -7,11 +7,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::enqueue::StreamQueue;
 use crate::device::Device;
 use crate::error::{CloseError, Error, Result};
 use crate::ffi;
 use crate::ffi::StreamRef;
-use crate::handle::StreamQueue;
 
 bitflags::bitflags! {
     /// Stream creation flags (`ACL_STREAM_*`).

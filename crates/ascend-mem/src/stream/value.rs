@@ -8,9 +8,9 @@
 
 use std::fmt;
 
+use super::enqueue::check_word;
 use super::queue::Stream;
 use crate::error::{Error, Result};
-use crate::handle::check_word;
 use crate::pinned::PinnedWords;
 use crate::vmm::{Mapping, MappingSlice};
 
