@@ -9,8 +9,6 @@
 //! * The HCCL work a stream's queue (`stream/enqueue.rs`) takes: collectives
 //!   (`collective.rs`; it also keeps the communicator) and one-sided copies and signals
 //!   through a peer's part of a window (`onesided.rs`; it also keeps the window).
-//! * Copies between the entries of two mapping tables (`table.rs`): batched where the
-//!   runtime batches them, one call per copy elsewhere; the queue keeps the tables.
 //! * The pinned host block (`pinned.rs`): an `aclrtMallocHost` block the host reads with
 //!   atomics while streams write it; a queue that writes a word keeps the block.
 
@@ -18,7 +16,6 @@ mod collective;
 mod hccl;
 mod onesided;
 mod pinned;
-mod table;
 mod vmm;
 
 pub(crate) use collective::Collective;

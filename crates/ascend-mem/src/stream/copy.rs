@@ -1,11 +1,10 @@
-//! Stream-ordered copies and fills between mappings and tables: the host-side checks, then
+//! Stream-ordered copies and fills between mappings: the host-side checks, then
 //! the stream's queue (`handle::StreamQueue`), which keeps the memory alive until the work is
 //! done. Also the async copies to and from raw host memory (`Stream::*_async_unchecked`),
 //! which are `unsafe` (the caller keeps the host memory) and share the checks here.
 
 use super::queue::Stream;
-use crate::error::{CopySide, Error, Result};
-use crate::table::{MappingTable, TableCopy};
+use crate::error::{Error, Result};
 use crate::typed::TypedSlice;
 use crate::vmm::MappingSlice;
 
@@ -73,85 +72,6 @@ impl Stream {
             "Stream::copy_typed_async: destination",
         )?;
         self.copy_async(&dst, &src)
-    }
-
-    /// Queues a batch of copies between entries of two [`MappingTable`]s, in order. `dst` and
-    /// `src` may be the same table. A run of two or more consecutive copies from host DRAM
-    /// into device memory (or back) goes to the runtime as one `aclrtMemcpyBatchAsync`, one
-    /// call and one stream task for the run; the runtime documents batches as host to device
-    /// or device to host only, so any other copy (device to device above all) is one
-    /// `aclrtMemcpyAsync`, as is every copy on a runtime without the batch call, and of a run
-    /// the runtime refuses as a whole (no `failIndex`).
-    ///
-    /// Every copy is checked before any is queued; zero-length copies are skipped. The device
-    /// is bound once for the batch, and the stream keeps each table (not each mapping) alive
-    /// until it is synchronized past the batch or dropped. Use it where one batch touches many
-    /// mappings: see [`MappingTable`].
-    ///
-    /// # Errors
-    /// [`Error::WrongDevice`] when a table belongs to another runtime;
-    /// [`Error::NoTableEntry`] or [`Error::TableRange`] naming the first copy whose entry or
-    /// range is not in its table (nothing is queued);
-    /// [`Error::BatchCopy`] naming the copy the runtime refused, as an index in `copies`:
-    /// the batch call's `failIndex` (nothing of that run is queued), or the copy whose own
-    /// `aclrtMemcpyAsync` failed (the copies before it stay queued).
-    #[doc(alias = "aclrtMemcpyAsync")]
-    #[doc(alias = "aclrtMemcpyBatchAsync")]
-    pub fn copy_table_async(
-        &mut self,
-        dst: &MappingTable,
-        src: &MappingTable,
-        copies: &[TableCopy],
-    ) -> Result<()> {
-        self.copy_table(dst, src, copies, true)
-    }
-
-    /// As [`Stream::copy_table_async`], with one `aclrtMemcpyAsync` per copy whatever its
-    /// memory (never a batch call), for a runtime whose batch call refuses copies the host
-    /// cannot tell apart from good ones (memory locations it sees otherwise, say).
-    ///
-    /// # Errors
-    /// As [`Stream::copy_table_async`], without the batch call's.
-    #[doc(alias = "aclrtMemcpyAsync")]
-    pub fn copy_table_each_async(
-        &mut self,
-        dst: &MappingTable,
-        src: &MappingTable,
-        copies: &[TableCopy],
-    ) -> Result<()> {
-        self.copy_table(dst, src, copies, false)
-    }
-
-    fn copy_table(
-        &mut self,
-        dst: &MappingTable,
-        src: &MappingTable,
-        copies: &[TableCopy],
-        batch: bool,
-    ) -> Result<()> {
-        self.same_runtime(&dst.inner.dev, "aclrtMemcpyAsync (table batch) dst")?;
-        self.same_runtime(&src.inner.dev, "aclrtMemcpyAsync (table batch) src")?;
-        let (d, s) = (&*dst.inner, &*src.inner);
-        let mut any = false;
-        for (i, c) in copies.iter().enumerate() {
-            d.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len)?;
-            s.addr(i, CopySide::Src, c.src, c.src_offset, c.len)?;
-            any |= c.len != 0;
-        }
-        if !any {
-            return Ok(());
-        }
-        self.dev.enter()?;
-        self.queue
-            .enqueue_table_copies(self.dev.lib(), &dst.inner, &src.inner, copies, batch)
-            .map_err(|f| match f.copy {
-                Some(copy) => Error::BatchCopy {
-                    api: f.api,
-                    copy,
-                    source: Box::new(f.error),
-                },
-                None => f.error,
-            })
     }
 
     /// Queues setting every byte of `dst` to `value` (`aclrtMemsetAsync`).

@@ -178,7 +178,7 @@ impl Stream {
         self.queue.keep_other(obj);
     }
 
-    pub(super) fn same_runtime(&self, other: &Device, what: &'static str) -> Result<()> {
+    pub(crate) fn same_runtime(&self, other: &Device, what: &'static str) -> Result<()> {
         if std::ptr::eq(other.lib(), self.dev.lib()) {
             Ok(())
         } else {

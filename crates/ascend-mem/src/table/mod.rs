@@ -1,4 +1,5 @@
-//! [`MappingTable`]: many mapped ranges held as one, for batched copies addressed by index.
+//! [`MappingTable`]: many mapped ranges held as one, for batched copies addressed by index; the
+//! copies between two tables' entries, queued on a stream, are in [`copy`].
 
 use std::any::Any;
 use std::fmt;
@@ -7,6 +8,8 @@ use std::sync::Arc;
 use crate::device::Device;
 use crate::error::{CopySide, Error, Result};
 use crate::vmm::{Mapping, MappingSlice};
+
+mod copy;
 
 /// An immutable list of mapped ranges (each a [`MappingSlice`] when the table was made), kept
 /// mapped together for as long as the table or any copy queued from it lives.

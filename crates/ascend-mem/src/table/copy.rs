@@ -1,4 +1,7 @@
-//! Copies between the entries of two mapping tables, queued on a [`StreamQueue`].
+//! Copies between the entries of two mapping tables: [`Stream::copy_table_async`] and
+//! [`Stream::copy_table_each_async`] (the host-side checks), and the stream's queue side
+//! ([`StreamQueue::enqueue_table_copies`]), which keeps both tables until the stream is
+//! synchronized past the copies.
 //!
 //! A run of consecutive copies that go host to device (or device to host) reaches the runtime
 //! as one `aclrtMemcpyBatchAsync`: one call and one stream task for the whole run instead of
@@ -14,14 +17,94 @@ use std::sync::Arc;
 
 use acl::AclLib;
 
-use crate::error::CopySide;
-use crate::error::Error;
+use super::{MappingTable, TableCopy, TableInner};
+use crate::error::{CopySide, Error, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
 use crate::ffi::StreamRef;
-use crate::stream::{BatchFailure, StreamQueue, BATCH_API, EACH_API};
-use crate::table::{TableCopy, TableInner};
+use crate::stream::{BatchFailure, Stream, StreamQueue, BATCH_API, EACH_API};
 use crate::vmm::memcpy_kind;
+
+impl Stream {
+    /// Queues a batch of copies between entries of two [`MappingTable`]s, in order. `dst` and
+    /// `src` may be the same table. A run of two or more consecutive copies from host DRAM
+    /// into device memory (or back) goes to the runtime as one `aclrtMemcpyBatchAsync`, one
+    /// call and one stream task for the run; the runtime documents batches as host to device
+    /// or device to host only, so any other copy (device to device above all) is one
+    /// `aclrtMemcpyAsync`, as is every copy on a runtime without the batch call, and of a run
+    /// the runtime refuses as a whole (no `failIndex`).
+    ///
+    /// Every copy is checked before any is queued; zero-length copies are skipped. The device
+    /// is bound once for the batch, and the stream keeps each table (not each mapping) alive
+    /// until it is synchronized past the batch or dropped. Use it where one batch touches many
+    /// mappings: see [`MappingTable`].
+    ///
+    /// # Errors
+    /// [`Error::WrongDevice`] when a table belongs to another runtime;
+    /// [`Error::NoTableEntry`] or [`Error::TableRange`] naming the first copy whose entry or
+    /// range is not in its table (nothing is queued);
+    /// [`Error::BatchCopy`] naming the copy the runtime refused, as an index in `copies`:
+    /// the batch call's `failIndex` (nothing of that run is queued), or the copy whose own
+    /// `aclrtMemcpyAsync` failed (the copies before it stay queued).
+    #[doc(alias = "aclrtMemcpyAsync")]
+    #[doc(alias = "aclrtMemcpyBatchAsync")]
+    pub fn copy_table_async(
+        &mut self,
+        dst: &MappingTable,
+        src: &MappingTable,
+        copies: &[TableCopy],
+    ) -> Result<()> {
+        self.copy_table(dst, src, copies, true)
+    }
+
+    /// As [`Stream::copy_table_async`], with one `aclrtMemcpyAsync` per copy whatever its
+    /// memory (never a batch call), for a runtime whose batch call refuses copies the host
+    /// cannot tell apart from good ones (memory locations it sees otherwise, say).
+    ///
+    /// # Errors
+    /// As [`Stream::copy_table_async`], without the batch call's.
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub fn copy_table_each_async(
+        &mut self,
+        dst: &MappingTable,
+        src: &MappingTable,
+        copies: &[TableCopy],
+    ) -> Result<()> {
+        self.copy_table(dst, src, copies, false)
+    }
+
+    fn copy_table(
+        &mut self,
+        dst: &MappingTable,
+        src: &MappingTable,
+        copies: &[TableCopy],
+        batch: bool,
+    ) -> Result<()> {
+        self.same_runtime(&dst.inner.dev, "aclrtMemcpyAsync (table batch) dst")?;
+        self.same_runtime(&src.inner.dev, "aclrtMemcpyAsync (table batch) src")?;
+        let (d, s) = (&*dst.inner, &*src.inner);
+        let mut any = false;
+        for (i, c) in copies.iter().enumerate() {
+            d.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len)?;
+            s.addr(i, CopySide::Src, c.src, c.src_offset, c.len)?;
+            any |= c.len != 0;
+        }
+        if !any {
+            return Ok(());
+        }
+        self.dev.enter()?;
+        self.queue
+            .enqueue_table_copies(self.dev.lib(), &dst.inner, &src.inner, copies, batch)
+            .map_err(|f| match f.copy {
+                Some(copy) => Error::BatchCopy {
+                    api: f.api,
+                    copy,
+                    source: Box::new(f.error),
+                },
+                None => f.error,
+            })
+    }
+}
 
 /// Fewest copies of one direction sent as one batch call (a lone copy is cheaper alone).
 const BATCH_MIN: usize = 2;
@@ -101,6 +184,7 @@ impl StreamQueue {
     /// copy (its index in `copies`; a refusal of the whole run is retried one copy at a time);
     /// an `aclrtMemcpyAsync` failure, with the index of its copy (the copies before it stay
     /// queued).
+    #[allow(unsafe_code)]
     pub(crate) fn enqueue_table_copies(
         &mut self,
         lib: &AclLib,
@@ -149,6 +233,7 @@ impl StreamQueue {
 
     /// Queues `run` (one batch call, or one call per copy for a lone copy, a runtime without
     /// the batch call, or a batch the runtime refused as a whole) and empties it.
+    #[allow(unsafe_code)]
     fn flush(&self, lib: &AclLib, run: &mut Run) -> std::result::Result<(), BatchFailure> {
         let Some((w, dev)) = run.way else {
             return Ok(());
@@ -216,13 +301,14 @@ impl StreamQueue {
 ///
 /// # Safety
 /// Both ranges stay mapped until the stream is synchronized past the copy.
+#[allow(unsafe_code)]
 unsafe fn copy_one(
     lib: &AclLib,
     to: usize,
     from: usize,
     len: usize,
     s: StreamRef<'_>,
-) -> crate::error::Result<()> {
+) -> Result<()> {
     // SAFETY: the caller's contract.
     unsafe {
         ffi::copy::memcpy_async(
