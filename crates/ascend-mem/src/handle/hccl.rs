@@ -3,16 +3,17 @@
 //! peer's part of a window ([`PeerPart`]). The work a stream queues with them (collectives,
 //! one-sided copies and signals) is in `collective.rs` and `onesided.rs`.
 
+use std::any::Any;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
 
 use acl::AclLib;
 use hccl_sys::{HcclComm, HcclCommConfig, HcclCommSymWindow, HcclLib, HcclRootInfo};
 
+use super::MapOwner;
 use crate::error::{Error, Result};
 use crate::ffi::hcall;
 use crate::ffi::RawHandle;
-use crate::vmm::MapInner;
 
 /// The error for a call on a communicator or window already destroyed.
 fn gone(api: &'static str) -> Error {
@@ -21,24 +22,6 @@ fn gone(api: &'static str) -> Error {
         what: "handle (already destroyed)",
         value: 0,
     }
-}
-
-/// What owns an [`OwnedComm`] and the table it was made through, shared through an `Arc`:
-/// queued work keeps a clone, so the communicator outlives it (it is destroyed only through
-/// `&mut`, so never while a clone is held).
-pub(crate) trait CommOwner: Send + Sync + 'static {
-    /// The table the communicator was made through (every call on it goes through this one).
-    fn table(&self) -> &'static HcclLib;
-    /// The communicator.
-    fn comm(&self) -> &OwnedComm;
-}
-
-/// What owns an [`OwnedWindow`], shared through an `Arc`: queued work keeps a clone, so the
-/// window stays registered and mapped until the work is done (it is deregistered only through
-/// `&mut`, so never while a clone is held).
-pub(crate) trait WindowOwner: Send + Sync + 'static {
-    /// The window.
-    fn window(&self) -> &OwnedWindow;
 }
 
 /// An HCCL communicator this value owns.
@@ -178,23 +161,24 @@ impl OwnedComm {
         Ok((w, off))
     }
 
-    /// `HcclCommSymWinRegister` of `len` bytes at `offset` of `map` (collective: every rank
-    /// calls it). The window holds `map`, so the memory stays mapped while it is registered.
-    pub(crate) fn register_window(
+    /// `HcclCommSymWinRegister` of `len` bytes at `offset` of the mapping `map` owns
+    /// (collective: every rank calls it). The window holds `map`, so the memory stays mapped
+    /// while it is registered.
+    pub(crate) fn register_window<M: MapOwner>(
         &self,
         h: &HcclLib,
         acl: &AclLib,
-        map: &Arc<MapInner>,
+        map: &Arc<M>,
         offset: usize,
         len: usize,
     ) -> Result<OwnedWindow> {
         let c = self.live("HcclCommSymWinRegister")?;
-        let Some(range) = map.map.range(offset, len) else {
+        let Some(range) = map.mapping().range(offset, len) else {
             return Err(Error::OutOfBounds {
                 what: "HcclCommSymWinRegister: mapping",
                 offset,
                 len,
-                size: map.len,
+                size: map.mapping().len(),
             });
         };
         let mut w: HcclCommSymWindow = std::ptr::null_mut();
@@ -235,8 +219,8 @@ pub(crate) struct OwnedWindow {
     /// The registered range, in this process.
     addr: usize,
     len: usize,
-    /// Keeps the memory mapped while registered.
-    _map: Arc<MapInner>,
+    /// The owner of the mapping under it: keeps the memory mapped while registered.
+    _map: Arc<dyn Any + Send + Sync>,
 }
 
 impl OwnedWindow {

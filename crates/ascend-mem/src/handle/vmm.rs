@@ -186,6 +186,14 @@ impl OwnedPhys {
     }
 }
 
+/// What owns an [`OwnedMap`], shared through an `Arc`: what is registered over part of the
+/// mapping (a symmetric window) keeps a clone, so the memory stays mapped while it is (the
+/// mapping is unmapped only through `&mut`, so never while a clone is held).
+pub(crate) trait MapOwner: Send + Sync + 'static {
+    /// The mapping.
+    fn mapping(&self) -> &OwnedMap;
+}
+
 /// Physical memory mapped into a reservation, owned by this value.
 #[derive(Debug)]
 pub(crate) struct OwnedMap {
@@ -233,6 +241,11 @@ impl OwnedMap {
     /// The first mapped address.
     pub(crate) fn addr(&self) -> *mut c_void {
         self.addr.get()
+    }
+
+    /// The mapped length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
     /// `len` bytes at `offset`, borrowed; `None` outside the mapping or once unmapped.

@@ -88,6 +88,7 @@
 //! # Ok(()) }
 //! ```
 
+mod collective;
 mod comm;
 mod config;
 mod onesided;

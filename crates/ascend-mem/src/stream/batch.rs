@@ -2,7 +2,7 @@
 //! (`aclrtMemcpyBatchAsync`, or one `aclrtMemcpyAsync` per copy on a runtime without it).
 //!
 //! Here: the host-side checks and the location attributes. The queued copies touch the
-//! mappings after the call returns; the stream's queue (`handle::StreamQueue`) derives their
+//! mappings after the call returns; the stream's queue (`enqueue.rs`) derives their
 //! addresses from the mappings it keeps until a synchronize proves the work done.
 
 use super::enqueue::{BatchPair, BATCH_API as API};

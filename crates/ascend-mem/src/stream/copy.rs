@@ -1,5 +1,5 @@
 //! Stream-ordered copies and fills between mappings: the host-side checks, then
-//! the stream's queue (`handle::StreamQueue`), which keeps the memory alive until the work is
+//! the stream's queue (`enqueue.rs`), which keeps the memory alive until the work is
 //! done. Also the async copies to and from raw host memory (`Stream::*_async_unchecked`),
 //! which are `unsafe` (the caller keeps the host memory) and share the checks here.
 

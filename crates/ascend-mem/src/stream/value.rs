@@ -3,7 +3,7 @@
 //! [`Stream::value_write_pinned`] into [`PinnedWords`] the host reads directly.
 //!
 //! The queued write or wait touches the word after the call returns; the stream's queue
-//! (`handle::StreamQueue`) keeps the word's mapping alive until a synchronize proves the work
+//! (`enqueue.rs`) keeps the word's mapping alive until a synchronize proves the work
 //! done.
 
 use std::fmt;

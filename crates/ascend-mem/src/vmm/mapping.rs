@@ -10,7 +10,7 @@ use super::reserve::{ReservedVa, VaInner};
 use crate::device::{Device, Granular};
 use crate::error::{close_last, AclCode, CloseError, Error, Result};
 use crate::ffi;
-use crate::handle::OwnedMap;
+use crate::handle::{MapOwner, OwnedMap};
 
 pub(crate) struct MapInner {
     // Field order matters: after Drop unmaps, fields drop in declaration order, so when this
@@ -35,6 +35,12 @@ impl MapInner {
             self.va.claims.lock().remove(&self.offset);
         }
         Ok(())
+    }
+}
+
+impl MapOwner for MapInner {
+    fn mapping(&self) -> &OwnedMap {
+        &self.map
     }
 }
 
