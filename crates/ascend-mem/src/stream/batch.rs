@@ -161,13 +161,6 @@ impl Stream {
         let r =
             self.queue
                 .enqueue_batch(self.dev.lib(), &a.pairs, &mut a.attrs, &mut a.attrs_indexes);
-        r.map_err(|f| match f.copy.and_then(|k| a.index.get(k)) {
-            Some(&copy) => Error::BatchCopy {
-                api: f.api,
-                copy,
-                source: Box::new(f.error),
-            },
-            None => f.error,
-        })
+        r.map_err(|f| f.into_error(|k| a.index.get(k).copied()))
     }
 }

@@ -60,6 +60,25 @@ pub(crate) struct BatchFailure {
     pub(crate) copy: Option<usize>,
 }
 
+impl BatchFailure {
+    pub(crate) fn new(error: Error, api: &'static str, copy: Option<usize>) -> BatchFailure {
+        BatchFailure { error, api, copy }
+    }
+
+    /// The error to report, with `index` mapping the copy's index in the batch to the caller's
+    /// ([`Error::BatchCopy`] when the failure is tied to a copy).
+    pub(crate) fn into_error(self, index: impl FnOnce(usize) -> Option<usize>) -> Error {
+        match self.copy.and_then(index) {
+            Some(copy) => Error::BatchCopy {
+                api: self.api,
+                copy,
+                source: Box::new(self.error),
+            },
+            None => self.error,
+        }
+    }
+}
+
 /// A live stream (`None` only once destroyed) and the owners of the memory its queued work
 /// uses.
 pub(crate) struct StreamQueue {
@@ -328,7 +347,7 @@ impl StreamQueue {
         attrs: &mut [acl::aclrtMemcpyBatchAttr],
         attrs_indexes: &mut [usize],
     ) -> std::result::Result<(), BatchFailure> {
-        let fail = |error, api, copy| BatchFailure { error, api, copy };
+        let fail = BatchFailure::new;
         let n = pairs.len();
         let (mut dsts, mut maxs) = (Vec::with_capacity(n), Vec::with_capacity(n));
         let (mut srcs, mut sizes) = (Vec::with_capacity(n), Vec::with_capacity(n));

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use acl::AclLib;
 
 use super::{MappingTable, TableCopy, TableInner};
-use crate::error::{CopySide, Error, Result};
+use crate::error::{CopySide, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
 use crate::ffi::StreamRef;
@@ -46,6 +46,11 @@ impl Stream {
     /// [`Error::BatchCopy`] naming the copy the runtime refused, as an index in `copies`:
     /// the batch call's `failIndex` (nothing of that run is queued), or the copy whose own
     /// `aclrtMemcpyAsync` failed (the copies before it stay queued).
+    ///
+    /// [`Error::WrongDevice`]: crate::Error::WrongDevice
+    /// [`Error::NoTableEntry`]: crate::Error::NoTableEntry
+    /// [`Error::TableRange`]: crate::Error::TableRange
+    /// [`Error::BatchCopy`]: crate::Error::BatchCopy
     #[doc(alias = "aclrtMemcpyAsync")]
     #[doc(alias = "aclrtMemcpyBatchAsync")]
     pub fn copy_table_async(
@@ -95,14 +100,7 @@ impl Stream {
         self.dev.enter()?;
         self.queue
             .enqueue_table_copies(self.dev.lib(), &dst.inner, &src.inner, copies, batch)
-            .map_err(|f| match f.copy {
-                Some(copy) => Error::BatchCopy {
-                    api: f.api,
-                    copy,
-                    source: Box::new(f.error),
-                },
-                None => f.error,
-            })
+            .map_err(|f| f.into_error(Some))
     }
 }
 
@@ -168,10 +166,6 @@ impl Run {
     }
 }
 
-fn fail(error: Error, api: &'static str, copy: Option<usize>) -> BatchFailure {
-    BatchFailure { error, api, copy }
-}
-
 impl StreamQueue {
     /// Queues each non-empty copy between entries of `dst` and `src`, in order (with `batch`,
     /// runs of host-to-device or device-to-host copies as one batch call each), keeping each
@@ -203,7 +197,7 @@ impl StreamQueue {
             let from = src.addr(i, CopySide::Src, c.src, c.src_offset, c.len);
             let (to, from) = to
                 .and_then(|t| Ok((t, from?)))
-                .map_err(|e| fail(e, EACH_API, None))?;
+                .map_err(|e| BatchFailure::new(e, EACH_API, None))?;
             let w = if batch {
                 way(dst.host[c.dst], src.host[c.src])
             } else {
@@ -218,12 +212,14 @@ impl StreamQueue {
                 self.flush(lib, &mut run)?;
             }
             if w == Way::Single {
-                let s = self.live().map_err(|e| fail(e, EACH_API, None))?;
+                let s = self
+                    .live()
+                    .map_err(|e| BatchFailure::new(e, EACH_API, None))?;
                 // SAFETY: both ranges lie inside entries of the tables (checked just above),
                 // whose mappings the tables own; the tables kept above keep them mapped until
                 // the stream is synchronized past this copy or destroyed.
                 unsafe { copy_one(lib, to, from, c.len, s) }
-                    .map_err(|e| fail(e, EACH_API, Some(i)))?;
+                    .map_err(|e| BatchFailure::new(e, EACH_API, Some(i)))?;
                 continue;
             }
             run.push((w, dev), to, from, c.len, i);
@@ -238,7 +234,9 @@ impl StreamQueue {
         let Some((w, dev)) = run.way else {
             return Ok(());
         };
-        let s = self.live().map_err(|e| fail(e, BATCH_API, None))?;
+        let s = self
+            .live()
+            .map_err(|e| BatchFailure::new(e, BATCH_API, None))?;
         if run.sizes.len() >= BATCH_MIN {
             let device = acl::aclrtMemLocation {
                 id: dev,
@@ -275,7 +273,7 @@ impl StreamQueue {
                 }
                 // The runtime refused one copy: report it (nothing of the run was queued).
                 (Err(e), Some(k)) => {
-                    return Err(fail(e, BATCH_API, run.index.get(k).copied()));
+                    return Err(BatchFailure::new(e, BATCH_API, run.index.get(k).copied()));
                 }
                 // An older runtime (no such call), or a refusal of the whole batch (a runtime
                 // that does not batch these, say): one call per copy below, whose own error
@@ -289,7 +287,7 @@ impl StreamQueue {
             let (to, from) = (run.dsts[k] as usize, run.srcs[k] as usize);
             // SAFETY: as for the batch above.
             unsafe { copy_one(lib, to, from, run.sizes[k], s) }
-                .map_err(|e| fail(e, EACH_API, run.index.get(k).copied()))?;
+                .map_err(|e| BatchFailure::new(e, EACH_API, run.index.get(k).copied()))?;
         }
         run.clear();
         Ok(())
