@@ -3,9 +3,9 @@
 //! Out-parameters become return values; a non-zero status becomes
 //! [`Error::Acl`](crate::Error::Acl) carrying the C name, the [`AclCode`](crate::AclCode) and
 //! the `aclGetRecentErrMsg()` text read right after the failure on the same thread; a symbol
-//! the library lacks becomes [`Error::MissingSymbol`](crate::Error::MissingSymbol). Every function
-//! takes the [`AclLib`] table to call through, so the same code serves real CANN, the
-//! in-process emulator and the emulator opened by path.
+//! the library lacks becomes [`Error::MissingSymbol`](crate::Error::MissingSymbol). Every
+//! function takes the [`AclLib`] table to call through, so the same code serves real CANN,
+//! the in-process emulator and the emulator opened by path.
 //!
 //! That status check is the one every C library of the workspace shares ([`StatusCheck`],
 //! applied by [`checked_call!`](crate::checked_call), in `status.rs`): HCCL's calls make it

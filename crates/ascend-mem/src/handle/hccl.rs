@@ -1,7 +1,7 @@
 //! The HCCL handles: a communicator ([`OwnedComm`]) and a registered symmetric window
 //! ([`OwnedWindow`]), with the safe calls their ownership justifies, including the lookup of a
 //! peer's part of a window ([`PeerPart`]). The work a stream queues with them (collectives,
-//! one-sided copies and signals) is in `collective.rs` and `onesided.rs`.
+//! one-sided copies and signals) is in `hccl/collective.rs` and `hccl/onesided.rs`.
 
 use std::any::Any;
 use std::ffi::{c_char, c_void, CStr};
@@ -91,7 +91,8 @@ impl OwnedComm {
         // SAFETY: we own the live communicator and mark it destroyed on success. Windows
         // registered on it are deregistered first by their owners (which hold this
         // communicator's owner), and queued work keeps the communicator's owner until the
-        // stream is done with it (`collective.rs`), so none is pending while we hold `&mut`.
+        // stream is done with it (`hccl/collective.rs`), so none is pending while we hold
+        // `&mut`.
         unsafe { hcall!(h, acl, HcclCommDestroy(self.raw.get())) }?;
         self.live = false;
         Ok(())

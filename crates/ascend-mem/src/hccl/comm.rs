@@ -1,9 +1,9 @@
 //! [`Comm`]: a communicator, and the stream-ordered collectives.
 //!
 //! Makes only safe calls: the arguments are checked here (lengths, rank size, devices), and
-//! the stream's queue (`StreamQueue::enqueue_collective`, in `collective.rs`) derives the buffer
-//! addresses from the mappings it then keeps, with the communicator, until the stream is
-//! synchronized; the windows holding the buffers are kept too (see `enqueue`).
+//! the stream's queue (`StreamQueue::enqueue_collective`, in `collective.rs`) derives the
+//! buffer addresses from the mappings it then keeps, with the communicator, until the stream
+//! is synchronized; the windows holding the buffers are kept too (see `enqueue`).
 
 use std::fmt;
 use std::sync::{Arc, Weak};

@@ -67,7 +67,7 @@ impl Runtime {
     /// see [`crate::hccl`] for which library serves which backend.
     ///
     /// # Errors
-    /// [`Error::Load`](crate::Error::Load) when the HCCL libraries cannot be opened (the message lists every
+    /// [`Error::Load`] when the HCCL libraries cannot be opened (the message lists every
     /// path tried).
     pub fn hccl(&self) -> Result<&'static HcclLib> {
         table(self)
