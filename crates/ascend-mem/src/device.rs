@@ -30,6 +30,20 @@ pub(crate) struct DeviceCtx {
     sticky: Mutex<Option<Error>>,
 }
 
+/// `aclrtMemGetAllocationGranularity` for a property struct.
+///
+/// # Errors
+/// As [`ffi::phys::granularity`].
+#[allow(unsafe_code)]
+pub(crate) fn granularity(
+    lib: &AclLib,
+    prop: &acl::aclrtPhysicalMemProp,
+    option: acl::aclrtMemGranularityOptions,
+) -> Result<usize> {
+    // SAFETY: plain values: the property struct is only read, the result is an out-value.
+    unsafe { ffi::phys::granularity(lib, prop, option) }
+}
+
 /// One device of a [`Runtime`]: cheap to clone (an `Arc`), `Send` and `Sync`.
 ///
 /// ACL binds the current device to the calling thread; every operation of this crate binds
@@ -175,7 +189,7 @@ impl Device {
         }
         self.enter()?;
         let prop = spec.to_prop(self.ctx.id);
-        let g = crate::handle::granularity(
+        let g = granularity(
             self.lib(),
             &prop,
             acl::ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED,

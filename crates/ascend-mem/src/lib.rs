@@ -170,7 +170,6 @@ pub mod ffi;
 mod buffer;
 mod device;
 mod error;
-mod error_kind;
 mod foreign;
 #[allow(unsafe_code)]
 mod handle;
@@ -189,7 +188,7 @@ pub use acl;
 pub use buffer::{DeviceBuffer, HostBuffer};
 pub use bytemuck;
 pub use device::{Device, Granular};
-pub use error::{AclCode, CloseError, Error, ErrorKind, Result};
+pub use error::{AclCode, CloseError, CopySide, Error, ErrorKind, Result};
 pub use foreign::{MappingRef, PointerInfo};
 pub use pinned::PinnedWords;
 pub use runtime::{Backend, Runtime};
@@ -199,7 +198,7 @@ pub use stream::{
     BatchCopy, Event, EventFlags, FailureMode, Stream, StreamFlags, StreamLease, StreamPool,
     ValueWord, WaitCmp,
 };
-pub use table::{CopySide, MappingTable, TableCopy};
+pub use table::{MappingTable, TableCopy};
 pub use typed::TypedSlice;
 pub use vmm::{Access, Mapping, MappingSlice, Origin, PhysicalMem, ReservedVa};
 

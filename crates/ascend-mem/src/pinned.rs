@@ -22,14 +22,34 @@ use crate::handle::OwnedPinned;
 #[derive(Clone)]
 #[must_use = "dropping the last handle frees the pinned memory (once no stream's write into it is pending)"]
 pub struct PinnedWords {
-    pub(crate) inner: Arc<OwnedPinned>,
+    pub(crate) inner: Arc<PinnedInner>,
+}
+
+/// The block and the device it was allocated through; freed, on that device, when the last
+/// owner (a [`PinnedWords`] or a stream with a write into it pending) drops it.
+pub(crate) struct PinnedInner {
+    pub(crate) words: OwnedPinned,
+    dev: Device,
+}
+
+impl Drop for PinnedInner {
+    fn drop(&mut self) {
+        let r = self
+            .dev
+            .enter()
+            .and_then(|()| self.words.free(self.dev.lib()));
+        if let Err(e) = r {
+            tracing::error!(error = %e, "aclrtFreeHost failed");
+            self.dev.record_sticky(e);
+        }
+    }
 }
 
 impl fmt::Debug for PinnedWords {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PinnedWords")
             .field("device", &self.inner.dev.id())
-            .field("len", &self.inner.len())
+            .field("len", &self.inner.words.len())
             .finish()
     }
 }
@@ -42,19 +62,25 @@ impl PinnedWords {
     /// `aclrtMallocHost` failure; [`Error::MissingSymbol`] on a runtime without it.
     #[doc(alias = "aclrtMallocHost")]
     pub fn new(dev: &Device, len: usize) -> Result<PinnedWords> {
+        OwnedPinned::byte_len(len)?;
+        dev.enter()?;
+        let words = OwnedPinned::alloc(dev.lib(), len)?;
         Ok(PinnedWords {
-            inner: Arc::new(OwnedPinned::new(dev, len)?),
+            inner: Arc::new(PinnedInner {
+                words,
+                dev: dev.clone(),
+            }),
         })
     }
 
     /// Words in the block.
     pub fn len(&self) -> usize {
-        self.inner.len()
+        self.inner.words.len()
     }
 
     /// Never: a block holds at least one word.
     pub fn is_empty(&self) -> bool {
-        self.inner.len() == 0
+        self.inner.words.len() == 0
     }
 
     /// The device whose runtime allocated the block.
@@ -68,7 +94,7 @@ impl PinnedWords {
     /// [`Error::OutOfBounds`] when `i` is not a word of the block.
     pub fn load(&self, i: usize) -> Result<u64> {
         self.check(i, "PinnedWords::load")?;
-        Ok(self.inner.word(i).load(Ordering::Acquire))
+        Ok(self.inner.words.word(i).load(Ordering::Acquire))
     }
 
     /// Sets word `i` now (a release store).
@@ -77,20 +103,20 @@ impl PinnedWords {
     /// [`Error::OutOfBounds`] when `i` is not a word of the block.
     pub fn store(&self, i: usize, value: u64) -> Result<()> {
         self.check(i, "PinnedWords::store")?;
-        self.inner.word(i).store(value, Ordering::Release);
+        self.inner.words.word(i).store(value, Ordering::Release);
         Ok(())
     }
 
     /// Whether word `i` is a word of the block.
     pub(crate) fn check(&self, i: usize, what: &'static str) -> Result<()> {
-        if i < self.inner.len() {
+        if i < self.inner.words.len() {
             return Ok(());
         }
         Err(Error::OutOfBounds {
             what,
             offset: i.saturating_mul(8),
             len: 8,
-            size: self.inner.len() * 8,
+            size: self.inner.words.len() * 8,
         })
     }
 }

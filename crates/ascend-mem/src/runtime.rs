@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::collections::HashMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
 
 use acl::AclLib;
@@ -76,7 +76,7 @@ impl fmt::Debug for Runtime {
 }
 
 /// Tables opened by path, kept for the process so repeated opens do not leak new copies.
-pub(crate) fn by_path() -> &'static Mutex<HashMap<PathBuf, &'static AclLib>> {
+fn by_path() -> &'static Mutex<HashMap<PathBuf, &'static AclLib>> {
     static M: OnceLock<Mutex<HashMap<PathBuf, &'static AclLib>>> = OnceLock::new();
     M.get_or_init(Default::default)
 }
@@ -242,6 +242,54 @@ impl Runtime {
     #[doc(alias = "aclrtGetDeviceCount")]
     pub fn device_count(&self) -> Result<u32> {
         ffi::device::count(self.inner.lib)
+    }
+}
+
+// The public `unsafe` entry points: the caller vouches for the library opened.
+impl Runtime {
+    /// Opens an ACL runtime library from one explicit file (CANN or the emulator's
+    /// `libascend_sim.so`). The library stays loaded for the life of the process; opening the
+    /// same path again reuses it.
+    ///
+    /// # Errors
+    /// [`Error::Load`] with the single attempt; an `aclInit` failure.
+    ///
+    /// # Safety
+    /// Opening a shared library runs its initialisers, and its exports are called as the ACL
+    /// functions of `acl-sys`: the file must be a trusted ACL runtime (or the emulator).
+    #[allow(unsafe_code)]
+    pub unsafe fn from_library_path(path: impl AsRef<Path>) -> Result<Runtime> {
+        let path = path.as_ref().to_path_buf();
+        let lib = {
+            let mut m = by_path().lock();
+            match m.get(&path) {
+                Some(l) => *l,
+                None => {
+                    // SAFETY: forwarded to the caller: the library is trusted.
+                    let lib = unsafe { AclLib::open_path(&path) }
+                        .map_err(|e| Error::Load(Box::new(e)))?;
+                    // Never unloaded: handles from it may outlive every Runtime.
+                    let lib: &'static AclLib = Box::leak(Box::new(lib));
+                    m.insert(path, lib);
+                    lib
+                }
+            }
+        };
+        Self::from_table(lib)
+    }
+
+    /// Wraps an ACL table obtained elsewhere (for instance a fresh table over the emulator's
+    /// in-process lookup, or one opened with custom search rules).
+    ///
+    /// # Errors
+    /// An `aclInit` failure.
+    ///
+    /// # Safety
+    /// Every symbol `lib` resolves must be the ACL function of that name with the signature
+    /// declared in `acl-sys` (the table's methods call through them unchecked).
+    #[allow(unsafe_code)]
+    pub unsafe fn from_table_unchecked(lib: &'static AclLib) -> Result<Runtime> {
+        Self::from_table(lib)
     }
 }
 

@@ -3,9 +3,10 @@
 
 use std::fmt;
 
-use crate::device::Device;
-use crate::error::{Error, Result};
-use crate::handle::{granularity, set_pids, OwnedPhys};
+use crate::device::{granularity, Device};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ffi;
+use crate::handle::OwnedPhys;
 use crate::vmm::{Origin, PhysicalMem};
 
 /// The kind of share handle (`aclrtMemSharedHandleType`).
@@ -194,7 +195,7 @@ impl SharedHandle {
         let lib = dev.lib();
         let mut prop = match h.properties(lib) {
             Ok(p) => p,
-            Err(e) if e.kind() == crate::ErrorKind::NotSupported => {
+            Err(e) if e.kind() == ErrorKind::NotSupported => {
                 tracing::debug!(error = %e, "cannot read imported properties; size unchecked");
                 return Ok((0, false));
             }
@@ -318,6 +319,7 @@ impl FabricHandle {
     /// [`Error::InvalidArgument`] for an empty list; `aclrtMemSetPidToShareableHandleV2`
     /// failures.
     #[doc(alias = "aclrtMemSetPidToShareableHandleV2")]
+    #[allow(unsafe_code)]
     pub fn allow_pids(&self, pids: &[i32]) -> Result<()> {
         if pids.is_empty() {
             return Err(Error::InvalidArgument {
@@ -328,7 +330,9 @@ impl FabricHandle {
         }
         let dev = self.mem.device();
         dev.enter()?;
-        set_pids(dev.lib(), &self.shared.data, self.shared.kind.raw(), pids)
+        let (data, kind) = (&self.shared.data, self.shared.kind.raw());
+        // SAFETY: plain data, only read; the runtime validates the handle bytes and the list.
+        unsafe { ffi::share::set_pids_v2(dev.lib(), data, kind, pids) }
     }
 }
 

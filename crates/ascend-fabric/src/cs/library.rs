@@ -4,6 +4,7 @@
 use std::ffi::CString;
 use std::time::Duration;
 
+use ascend_mem::ffi::StatusCheck;
 use ascend_mem::sibling::{LibCache, LibChoice};
 use ascend_mem::Runtime;
 use hixl_sys as hixl;
@@ -59,27 +60,30 @@ pub(super) fn message(lib: &HixlLib) -> Box<str> {
     Box::from("")
 }
 
-pub(super) fn check(
-    lib: &HixlLib,
-    api: &'static str,
-    r: std::result::Result<hixl::HixlStatus, hixl::MissingSymbol>,
-) -> Result<()> {
-    match r? {
-        hixl::HIXL_SUCCESS => Ok(()),
-        code => Err(Error::Hixl {
+/// HixlCS's status check (ascend-mem's one for every C library): a status other than
+/// `HIXL_SUCCESS` becomes [`Error::Hixl`] with the library's message.
+pub(super) struct HixlStatus<'a>(pub(super) &'a HixlLib);
+
+impl StatusCheck for HixlStatus<'_> {
+    type Status = hixl::HixlStatus;
+    type Error = Error;
+    const SUCCESS: hixl::HixlStatus = hixl::HIXL_SUCCESS;
+
+    fn failure(&self, api: &'static str, code: hixl::HixlStatus) -> Error {
+        Error::Hixl {
             api,
             code: HixlCode(code),
-            msg: message(lib),
-        }),
+            msg: message(self.0),
+        }
     }
 }
 
-/// `xcall!(lib, HixlCSFoo(a, b))`: calls through the table and checks the status with the C
-/// name. Must be used inside an `unsafe` block.
+/// `xcall!(lib, HixlCSFoo(a, b))`: ascend-mem's `checked_call!` through the HixlCS table, with
+/// [`HixlStatus`]. Must be used inside an `unsafe` block.
 macro_rules! xcall {
-    ($lib:expr, $f:ident ( $($arg:expr),* $(,)? )) => {{
+    ($lib:expr, $($call:tt)+) => {{
         let lib: &HixlLib = $lib;
-        $crate::cs::library::check(lib, stringify!($f), lib.$f($($arg),*))
+        ascend_mem::checked_call!(&$crate::cs::library::HixlStatus(lib), lib, $($call)+)
     }};
 }
 pub(super) use xcall;

@@ -1,10 +1,15 @@
 //! The thin layer over `acl-sys`: one small function per C call, grouped by area.
 //!
-//! Out-parameters become return values; a non-zero status becomes [`Error::Acl`] carrying the
-//! C name, the [`AclCode`] and the `aclGetRecentErrMsg()` text read right after the failure on
-//! the same thread; a symbol the library lacks becomes [`Error::MissingSymbol`]. Every function
-//! takes the [`AclLib`] table to call through, so the same code serves real CANN, the
-//! in-process emulator and the emulator opened by path.
+//! Out-parameters become return values; a non-zero status becomes
+//! [`Error::Acl`](crate::Error::Acl) carrying the C name, the [`AclCode`](crate::AclCode) and
+//! the `aclGetRecentErrMsg()` text read right after the failure on the same thread; a symbol
+//! the library lacks becomes [`Error::MissingSymbol`](crate::Error::MissingSymbol). Every
+//! function takes the [`AclLib`] table to call through, so the same code serves real CANN,
+//! the in-process emulator and the emulator opened by path.
+//!
+//! That status check is the one every C library of the workspace shares ([`StatusCheck`],
+//! applied by [`checked_call!`](crate::checked_call), in `status.rs`): HCCL's calls make it
+//! too, and so do ascend-fabric's HixlCS calls, each with its own status type and error.
 //!
 //! An [`AclLib`] is a valid table by construction (opening one is `unsafe`, and its contract
 //! is that every symbol is the ACL function of that name). A function is then safe when its
@@ -18,51 +23,40 @@
 //! Arguments CANN documents as reserved or "must be 0" are not parameters here: the function
 //! passes the constant and says which rule requires it.
 
-use std::ffi::CStr;
-
 use acl::AclLib;
 
-use crate::error::{AclCode, Error, Result};
+use crate::error::Result;
 
-/// Reads `aclGetRecentErrMsg()` on this thread (empty when the library has none).
-pub fn recent_error_message(lib: &AclLib) -> Box<str> {
-    // SAFETY: takes no arguments; returns a thread-local string or null.
-    let p = match unsafe { lib.aclGetRecentErrMsg() } {
-        Ok(p) if !p.is_null() => p,
-        _ => return Box::from(""),
-    };
-    // SAFETY: a non-null result is a NUL-terminated string valid until the next ACL call on this
-    // thread; we copy it out at once.
-    let s = unsafe { CStr::from_ptr(p) };
-    s.to_string_lossy().into_owned().into_boxed_str()
-}
+mod live;
+mod status;
 
-/// Turns the result of a table call into our `Result`, reading the error text on failure.
+pub(crate) use live::RawHandle;
+pub use live::{EventRef, OwnedEvent, OwnedStream, StreamRef};
+
+pub(crate) use status::{hcall, HcclStatus};
+pub use status::{recent_error_message, StatusCheck};
+
+/// Turns the result of an ACL table call into our `Result`, reading the error text on failure
+/// (the [`StatusCheck`] of [`AclLib`]).
 ///
 /// # Errors
-/// [`Error::Acl`] for a non-zero status; [`Error::MissingSymbol`].
+/// [`Error::Acl`](crate::Error::Acl) for a non-zero status;
+/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
 pub fn check(
     lib: &AclLib,
     api: &'static str,
     r: std::result::Result<acl::aclError, acl::MissingSymbol>,
 ) -> Result<()> {
-    match r {
-        Ok(0) => Ok(()),
-        Ok(code) => Err(Error::Acl {
-            api,
-            code: AclCode(code),
-            msg: recent_error_message(lib),
-        }),
-        Err(m) => Err(m.into()),
-    }
+    StatusCheck::check(lib, api, r)
 }
 
-/// `call!(lib, aclrtFoo(a, b))`: calls through the table and checks the status with the C name.
-/// Must be used inside an `unsafe` block (the table methods are `unsafe`).
+/// `call!(lib, aclrtFoo(a, b))`: [`checked_call!`](crate::checked_call) through the ACL table
+/// `lib`, which is its own [`StatusCheck`]. Must be used inside an `unsafe` block (the table
+/// methods are `unsafe`).
 macro_rules! call {
-    ($lib:expr, $f:ident ( $($arg:expr),* $(,)? )) => {{
+    ($lib:expr, $($call:tt)+) => {{
         let lib: &::acl::AclLib = $lib;
-        $crate::ffi::check(lib, stringify!($f), lib.$f($($arg),*))
+        $crate::checked_call!(lib, lib, $($call)+)
     }};
 }
 
@@ -72,7 +66,6 @@ pub mod device;
 pub mod event;
 pub mod host;
 pub mod ptr;
-pub use crate::handle::{EventRef, OwnedEvent, OwnedStream, StreamRef};
 
 pub mod init;
 pub mod map;

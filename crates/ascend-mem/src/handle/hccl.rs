@@ -1,18 +1,19 @@
 //! The HCCL handles: a communicator ([`OwnedComm`]) and a registered symmetric window
 //! ([`OwnedWindow`]), with the safe calls their ownership justifies, including the lookup of a
 //! peer's part of a window ([`PeerPart`]). The work a stream queues with them (collectives,
-//! one-sided copies and signals) is in `collective.rs` and `onesided.rs`.
+//! one-sided copies and signals) is in `hccl/collective.rs` and `hccl/onesided.rs`.
 
+use std::any::Any;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::Arc;
 
 use acl::AclLib;
 use hccl_sys::{HcclComm, HcclCommConfig, HcclCommSymWindow, HcclLib, HcclRootInfo};
 
-use super::RawHandle;
+use super::MapOwner;
 use crate::error::{Error, Result};
-use crate::hccl::table::hcall;
-use crate::vmm::MapInner;
+use crate::ffi::hcall;
+use crate::ffi::RawHandle;
 
 /// The error for a call on a communicator or window already destroyed.
 fn gone(api: &'static str) -> Error {
@@ -21,32 +22,6 @@ fn gone(api: &'static str) -> Error {
         what: "handle (already destroyed)",
         value: 0,
     }
-}
-
-/// `HcclGetRootInfo` on the calling thread's device.
-pub(crate) fn root_info(h: &HcclLib, acl: &AclLib) -> Result<HcclRootInfo> {
-    let mut raw = HcclRootInfo::default();
-    // SAFETY: `raw` is a writable root info.
-    unsafe { hcall!(h, acl, HcclGetRootInfo(&mut raw)) }?;
-    Ok(raw)
-}
-
-/// What owns an [`OwnedComm`] and the table it was made through, shared through an `Arc`:
-/// queued work keeps a clone, so the communicator outlives it (it is destroyed only through
-/// `&mut`, so never while a clone is held).
-pub(crate) trait CommOwner: Send + Sync + 'static {
-    /// The table the communicator was made through (every call on it goes through this one).
-    fn table(&self) -> &'static HcclLib;
-    /// The communicator.
-    fn comm(&self) -> &OwnedComm;
-}
-
-/// What owns an [`OwnedWindow`], shared through an `Arc`: queued work keeps a clone, so the
-/// window stays registered and mapped until the work is done (it is deregistered only through
-/// `&mut`, so never while a clone is held).
-pub(crate) trait WindowOwner: Send + Sync + 'static {
-    /// The window.
-    fn window(&self) -> &OwnedWindow;
 }
 
 /// An HCCL communicator this value owns.
@@ -116,7 +91,8 @@ impl OwnedComm {
         // SAFETY: we own the live communicator and mark it destroyed on success. Windows
         // registered on it are deregistered first by their owners (which hold this
         // communicator's owner), and queued work keeps the communicator's owner until the
-        // stream is done with it (`collective.rs`), so none is pending while we hold `&mut`.
+        // stream is done with it (`hccl/collective.rs`), so none is pending while we hold
+        // `&mut`.
         unsafe { hcall!(h, acl, HcclCommDestroy(self.raw.get())) }?;
         self.live = false;
         Ok(())
@@ -186,23 +162,24 @@ impl OwnedComm {
         Ok((w, off))
     }
 
-    /// `HcclCommSymWinRegister` of `len` bytes at `offset` of `map` (collective: every rank
-    /// calls it). The window holds `map`, so the memory stays mapped while it is registered.
-    pub(crate) fn register_window(
+    /// `HcclCommSymWinRegister` of `len` bytes at `offset` of the mapping `map` owns
+    /// (collective: every rank calls it). The window holds `map`, so the memory stays mapped
+    /// while it is registered.
+    pub(crate) fn register_window<M: MapOwner>(
         &self,
         h: &HcclLib,
         acl: &AclLib,
-        map: &Arc<MapInner>,
+        map: &Arc<M>,
         offset: usize,
         len: usize,
     ) -> Result<OwnedWindow> {
         let c = self.live("HcclCommSymWinRegister")?;
-        let Some(range) = map.map.range(offset, len) else {
+        let Some(range) = map.mapping().range(offset, len) else {
             return Err(Error::OutOfBounds {
                 what: "HcclCommSymWinRegister: mapping",
                 offset,
                 len,
-                size: map.len,
+                size: map.mapping().len(),
             });
         };
         let mut w: HcclCommSymWindow = std::ptr::null_mut();
@@ -243,8 +220,8 @@ pub(crate) struct OwnedWindow {
     /// The registered range, in this process.
     addr: usize,
     len: usize,
-    /// Keeps the memory mapped while registered.
-    _map: Arc<MapInner>,
+    /// The owner of the mapping under it: keeps the memory mapped while registered.
+    _map: Arc<dyn Any + Send + Sync>,
 }
 
 impl OwnedWindow {

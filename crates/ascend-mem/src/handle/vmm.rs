@@ -12,9 +12,9 @@ use std::marker::PhantomData;
 
 use acl::AclLib;
 
-use super::RawHandle;
 use crate::error::{Error, Result};
 use crate::ffi;
+use crate::ffi::RawHandle;
 
 /// The error for a call on a handle already released, freed or unmapped (the safe types
 /// never make one: they drop the handle with its owner).
@@ -24,33 +24,6 @@ fn gone(api: &'static str) -> Error {
         what: "handle (already released)",
         value: 0,
     }
-}
-
-/// `aclrtMemGetAllocationGranularity` for a property struct.
-///
-/// # Errors
-/// As [`ffi::phys::granularity`].
-pub(crate) fn granularity(
-    lib: &AclLib,
-    prop: &acl::aclrtPhysicalMemProp,
-    option: acl::aclrtMemGranularityOptions,
-) -> Result<usize> {
-    // SAFETY: plain values: the property struct is only read, the result is an out-value.
-    unsafe { ffi::phys::granularity(lib, prop, option) }
-}
-
-/// `aclrtMemSetPidToShareableHandleV2`: lets `pids` import the exported handle `data`.
-///
-/// # Errors
-/// As [`ffi::share::set_pids_v2`].
-pub(crate) fn set_pids(
-    lib: &AclLib,
-    data: &ffi::share::HandleData,
-    share_type: acl::aclrtMemSharedHandleType,
-    pids: &[i32],
-) -> Result<()> {
-    // SAFETY: plain data, only read; the runtime validates the handle bytes and the list.
-    unsafe { ffi::share::set_pids_v2(lib, data, share_type, pids) }
 }
 
 /// A reservation of device VA this value owns.
@@ -213,6 +186,14 @@ impl OwnedPhys {
     }
 }
 
+/// What owns an [`OwnedMap`], shared through an `Arc`: what is registered over part of the
+/// mapping (a symmetric window) keeps a clone, so the memory stays mapped while it is (the
+/// mapping is unmapped only through `&mut`, so never while a clone is held).
+pub(crate) trait MapOwner: Send + Sync + 'static {
+    /// The mapping.
+    fn mapping(&self) -> &OwnedMap;
+}
+
 /// Physical memory mapped into a reservation, owned by this value.
 #[derive(Debug)]
 pub(crate) struct OwnedMap {
@@ -260,6 +241,11 @@ impl OwnedMap {
     /// The first mapped address.
     pub(crate) fn addr(&self) -> *mut c_void {
         self.addr.get()
+    }
+
+    /// The mapped length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
     /// `len` bytes at `offset`, borrowed; `None` outside the mapping or once unmapped.

@@ -1,9 +1,9 @@
 //! [`Comm`]: a communicator, and the stream-ordered collectives.
 //!
 //! Makes only safe calls: the arguments are checked here (lengths, rank size, devices), and
-//! the stream's queue (`handle::StreamQueue::enqueue_collective`) derives the buffer
-//! addresses from the mappings it then keeps, with the communicator, until the stream is
-//! synchronized; the windows holding the buffers are kept too (see `enqueue`).
+//! the stream's queue (`StreamQueue::enqueue_collective`, in `collective.rs`) derives the
+//! buffer addresses from the mappings it then keeps, with the communicator, until the stream
+//! is synchronized; the windows holding the buffers are kept too (see `enqueue`).
 
 use std::fmt;
 use std::sync::{Arc, Weak};
@@ -11,6 +11,7 @@ use std::sync::{Arc, Weak};
 use hccl_sys::{HcclComm, HcclLib};
 use parking_lot::Mutex;
 
+use super::collective::Collective;
 use super::config::{CommConfig, RootInfo};
 use super::state::{CommInner, WinInner};
 use super::table;
@@ -18,7 +19,7 @@ use super::types::{CollectiveBuffer, HcclType, ReduceOp};
 use super::HcclCode;
 use crate::device::{same_device, Device};
 use crate::error::{close_last, CloseError, Error, Result};
-use crate::handle::{Collective, OwnedComm};
+use crate::handle::OwnedComm;
 use crate::stream::Stream;
 use crate::vmm::MappingSlice;
 
@@ -240,7 +241,7 @@ impl Comm {
             let _g = self.inner.lock.lock();
             stream
                 .queue
-                .enqueue_collective::<T, _>(dev.lib(), &self.inner, coll)?;
+                .enqueue_collective::<T>(dev.lib(), &self.inner, coll)?;
         }
         for w in self.windows_holding(bufs) {
             stream.keep_other(w);

@@ -9,7 +9,7 @@ use hccl_sys::{HcclCommConfig, HcclRootInfo};
 use super::table;
 use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::handle::root_info;
+use crate::ffi::hcall;
 
 /// The bootstrap blob of a communicator (`HcclRootInfo`, 4108 opaque bytes).
 ///
@@ -41,10 +41,13 @@ impl RootInfo {
     /// [`Error::Load`] when HCCL cannot be opened; an `HcclGetRootInfo` failure
     /// ([`Error::Hccl`]).
     #[doc(alias = "HcclGetRootInfo")]
+    #[allow(unsafe_code)]
     pub fn generate(dev: &Device) -> Result<RootInfo> {
         let h = table::table(dev.runtime())?;
         dev.enter()?;
-        let raw = root_info(h, dev.lib())?;
+        let mut raw = HcclRootInfo::default();
+        // SAFETY: `raw` is a writable root info; the call runs on the device just bound.
+        unsafe { hcall!(h, dev.lib(), HcclGetRootInfo(&mut raw)) }?;
         let mut bytes = Box::new([0u8; Self::LEN]);
         for (d, s) in bytes.iter_mut().zip(raw.internal) {
             *d = s as u8;

@@ -88,17 +88,17 @@
 //! # Ok(()) }
 //! ```
 
-mod code;
+mod collective;
 mod comm;
 mod config;
 mod onesided;
 mod peer;
 mod state;
-pub(crate) mod table;
+mod table;
 mod types;
 mod window;
 
-pub use code::HcclCode;
+pub use crate::error::HcclCode;
 pub use comm::Comm;
 pub use config::{CommConfig, Deterministic, OpExpansion, RootInfo, DEFAULT_SYM_WINDOW_MAX_GB};
 pub use half;

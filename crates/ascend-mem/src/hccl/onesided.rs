@@ -3,25 +3,31 @@
 //! value writes into a peer's signal words and waits on our own), [`Stream::put_signal`], and
 //! the bounded host wait [`Comm::synchronize_watched`].
 //!
-//! Makes only safe calls: every check (rank, bounds, slot, device) is made here first, and the
-//! stream's queue (`handle::StreamQueue::enqueue_peer_copy` and `enqueue_peer_value_write`)
-//! derives the peer address from the view's part of the window, checks it lies inside, and
-//! keeps the window (so its registration, its mapping and the communicator) and the local
-//! buffer alive until the stream is synchronized.
+//! Every check (rank, bounds, slot, device) is made first, in the public calls; then the
+//! stream's queue side here ([`StreamQueue::enqueue_peer_copy`] and
+//! [`StreamQueue::enqueue_peer_value_write`], the only `unsafe` of this file) derives the peer
+//! address from the view's part of the window, checks it lies inside, and keeps the window (so
+//! its registration, its mapping and the communicator) and the local buffer alive until the
+//! stream is synchronized.
 
+use std::ffi::c_void;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use acl::AclLib;
 use bytemuck::Pod;
 
 use super::comm::Comm;
 use super::peer::{check_slot, PeerView};
+use super::state::WinInner;
 use super::window::SymWindow;
 use crate::device::same_device;
-use crate::error::{Error, Result};
-use crate::error_kind::ErrorKind;
-use crate::handle::PeerDir;
-use crate::stream::{Stream, WaitCmp};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ffi;
+use crate::handle::PeerPart;
+use crate::stream::{Stream, StreamQueue, WaitCmp};
 use crate::typed::TypedSlice;
+use crate::vmm::MappingSlice;
 
 /// Checks that `count` elements at element `offset` fit in the peer's data area.
 fn fits<T>(peer: &PeerView<T>, offset: usize, count: usize, what: &'static str) -> Result<()> {
@@ -221,6 +227,128 @@ impl Stream {
         self.queue
             .enqueue_value_wait(dev.lib(), &word, value, cmp.raw())?;
         self.keep_other(win.inner.clone());
+        Ok(())
+    }
+}
+
+/// Which way a one-sided copy goes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum PeerDir {
+    /// Local memory into the peer's part.
+    Put,
+    /// The peer's part into local memory.
+    Get,
+}
+
+/// The peer address `offset` bytes into `part`, after checking that `part` came from the live
+/// window `owner` owns and that `len` bytes from there lie inside it.
+fn peer_addr(
+    owner: &Arc<WinInner>,
+    part: &PeerPart,
+    offset: usize,
+    len: usize,
+    api: &'static str,
+) -> Result<usize> {
+    let win = &owner.win;
+    if !win.is_live() || !part.is_of(win) {
+        return Err(Error::InvalidArgument {
+            api,
+            what: "peer part (not of this registered window)",
+            value: part.addr() as i128,
+        });
+    }
+    if !matches!(offset.checked_add(len), Some(end) if end <= part.len()) {
+        return Err(Error::OutOfBounds {
+            what: api,
+            offset,
+            len,
+            size: part.len(),
+        });
+    }
+    Ok(part.addr() + offset)
+}
+
+impl StreamQueue {
+    /// Queues `aclrtMemcpyAsync` (device to device) of all of `local` to or from `offset`
+    /// bytes into `part`, a peer's part of the window `owner` owns; then keeps `local`'s
+    /// mapping and `owner` until the stream is synchronized past it. Nothing for an empty
+    /// `local`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a part of another window or a window no longer
+    /// registered; [`Error::OutOfBounds`] when the range does not fit in the part; an
+    /// `aclrtMemcpyAsync` failure.
+    #[allow(unsafe_code)]
+    fn enqueue_peer_copy(
+        &mut self,
+        lib: &AclLib,
+        owner: &Arc<WinInner>,
+        part: &PeerPart,
+        offset: usize,
+        local: &MappingSlice<'_>,
+        dir: PeerDir,
+    ) -> Result<()> {
+        const API: &str = "aclrtMemcpyAsync";
+        let here = local.live_range(API)?;
+        let n = here.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let there = peer_addr(owner, part, offset, n, API)? as *mut c_void;
+        let (dst, src) = match dir {
+            PeerDir::Put => (there, here.addr()),
+            PeerDir::Get => (here.addr(), there),
+        };
+        // SAFETY: `dst..dst+n` and `src..src+n` lie in the local mapping (borrowed from the
+        // owner kept below) and in the peer's part of a window that is registered and mapped
+        // in this process (checked by `peer_addr`), whose owner is kept below: both stay valid
+        // until the stream is synchronized past the copy. The runtime writes at most `n` bytes.
+        unsafe {
+            ffi::copy::memcpy_async(
+                lib,
+                dst,
+                n,
+                src,
+                n,
+                acl::ACL_MEMCPY_DEVICE_TO_DEVICE,
+                self.live()?,
+            )
+        }?;
+        self.keep_mapping(local.map_inner());
+        self.keep_other(owner.clone());
+        Ok(())
+    }
+
+    /// Queues `aclrtValueWrite` of `value` into the word `offset` bytes into `part`, a peer's
+    /// part of the window `owner` owns; then keeps `owner` until the stream is synchronized
+    /// past it.
+    ///
+    /// # Errors
+    /// As [`StreamQueue::enqueue_peer_copy`]; [`Error::BadValueWord`] for a word that is not
+    /// 8-byte aligned; an `aclrtValueWrite` failure.
+    #[allow(unsafe_code)]
+    fn enqueue_peer_value_write(
+        &mut self,
+        lib: &AclLib,
+        owner: &Arc<WinInner>,
+        part: &PeerPart,
+        offset: usize,
+        value: u64,
+    ) -> Result<()> {
+        const API: &str = "aclrtValueWrite";
+        let addr = peer_addr(owner, part, offset, 8, API)?;
+        if addr % 8 != 0 {
+            return Err(Error::BadValueWord {
+                what: API,
+                addr,
+                len: 8,
+            });
+        }
+        // SAFETY: an aligned 8-byte word (checked above) in the peer's part of a window that
+        // is registered and mapped in this process (checked by `peer_addr`), whose owner is
+        // kept below until the stream is synchronized past the write.
+        unsafe { ffi::value::write(lib, addr as *mut c_void, value, self.live()?) }?;
+        self.keep_other(owner.clone());
         Ok(())
     }
 }

@@ -12,7 +12,7 @@ use parking_lot::Mutex;
 
 use crate::device::Device;
 use crate::error::Result;
-use crate::handle::{CommOwner, OwnedComm, OwnedWindow, WindowOwner};
+use crate::handle::{OwnedComm, OwnedWindow};
 use crate::vmm::{MapInner, MappingSlice};
 
 pub(crate) struct CommInner {
@@ -38,16 +38,6 @@ impl CommInner {
         // Every window holds this Arc and so has already deregistered, and every stream with
         // queued collectives on it holds this Arc too, so none is pending.
         self.comm.destroy(self.h, self.dev.lib())
-    }
-}
-
-impl CommOwner for CommInner {
-    fn table(&self) -> &'static HcclLib {
-        self.h
-    }
-
-    fn comm(&self) -> &OwnedComm {
-        &self.comm
     }
 }
 
@@ -109,12 +99,6 @@ impl WinInner {
                 Err(e)
             }
         }
-    }
-}
-
-impl WindowOwner for WinInner {
-    fn window(&self) -> &OwnedWindow {
-        &self.win
     }
 }
 

@@ -1,4 +1,5 @@
-//! Which HCCL function table a [`Runtime`] uses, and turning `HcclResult`s into [`Error`]s.
+//! Which HCCL function table a [`Runtime`] uses, and opening it (its status check is `ffi`'s,
+//! with the other libraries').
 //!
 //! * the in-process emulator (`Runtime::emulated`) → `ascend_sim::hccl_table()`;
 //! * the emulator's shared library opened as the ACL runtime (`ASCEND_ACL_LIB=…/libascend_sim.so`)
@@ -12,16 +13,53 @@
 //! that never makes a communicator never loads libhccl. The rule is
 //! [`crate::sibling`]'s, shared with the other tables over the ACL runtime.
 //!
-//! Loading the library is in `handle/hccl_lib.rs` (opening a library by path is `unsafe`); this
-//! file makes only safe calls.
+//! Opening a library by path is `unsafe` (its initialisers run and its symbols are trusted):
+//! here it is done only for the files the rule picked, which the runtime already opened as its
+//! ACL library.
 
-use acl::AclLib;
-use hccl_sys::{HcclLib, HcclResult};
+use hccl_sys::HcclLib;
 
-use super::HcclCode;
 use crate::error::{Error, Result};
-pub(crate) use crate::handle::hccl_table as table;
 use crate::runtime::Runtime;
+use crate::sibling::{LibCache, LibChoice};
+
+/// Tables chosen so far, one per ACL table.
+static TABLES: LibCache<HcclLib> = LibCache::new();
+
+fn load_err(e: &hccl_sys::LoadError) -> Error {
+    Error::Load(Box::new(e.clone()))
+}
+
+/// Opens the table for `choice`, which [`LibCache::get_or_open`] made for the runtime.
+#[allow(unsafe_code)]
+fn open(choice: LibChoice) -> Result<&'static HcclLib> {
+    match choice {
+        #[cfg(feature = "emulator")]
+        LibChoice::InProcess => Ok(ascend_sim::hccl_table()),
+        LibChoice::EmulatorFiles(paths) => {
+            // SAFETY: `choice` comes from `LibChoice::for_runtime` (through the cache below,
+            // the only caller), so the files are the emulator's shared library, already trusted
+            // (and opened) as this runtime's ACL library; it exports the HCCL symbols with the
+            // signatures hccl-sys declares. Leaked: handles made through it may live as long as
+            // the process.
+            let lib = unsafe { HcclLib::open_paths(&paths) }.map_err(|e| load_err(&e))?;
+            Ok(Box::leak(Box::new(lib)))
+        }
+        _ => hccl_sys::hccl().map_err(load_err),
+    }
+}
+
+/// The HCCL table serving `rt` (see the module docs), chosen once per ACL table.
+///
+/// # Errors
+/// [`Error::Load`] when the library cannot be opened.
+pub(crate) fn table(rt: &Runtime) -> Result<&'static HcclLib> {
+    TABLES.get_or_open(rt, hccl_sys::SPEC.path_var, |choice| {
+        let t = open(choice)?;
+        tracing::debug!(source = %t.source().describe(), "HCCL table chosen");
+        Ok(t)
+    })
+}
 
 impl Runtime {
     /// The raw HCCL function table this runtime's communicators call through (borrowed; for
@@ -35,48 +73,3 @@ impl Runtime {
         table(self)
     }
 }
-
-/// The text for a failure of `code`, read right after it on the same thread: the in-process
-/// emulator's message; else `aclGetRecentErrMsg()` (HCCL reports through ACL's error manager);
-/// else `HcclGetErrorString(code)`.
-pub(crate) fn message(h: &HcclLib, acl: &AclLib, code: HcclResult) -> Box<str> {
-    #[cfg(feature = "emulator")]
-    if std::ptr::eq(h, ascend_sim::hccl_table()) {
-        if let Some(m) = ascend_sim::hccl_last_error_message() {
-            return m.into_boxed_str();
-        }
-    }
-    let m = crate::ffi::recent_error_message(acl);
-    if !m.is_empty() {
-        return m;
-    }
-    crate::handle::hccl_error_string(h, code)
-}
-
-/// Turns the result of an HCCL table call into our `Result`, reading the message on failure.
-pub(crate) fn check(
-    h: &HcclLib,
-    acl: &AclLib,
-    api: &'static str,
-    r: std::result::Result<HcclResult, hccl_sys::MissingSymbol>,
-) -> Result<()> {
-    match r {
-        Ok(0) => Ok(()),
-        Ok(code) => Err(Error::Hccl {
-            api,
-            code: HcclCode(code),
-            msg: message(h, acl, code),
-        }),
-        Err(m) => Err(m.into()),
-    }
-}
-
-/// `hcall!(h, acl, HcclFoo(a, b))`: calls through the HCCL table and checks the status with
-/// the C name. Must be used inside an `unsafe` block (the table methods are `unsafe`).
-macro_rules! hcall {
-    ($h:expr, $acl:expr, $f:ident ( $($arg:expr),* $(,)? )) => {{
-        let h: &::hccl_sys::HcclLib = $h;
-        $crate::hccl::table::check(h, $acl, stringify!($f), h.$f($($arg),*))
-    }};
-}
-pub(crate) use hcall;

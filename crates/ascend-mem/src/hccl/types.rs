@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::{MappingSlice, TypedSlice};
+use crate::typed::TypedSlice;
+use crate::vmm::MappingSlice;
 
 /// An HCCL data type (`HcclDataType`). A newtype with the C values as constants; the element
 /// types of the safe collectives name theirs through [`HcclType::DATA_TYPE`].

@@ -2,12 +2,12 @@
 //! (`aclrtMemcpyBatchAsync`, or one `aclrtMemcpyAsync` per copy on a runtime without it).
 //!
 //! Here: the host-side checks and the location attributes. The queued copies touch the
-//! mappings after the call returns; the stream's queue (`handle::StreamQueue`) derives their
+//! mappings after the call returns; the stream's queue (`enqueue.rs`) derives their
 //! addresses from the mappings it keeps until a synchronize proves the work done.
 
+use super::enqueue::{BatchPair, BATCH_API as API};
 use super::queue::Stream;
 use crate::error::{Error, Result};
-use crate::handle::{BatchPair, BATCH_API as API};
 use crate::vmm::{memcpy_kind, MappingSlice};
 
 /// One copy of a [`Stream::copy_batch_async`] batch: all of `src` into the start of `dst`.
@@ -161,13 +161,6 @@ impl Stream {
         let r =
             self.queue
                 .enqueue_batch(self.dev.lib(), &a.pairs, &mut a.attrs, &mut a.attrs_indexes);
-        r.map_err(|f| match f.copy.and_then(|k| a.index.get(k)) {
-            Some(&copy) => Error::BatchCopy {
-                api: f.api,
-                copy,
-                source: Box::new(f.error),
-            },
-            None => f.error,
-        })
+        r.map_err(|f| f.into_error(|k| a.index.get(k).copied()))
     }
 }

@@ -1,16 +1,15 @@
-//! Stream-ordered copies and fills between mappings and tables: the host-side checks, then
-//! the stream's queue (`handle::StreamQueue`), which keeps the memory alive until the work is
-//! done. The copies to and from unchecked host memory are `unsafe` and sit with the crate's
-//! other public `unsafe` entry points (`handle/unchecked.rs`); they share the checks here.
+//! Stream-ordered copies and fills between mappings: the host-side checks, then
+//! the stream's queue (`enqueue.rs`), which keeps the memory alive until the work is
+//! done. Also the async copies to and from raw host memory (`Stream::*_async_unchecked`),
+//! which are `unsafe` (the caller keeps the host memory) and share the checks here.
 
 use super::queue::Stream;
 use crate::error::{Error, Result};
-use crate::table::{CopySide, MappingTable, TableCopy};
 use crate::typed::TypedSlice;
 use crate::vmm::MappingSlice;
 
 /// Checks that `len` bytes fit at the start of a side of `size` bytes.
-pub(crate) fn fits(len: usize, size: usize, what: &'static str) -> Result<()> {
+fn fits(len: usize, size: usize, what: &'static str) -> Result<()> {
     if len > size {
         return Err(Error::OutOfBounds {
             what,
@@ -23,7 +22,7 @@ pub(crate) fn fits(len: usize, size: usize, what: &'static str) -> Result<()> {
 }
 
 /// `len` elements of `T` in bytes; an overflow is reported as not fitting in `size` bytes.
-pub(crate) fn elems_to_bytes<T>(len: usize, size: usize, what: &'static str) -> Result<usize> {
+fn elems_to_bytes<T>(len: usize, size: usize, what: &'static str) -> Result<usize> {
     len.checked_mul(std::mem::size_of::<T>())
         .ok_or(Error::OutOfBounds {
             what,
@@ -75,85 +74,6 @@ impl Stream {
         self.copy_async(&dst, &src)
     }
 
-    /// Queues a batch of copies between entries of two [`MappingTable`]s, in order. `dst` and
-    /// `src` may be the same table. A run of two or more consecutive copies from host DRAM
-    /// into device memory (or back) goes to the runtime as one `aclrtMemcpyBatchAsync`, one
-    /// call and one stream task for the run; the runtime documents batches as host to device
-    /// or device to host only, so any other copy (device to device above all) is one
-    /// `aclrtMemcpyAsync`, as is every copy on a runtime without the batch call, and of a run
-    /// the runtime refuses as a whole (no `failIndex`).
-    ///
-    /// Every copy is checked before any is queued; zero-length copies are skipped. The device
-    /// is bound once for the batch, and the stream keeps each table (not each mapping) alive
-    /// until it is synchronized past the batch or dropped. Use it where one batch touches many
-    /// mappings: see [`MappingTable`].
-    ///
-    /// # Errors
-    /// [`Error::WrongDevice`] when a table belongs to another runtime;
-    /// [`Error::NoTableEntry`] or [`Error::TableRange`] naming the first copy whose entry or
-    /// range is not in its table (nothing is queued);
-    /// [`Error::BatchCopy`] naming the copy the runtime refused, as an index in `copies`:
-    /// the batch call's `failIndex` (nothing of that run is queued), or the copy whose own
-    /// `aclrtMemcpyAsync` failed (the copies before it stay queued).
-    #[doc(alias = "aclrtMemcpyAsync")]
-    #[doc(alias = "aclrtMemcpyBatchAsync")]
-    pub fn copy_table_async(
-        &mut self,
-        dst: &MappingTable,
-        src: &MappingTable,
-        copies: &[TableCopy],
-    ) -> Result<()> {
-        self.copy_table(dst, src, copies, true)
-    }
-
-    /// As [`Stream::copy_table_async`], with one `aclrtMemcpyAsync` per copy whatever its
-    /// memory (never a batch call), for a runtime whose batch call refuses copies the host
-    /// cannot tell apart from good ones (memory locations it sees otherwise, say).
-    ///
-    /// # Errors
-    /// As [`Stream::copy_table_async`], without the batch call's.
-    #[doc(alias = "aclrtMemcpyAsync")]
-    pub fn copy_table_each_async(
-        &mut self,
-        dst: &MappingTable,
-        src: &MappingTable,
-        copies: &[TableCopy],
-    ) -> Result<()> {
-        self.copy_table(dst, src, copies, false)
-    }
-
-    fn copy_table(
-        &mut self,
-        dst: &MappingTable,
-        src: &MappingTable,
-        copies: &[TableCopy],
-        batch: bool,
-    ) -> Result<()> {
-        self.same_runtime(&dst.inner.dev, "aclrtMemcpyAsync (table batch) dst")?;
-        self.same_runtime(&src.inner.dev, "aclrtMemcpyAsync (table batch) src")?;
-        let (d, s) = (&*dst.inner, &*src.inner);
-        let mut any = false;
-        for (i, c) in copies.iter().enumerate() {
-            d.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len)?;
-            s.addr(i, CopySide::Src, c.src, c.src_offset, c.len)?;
-            any |= c.len != 0;
-        }
-        if !any {
-            return Ok(());
-        }
-        self.dev.enter()?;
-        self.queue
-            .enqueue_table_copies(self.dev.lib(), &dst.inner, &src.inner, copies, batch)
-            .map_err(|f| match f.copy {
-                Some(copy) => Error::BatchCopy {
-                    api: f.api,
-                    copy,
-                    source: Box::new(f.error),
-                },
-                None => f.error,
-            })
-    }
-
     /// Queues setting every byte of `dst` to `value` (`aclrtMemsetAsync`).
     ///
     /// # Errors
@@ -166,5 +86,109 @@ impl Stream {
         }
         self.dev.enter()?;
         self.queue.enqueue_fill(self.dev.lib(), dst, value)
+    }
+}
+
+// The public `unsafe` entry points: the caller keeps the host memory valid until the stream
+// is synchronized past the copy (the queue keeps only the mapping).
+impl Stream {
+    /// Queues a copy of `len` host bytes at `src` into the start of `dst`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; an `aclrtMemcpyAsync` failure.
+    ///
+    /// # Safety
+    /// `src..src+len` stays readable and unchanged until this stream is synchronized past
+    /// the copy (a `&[u8]` borrow does not guarantee that: it can end first).
+    #[doc(alias = "aclrtMemcpyAsync")]
+    #[allow(unsafe_code)]
+    pub unsafe fn write_async_unchecked(
+        &mut self,
+        dst: &MappingSlice<'_>,
+        src: *const u8,
+        len: usize,
+    ) -> Result<()> {
+        fits(len, dst.len(), "aclrtMemcpyAsync: destination")?;
+        self.dev.enter()?;
+        // SAFETY: forwarded to the caller (`src..src+len` readable and unchanged until the
+        // stream is synchronized past the copy); the queue keeps `dst`'s mapping.
+        unsafe { self.queue.enqueue_host_write(self.dev.lib(), dst, src, len) }
+    }
+
+    /// Queues a copy of the start of `src` into `len` host bytes at `dst`.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`]; an `aclrtMemcpyAsync` failure.
+    ///
+    /// # Safety
+    /// `dst..dst+len` stays writable, and is neither read nor written by anyone else, until
+    /// this stream is synchronized past the copy.
+    #[doc(alias = "aclrtMemcpyAsync")]
+    #[allow(unsafe_code)]
+    pub unsafe fn read_async_unchecked(
+        &mut self,
+        dst: *mut u8,
+        len: usize,
+        src: &MappingSlice<'_>,
+    ) -> Result<()> {
+        fits(len, src.len(), "aclrtMemcpyAsync: source")?;
+        self.dev.enter()?;
+        // SAFETY: forwarded to the caller (`dst..dst+len` writable and untouched by anyone
+        // else until the stream is synchronized past the copy); the queue keeps `src`'s
+        // mapping.
+        unsafe { self.queue.enqueue_host_read(self.dev.lib(), dst, len, src) }
+    }
+
+    /// Queues a copy of `len` host elements at `src` into the start of `dst`: element-typed
+    /// [`Stream::write_async_unchecked`], which it calls with the byte length.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `len` elements do not fit in `dst` (`what` =
+    /// `"Stream::write_slice_async_unchecked: destination"`, lengths in bytes); otherwise as
+    /// [`Stream::write_async_unchecked`].
+    ///
+    /// # Safety
+    /// `src..src+len` (elements) stays readable and unchanged until this stream is
+    /// synchronized past the copy, as for [`Stream::write_async_unchecked`].
+    #[doc(alias = "aclrtMemcpyAsync")]
+    #[allow(unsafe_code)]
+    pub unsafe fn write_slice_async_unchecked<T: bytemuck::Pod>(
+        &mut self,
+        dst: &TypedSlice<'_, T>,
+        src: *const T,
+        len: usize,
+    ) -> Result<()> {
+        let what = "Stream::write_slice_async_unchecked: destination";
+        let bytes = elems_to_bytes::<T>(len, dst.as_bytes().len(), what)?;
+        fits(bytes, dst.as_bytes().len(), what)?;
+        // SAFETY: forwarded to the caller (`bytes` is exactly `len` elements of `T`).
+        unsafe { self.write_async_unchecked(&dst.as_bytes(), src.cast(), bytes) }
+    }
+
+    /// Queues a copy of the first `len` elements of `src` into host elements at `dst`:
+    /// element-typed [`Stream::read_async_unchecked`], which it calls with the byte length.
+    ///
+    /// # Errors
+    /// [`Error::OutOfBounds`] when `src` has fewer than `len` elements (`what` =
+    /// `"Stream::read_slice_async_unchecked: source"`, lengths in bytes); otherwise as
+    /// [`Stream::read_async_unchecked`].
+    ///
+    /// # Safety
+    /// `dst..dst+len` (elements) stays writable, and is neither read nor written by anyone
+    /// else, until this stream is synchronized past the copy, as for
+    /// [`Stream::read_async_unchecked`].
+    #[doc(alias = "aclrtMemcpyAsync")]
+    #[allow(unsafe_code)]
+    pub unsafe fn read_slice_async_unchecked<T: bytemuck::Pod>(
+        &mut self,
+        dst: *mut T,
+        len: usize,
+        src: &TypedSlice<'_, T>,
+    ) -> Result<()> {
+        let what = "Stream::read_slice_async_unchecked: source";
+        let bytes = elems_to_bytes::<T>(len, src.as_bytes().len(), what)?;
+        fits(bytes, src.as_bytes().len(), what)?;
+        // SAFETY: forwarded to the caller (`bytes` is exactly `len` elements of `T`).
+        unsafe { self.read_async_unchecked(dst.cast(), bytes, &src.as_bytes()) }
     }
 }

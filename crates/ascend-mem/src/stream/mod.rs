@@ -8,19 +8,22 @@
 //! that synchronizes on drop could be leaked with `mem::forget`, ending the borrow while the
 //! copy still runs.
 //!
-//! One file per concept: [`queue`] (the stream, its flags and teardown), [`event`] (events and
+//! One file per concept: [`queue`] (the stream, its flags and teardown), [`enqueue`] (the
+//! stream's queue of device work: the live stream, what its work keeps alive, and the calls
+//! that queue it), [`event`] (events and
 //! waiting on them), [`copy`] (async copies and fills), [`pool`] (leased streams), [`value`]
 //! (stream-ordered value writes and waits), [`batch`] (batched async copies).
 
 mod batch;
 mod copy;
+mod enqueue;
 mod event;
 mod pool;
 mod queue;
 mod value;
 
 pub use batch::BatchCopy;
-pub(crate) use copy::{elems_to_bytes, fits};
+pub(crate) use enqueue::{BatchFailure, StreamQueue, BATCH_API, EACH_API};
 pub use event::{Event, EventFlags};
 pub use pool::{StreamLease, StreamPool};
 pub use queue::{FailureMode, Stream, StreamFlags};

@@ -7,11 +7,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::enqueue::StreamQueue;
 use crate::device::Device;
 use crate::error::{CloseError, Error, Result};
 use crate::ffi;
 use crate::ffi::StreamRef;
-use crate::handle::StreamQueue;
 
 bitflags::bitflags! {
     /// Stream creation flags (`ACL_STREAM_*`).
@@ -178,7 +178,7 @@ impl Stream {
         self.queue.keep_other(obj);
     }
 
-    pub(super) fn same_runtime(&self, other: &Device, what: &'static str) -> Result<()> {
+    pub(crate) fn same_runtime(&self, other: &Device, what: &'static str) -> Result<()> {
         if std::ptr::eq(other.lib(), self.dev.lib()) {
             Ok(())
         } else {

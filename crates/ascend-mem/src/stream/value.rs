@@ -3,14 +3,14 @@
 //! [`Stream::value_write_pinned`] into [`PinnedWords`] the host reads directly.
 //!
 //! The queued write or wait touches the word after the call returns; the stream's queue
-//! (`handle::StreamQueue`) keeps the word's mapping alive until a synchronize proves the work
+//! (`enqueue.rs`) keeps the word's mapping alive until a synchronize proves the work
 //! done.
 
 use std::fmt;
 
+use super::enqueue::check_word;
 use super::queue::Stream;
 use crate::error::{Error, Result};
-use crate::handle::check_word;
 use crate::pinned::PinnedWords;
 use crate::vmm::{Mapping, MappingSlice};
 

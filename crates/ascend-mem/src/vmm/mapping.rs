@@ -10,7 +10,7 @@ use super::reserve::{ReservedVa, VaInner};
 use crate::device::{Device, Granular};
 use crate::error::{close_last, AclCode, CloseError, Error, Result};
 use crate::ffi;
-use crate::handle::OwnedMap;
+use crate::handle::{MapOwner, OwnedMap};
 
 pub(crate) struct MapInner {
     // Field order matters: after Drop unmaps, fields drop in declaration order, so when this
@@ -35,6 +35,12 @@ impl MapInner {
             self.va.claims.lock().remove(&self.offset);
         }
         Ok(())
+    }
+}
+
+impl MapOwner for MapInner {
+    fn mapping(&self) -> &OwnedMap {
+        &self.map
     }
 }
 
@@ -298,6 +304,25 @@ impl ReservedVa {
                 claimed,
             }),
         })
+    }
+}
+
+impl ReservedVa {
+    /// Maps `phys` at byte offset `offset` with no host-side checks: only the C call.
+    ///
+    /// For tests of the runtime's own checks and rare uses; prefer [`ReservedVa::map`].
+    ///
+    /// # Errors
+    /// An `aclrtMapMem` failure.
+    ///
+    /// # Safety
+    /// * `offset + phys.len()` lies inside this reservation;
+    /// * no other mapping of this crate covers any of that range (nothing else claimed it);
+    /// * if the call succeeds while a rule is broken, the resulting Mapping unmaps in Drop.
+    #[doc(hidden)]
+    #[allow(unsafe_code)]
+    pub unsafe fn map_unchecked(&self, phys: &PhysicalMem, offset: usize) -> Result<Mapping> {
+        self.map_raw(phys, offset, false)
     }
 }
 

@@ -230,3 +230,22 @@ impl PhysicalMem {
             .map_err(|(e, inner)| CloseError::new(e, PhysicalMem { inner }))
     }
 }
+
+impl PhysicalMem {
+    /// Takes ownership of a raw handle (freed on drop).
+    ///
+    /// # Safety
+    /// `handle` is a live physical handle of `dev`'s runtime, of exactly `len` bytes, owned
+    /// by nobody else (it will be passed to `aclrtFreePhysical` once).
+    #[allow(unsafe_code)]
+    pub unsafe fn from_raw(
+        dev: &Device,
+        handle: acl::aclrtDrvMemHandle,
+        len: usize,
+        origin: Origin,
+    ) -> PhysicalMem {
+        // SAFETY: forwarded to the caller (live, owned by nobody else).
+        let mem = unsafe { OwnedPhys::from_raw(handle) };
+        Self::from_handle(dev, mem, len, 0, origin)
+    }
+}

@@ -208,6 +208,13 @@ impl<'a> MappingSlice<'a> {
             })
     }
 
+    /// The whole view as a borrowed live range, for a stream's queue (which then keeps the
+    /// mapping's owner until its work is done); `api` names the call in the (unreachable for a
+    /// borrowed view) error.
+    pub(crate) fn live_range(&self, api: &'static str) -> Result<MappedRef<'a>> {
+        self.mapped(0, self.len, api)
+    }
+
     fn dev(&self) -> &Device {
         self.map.device()
     }

@@ -3,9 +3,12 @@
 //!
 //! Queuing a copy, fill, value write or wait is sound only while the memory it touches stays
 //! mapped until the work is done. This type makes that local: every `enqueue_*` call derives
-//! the addresses it passes to C from the objects it then keeps (a mapping's owner, a table),
-//! and the keep list is released only here, after a synchronize, a query or a destroy proved
-//! the work done. Dropping a `StreamQueue` whose stream was not destroyed leaks the list.
+//! the addresses it passes to C from the objects it then keeps (a mapping's owner, a table,
+//! pinned words), and the keep list is released only here, after a synchronize, a query or a
+//! destroy proved the work done. Dropping a `StreamQueue` whose stream was not destroyed leaks
+//! the list. The work of other concepts is queued the same way, by `enqueue_*` calls next to
+//! them: table copies (`table/copy.rs`), HCCL collectives and one-sided copies and signals
+//! (`hccl/`).
 
 use std::any::Any;
 use std::collections::HashSet;
@@ -13,30 +16,19 @@ use std::sync::Arc;
 
 use acl::AclLib;
 
-use super::{MappedRef, OwnedPinned, OwnedStream, StreamRef};
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
-use crate::table::TableInner;
+use crate::ffi::{OwnedStream, StreamRef};
+use crate::pinned::PinnedInner;
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
 
 /// What a stream keeps alive for its pending work.
 enum Keep {
     Map(#[allow(dead_code)] Arc<MapInner>),
-    Table(#[allow(dead_code)] Arc<TableInner>),
-    /// Anything else pending work uses (an event, an HCCL communicator, a symmetric window).
+    /// Anything else pending work uses (a mapping table, pinned words, an event, an HCCL
+    /// communicator, a symmetric window).
     Other(#[allow(dead_code)] Arc<dyn Any + Send + Sync>),
-}
-
-/// The live range `s` views, borrowed from the mapping owner a queue call then keeps.
-pub(super) fn live<'m>(s: &'m MappingSlice<'_>, api: &'static str) -> Result<MappedRef<'m>> {
-    let m = s.map_inner();
-    m.map.range(s.offset(), s.len()).ok_or(Error::OutOfBounds {
-        what: api,
-        offset: s.offset(),
-        len: s.len(),
-        size: m.len,
-    })
 }
 
 /// Checks that `slice` is one 8-byte, 8-byte aligned word (what `aclrtValueWrite` and
@@ -66,6 +58,25 @@ pub(crate) struct BatchFailure {
     pub(crate) error: Error,
     pub(crate) api: &'static str,
     pub(crate) copy: Option<usize>,
+}
+
+impl BatchFailure {
+    pub(crate) fn new(error: Error, api: &'static str, copy: Option<usize>) -> BatchFailure {
+        BatchFailure { error, api, copy }
+    }
+
+    /// The error to report, with `index` mapping the copy's index in the batch to the caller's
+    /// ([`Error::BatchCopy`] when the failure is tied to a copy).
+    pub(crate) fn into_error(self, index: impl FnOnce(usize) -> Option<usize>) -> Error {
+        match self.copy.and_then(index) {
+            Some(copy) => Error::BatchCopy {
+                api: self.api,
+                copy,
+                source: Box::new(self.error),
+            },
+            None => self.error,
+        }
+    }
 }
 
 /// A live stream (`None` only once destroyed) and the owners of the memory its queued work
@@ -207,6 +218,7 @@ impl StreamQueue {
     ///
     /// # Errors
     /// An `aclrtMemcpyAsync` failure.
+    #[allow(unsafe_code)]
     pub(crate) fn enqueue_copy(
         &mut self,
         lib: &AclLib,
@@ -214,8 +226,8 @@ impl StreamQueue {
         src: &MappingSlice<'_>,
     ) -> Result<()> {
         let (to, from) = (
-            live(dst, "aclrtMemcpyAsync dst")?,
-            live(src, "aclrtMemcpyAsync src")?,
+            dst.live_range("aclrtMemcpyAsync dst")?,
+            src.live_range("aclrtMemcpyAsync src")?,
         );
         // SAFETY: both ranges lie inside live mappings (borrowed from the owners pushed below,
         // which keep them mapped until the stream is synchronized past this copy or
@@ -240,13 +252,14 @@ impl StreamQueue {
     ///
     /// # Errors
     /// An `aclrtMemsetAsync` failure.
+    #[allow(unsafe_code)]
     pub(crate) fn enqueue_fill(
         &mut self,
         lib: &AclLib,
         dst: &MappingSlice<'_>,
         value: u8,
     ) -> Result<()> {
-        let to = live(dst, "aclrtMemsetAsync")?;
+        let to = dst.live_range("aclrtMemsetAsync")?;
         // SAFETY: the range lies inside a live mapping whose owner is pushed below.
         unsafe {
             ffi::copy::memset_async(lib, to.addr(), to.len(), value, to.len(), self.live()?)
@@ -255,16 +268,12 @@ impl StreamQueue {
         Ok(())
     }
 
-    /// Keeps `table` until the stream is synchronized past the work queued on it.
-    pub(super) fn keep_table(&mut self, table: &Arc<TableInner>) {
-        self.keep.push(Keep::Table(table.clone()));
-    }
-
     /// Queues `aclrtValueWrite` of `value` into `word`, keeping its mapping.
     ///
     /// # Errors
     /// [`Error::BadValueWord`] when `word` is not an aligned 8-byte word; an
     /// `aclrtValueWrite` failure.
+    #[allow(unsafe_code)]
     pub(crate) fn enqueue_value_write(
         &mut self,
         lib: &AclLib,
@@ -272,7 +281,7 @@ impl StreamQueue {
         value: u64,
     ) -> Result<()> {
         check_word(word, "aclrtValueWrite")?;
-        let at = live(word, "aclrtValueWrite")?;
+        let at = word.live_range("aclrtValueWrite")?;
         // SAFETY: an aligned 8-byte word (checked above) inside a live mapping, whose owner
         // pushed below keeps it mapped until the stream is synchronized past the write.
         unsafe { ffi::value::write(lib, at.addr(), value, self.live()?) }?;
@@ -285,17 +294,18 @@ impl StreamQueue {
     ///
     /// # Errors
     /// An `aclrtValueWrite` failure.
+    #[allow(unsafe_code)]
     pub(crate) fn enqueue_pinned_write(
         &mut self,
         lib: &AclLib,
-        words: &Arc<OwnedPinned>,
+        words: &Arc<PinnedInner>,
         i: usize,
         value: u64,
     ) -> Result<()> {
         // SAFETY: an aligned word of a live pinned block, which the clone pushed below keeps
         // allocated until the stream is synchronized past the write; the host only touches
         // it with atomics.
-        unsafe { ffi::value::write(lib, words.addr(i), value, self.live()?) }?;
+        unsafe { ffi::value::write(lib, words.words.addr(i), value, self.live()?) }?;
         self.keep.push(Keep::Other(words.clone()));
         Ok(())
     }
@@ -305,6 +315,7 @@ impl StreamQueue {
     /// # Errors
     /// [`Error::BadValueWord`] when `word` is not an aligned 8-byte word; an
     /// `aclrtValueWait` failure.
+    #[allow(unsafe_code)]
     pub(crate) fn enqueue_value_wait(
         &mut self,
         lib: &AclLib,
@@ -313,7 +324,7 @@ impl StreamQueue {
         flag: u32,
     ) -> Result<()> {
         check_word(word, "aclrtValueWait")?;
-        let at = live(word, "aclrtValueWait")?;
+        let at = word.live_range("aclrtValueWait")?;
         // SAFETY: as in `enqueue_value_write`.
         unsafe { ffi::value::wait(lib, at.addr(), value, flag, self.live()?) }?;
         self.keep_mapping(word.map_inner());
@@ -328,6 +339,7 @@ impl StreamQueue {
     /// # Errors
     /// A [`BatchFailure`]: the batch call's failure (with `failIndex`), or the first failing
     /// copy of the fallback (the copies before it stay queued).
+    #[allow(unsafe_code)]
     pub(crate) fn enqueue_batch(
         &mut self,
         lib: &AclLib,
@@ -335,13 +347,14 @@ impl StreamQueue {
         attrs: &mut [acl::aclrtMemcpyBatchAttr],
         attrs_indexes: &mut [usize],
     ) -> std::result::Result<(), BatchFailure> {
-        let fail = |error, api, copy| BatchFailure { error, api, copy };
+        let fail = BatchFailure::new;
         let n = pairs.len();
         let (mut dsts, mut maxs) = (Vec::with_capacity(n), Vec::with_capacity(n));
         let (mut srcs, mut sizes) = (Vec::with_capacity(n), Vec::with_capacity(n));
         for (k, (d, s)) in pairs.iter().enumerate() {
-            let (to, from) = live(d, BATCH_API)
-                .and_then(|to| Ok((to, live(s, BATCH_API)?)))
+            let (to, from) = d
+                .live_range(BATCH_API)
+                .and_then(|to| Ok((to, s.live_range(BATCH_API)?)))
                 .map_err(|e| fail(e, BATCH_API, Some(k)))?;
             dsts.push(to.addr());
             maxs.push(to.len());
@@ -375,13 +388,14 @@ impl StreamQueue {
     }
 
     /// One `aclrtMemcpyAsync` of the batch fallback, whose mappings `enqueue_batch` kept.
+    #[allow(unsafe_code)]
     fn enqueue_kept_pair(
         &self,
         lib: &AclLib,
         d: &MappingSlice<'_>,
         s: &MappingSlice<'_>,
     ) -> Result<()> {
-        let (to, from) = (live(d, EACH_API)?, live(s, EACH_API)?);
+        let (to, from) = (d.live_range(EACH_API)?, s.live_range(EACH_API)?);
         // SAFETY: both ranges lie inside live mappings whose owners `enqueue_batch` kept until
         // the stream is synchronized past the copy; the runtime writes at most `dst_max`.
         unsafe {
@@ -418,6 +432,7 @@ impl StreamQueue {
     /// # Safety
     /// `src..src+len` stays readable and unchanged until the stream is synchronized past the
     /// copy.
+    #[allow(unsafe_code)]
     pub(crate) unsafe fn enqueue_host_write(
         &mut self,
         lib: &AclLib,
@@ -425,7 +440,7 @@ impl StreamQueue {
         src: *const u8,
         len: usize,
     ) -> Result<()> {
-        let to = live(dst, "aclrtMemcpyAsync dst")?;
+        let to = dst.live_range("aclrtMemcpyAsync dst")?;
         // SAFETY: `dst` lies inside a live mapping kept below (the runtime writes at most its
         // length); `src` forwarded to the caller.
         unsafe {
@@ -453,6 +468,7 @@ impl StreamQueue {
     /// # Safety
     /// `dst..dst+len` stays writable, and is neither read nor written by anyone else, until
     /// the stream is synchronized past the copy.
+    #[allow(unsafe_code)]
     pub(crate) unsafe fn enqueue_host_read(
         &mut self,
         lib: &AclLib,
@@ -460,7 +476,7 @@ impl StreamQueue {
         len: usize,
         src: &MappingSlice<'_>,
     ) -> Result<()> {
-        let from = live(src, "aclrtMemcpyAsync src")?;
+        let from = src.live_range("aclrtMemcpyAsync src")?;
         if len > from.len() {
             return Err(Error::OutOfBounds {
                 what: "aclrtMemcpyAsync: source",
@@ -490,7 +506,7 @@ impl StreamQueue {
 /// The C call of a batch (and the `api` of its errors).
 pub(crate) const BATCH_API: &str = "aclrtMemcpyBatchAsync";
 /// The call of the batch fallback, one per copy.
-pub(super) const EACH_API: &str = "aclrtMemcpyAsync";
+pub(crate) const EACH_API: &str = "aclrtMemcpyAsync";
 
 impl Drop for StreamQueue {
     fn drop(&mut self) {

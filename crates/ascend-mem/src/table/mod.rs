@@ -1,12 +1,15 @@
-//! [`MappingTable`]: many mapped ranges held as one, for batched copies addressed by index.
+//! [`MappingTable`]: many mapped ranges held as one, for batched copies addressed by index; the
+//! copies between two tables' entries, queued on a stream, are in [`copy`].
 
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{CopySide, Error, Result};
 use crate::vmm::{Mapping, MappingSlice};
+
+mod copy;
 
 /// An immutable list of mapped ranges (each a [`MappingSlice`] when the table was made), kept
 /// mapped together for as long as the table or any copy queued from it lives.
@@ -179,26 +182,6 @@ pub struct TableCopy {
     pub src_offset: usize,
     /// Bytes to copy.
     pub len: usize,
-}
-
-/// Which table of a [`Stream::copy_table_async`] batch a copy error is about.
-///
-/// [`Stream::copy_table_async`]: crate::Stream::copy_table_async
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum CopySide {
-    /// The destination table.
-    Dst,
-    /// The source table.
-    Src,
-}
-
-impl fmt::Display for CopySide {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            CopySide::Dst => "dst",
-            CopySide::Src => "src",
-        })
-    }
 }
 
 impl TableInner {

@@ -1,4 +1,7 @@
-//! Copies between the entries of two mapping tables, queued on a [`StreamQueue`].
+//! Copies between the entries of two mapping tables: [`Stream::copy_table_async`] and
+//! [`Stream::copy_table_each_async`] (the host-side checks), and the stream's queue side
+//! ([`StreamQueue::enqueue_table_copies`]), which keeps both tables until the stream is
+//! synchronized past the copies.
 //!
 //! A run of consecutive copies that go host to device (or device to host) reaches the runtime
 //! as one `aclrtMemcpyBatchAsync`: one call and one stream task for the whole run instead of
@@ -14,13 +17,92 @@ use std::sync::Arc;
 
 use acl::AclLib;
 
-use super::stream::{BatchFailure, StreamQueue, BATCH_API, EACH_API};
-use super::StreamRef;
-use crate::error::Error;
+use super::{MappingTable, TableCopy, TableInner};
+use crate::error::{CopySide, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
-use crate::table::{CopySide, TableCopy, TableInner};
+use crate::ffi::StreamRef;
+use crate::stream::{BatchFailure, Stream, StreamQueue, BATCH_API, EACH_API};
 use crate::vmm::memcpy_kind;
+
+impl Stream {
+    /// Queues a batch of copies between entries of two [`MappingTable`]s, in order. `dst` and
+    /// `src` may be the same table. A run of two or more consecutive copies from host DRAM
+    /// into device memory (or back) goes to the runtime as one `aclrtMemcpyBatchAsync`, one
+    /// call and one stream task for the run; the runtime documents batches as host to device
+    /// or device to host only, so any other copy (device to device above all) is one
+    /// `aclrtMemcpyAsync`, as is every copy on a runtime without the batch call, and of a run
+    /// the runtime refuses as a whole (no `failIndex`).
+    ///
+    /// Every copy is checked before any is queued; zero-length copies are skipped. The device
+    /// is bound once for the batch, and the stream keeps each table (not each mapping) alive
+    /// until it is synchronized past the batch or dropped. Use it where one batch touches many
+    /// mappings: see [`MappingTable`].
+    ///
+    /// # Errors
+    /// [`Error::WrongDevice`] when a table belongs to another runtime;
+    /// [`Error::NoTableEntry`] or [`Error::TableRange`] naming the first copy whose entry or
+    /// range is not in its table (nothing is queued);
+    /// [`Error::BatchCopy`] naming the copy the runtime refused, as an index in `copies`:
+    /// the batch call's `failIndex` (nothing of that run is queued), or the copy whose own
+    /// `aclrtMemcpyAsync` failed (the copies before it stay queued).
+    ///
+    /// [`Error::WrongDevice`]: crate::Error::WrongDevice
+    /// [`Error::NoTableEntry`]: crate::Error::NoTableEntry
+    /// [`Error::TableRange`]: crate::Error::TableRange
+    /// [`Error::BatchCopy`]: crate::Error::BatchCopy
+    #[doc(alias = "aclrtMemcpyAsync")]
+    #[doc(alias = "aclrtMemcpyBatchAsync")]
+    pub fn copy_table_async(
+        &mut self,
+        dst: &MappingTable,
+        src: &MappingTable,
+        copies: &[TableCopy],
+    ) -> Result<()> {
+        self.copy_table(dst, src, copies, true)
+    }
+
+    /// As [`Stream::copy_table_async`], with one `aclrtMemcpyAsync` per copy whatever its
+    /// memory (never a batch call), for a runtime whose batch call refuses copies the host
+    /// cannot tell apart from good ones (memory locations it sees otherwise, say).
+    ///
+    /// # Errors
+    /// As [`Stream::copy_table_async`], without the batch call's.
+    #[doc(alias = "aclrtMemcpyAsync")]
+    pub fn copy_table_each_async(
+        &mut self,
+        dst: &MappingTable,
+        src: &MappingTable,
+        copies: &[TableCopy],
+    ) -> Result<()> {
+        self.copy_table(dst, src, copies, false)
+    }
+
+    fn copy_table(
+        &mut self,
+        dst: &MappingTable,
+        src: &MappingTable,
+        copies: &[TableCopy],
+        batch: bool,
+    ) -> Result<()> {
+        self.same_runtime(&dst.inner.dev, "aclrtMemcpyAsync (table batch) dst")?;
+        self.same_runtime(&src.inner.dev, "aclrtMemcpyAsync (table batch) src")?;
+        let (d, s) = (&*dst.inner, &*src.inner);
+        let mut any = false;
+        for (i, c) in copies.iter().enumerate() {
+            d.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len)?;
+            s.addr(i, CopySide::Src, c.src, c.src_offset, c.len)?;
+            any |= c.len != 0;
+        }
+        if !any {
+            return Ok(());
+        }
+        self.dev.enter()?;
+        self.queue
+            .enqueue_table_copies(self.dev.lib(), &dst.inner, &src.inner, copies, batch)
+            .map_err(|f| f.into_error(Some))
+    }
+}
 
 /// Fewest copies of one direction sent as one batch call (a lone copy is cheaper alone).
 const BATCH_MIN: usize = 2;
@@ -84,10 +166,6 @@ impl Run {
     }
 }
 
-fn fail(error: Error, api: &'static str, copy: Option<usize>) -> BatchFailure {
-    BatchFailure { error, api, copy }
-}
-
 impl StreamQueue {
     /// Queues each non-empty copy between entries of `dst` and `src`, in order (with `batch`,
     /// runs of host-to-device or device-to-host copies as one batch call each), keeping each
@@ -100,6 +178,7 @@ impl StreamQueue {
     /// copy (its index in `copies`; a refusal of the whole run is retried one copy at a time);
     /// an `aclrtMemcpyAsync` failure, with the index of its copy (the copies before it stay
     /// queued).
+    #[allow(unsafe_code)]
     pub(crate) fn enqueue_table_copies(
         &mut self,
         lib: &AclLib,
@@ -108,9 +187,9 @@ impl StreamQueue {
         copies: &[TableCopy],
         batch: bool,
     ) -> std::result::Result<(), BatchFailure> {
-        self.keep_table(dst);
+        self.keep_other(dst.clone());
         if !Arc::ptr_eq(dst, src) {
-            self.keep_table(src);
+            self.keep_other(src.clone());
         }
         let mut run = Run::with_capacity(copies.len());
         for (i, c) in copies.iter().enumerate().filter(|(_, c)| c.len != 0) {
@@ -118,7 +197,7 @@ impl StreamQueue {
             let from = src.addr(i, CopySide::Src, c.src, c.src_offset, c.len);
             let (to, from) = to
                 .and_then(|t| Ok((t, from?)))
-                .map_err(|e| fail(e, EACH_API, None))?;
+                .map_err(|e| BatchFailure::new(e, EACH_API, None))?;
             let w = if batch {
                 way(dst.host[c.dst], src.host[c.src])
             } else {
@@ -133,12 +212,14 @@ impl StreamQueue {
                 self.flush(lib, &mut run)?;
             }
             if w == Way::Single {
-                let s = self.live().map_err(|e| fail(e, EACH_API, None))?;
+                let s = self
+                    .live()
+                    .map_err(|e| BatchFailure::new(e, EACH_API, None))?;
                 // SAFETY: both ranges lie inside entries of the tables (checked just above),
                 // whose mappings the tables own; the tables kept above keep them mapped until
                 // the stream is synchronized past this copy or destroyed.
                 unsafe { copy_one(lib, to, from, c.len, s) }
-                    .map_err(|e| fail(e, EACH_API, Some(i)))?;
+                    .map_err(|e| BatchFailure::new(e, EACH_API, Some(i)))?;
                 continue;
             }
             run.push((w, dev), to, from, c.len, i);
@@ -148,11 +229,14 @@ impl StreamQueue {
 
     /// Queues `run` (one batch call, or one call per copy for a lone copy, a runtime without
     /// the batch call, or a batch the runtime refused as a whole) and empties it.
+    #[allow(unsafe_code)]
     fn flush(&self, lib: &AclLib, run: &mut Run) -> std::result::Result<(), BatchFailure> {
         let Some((w, dev)) = run.way else {
             return Ok(());
         };
-        let s = self.live().map_err(|e| fail(e, BATCH_API, None))?;
+        let s = self
+            .live()
+            .map_err(|e| BatchFailure::new(e, BATCH_API, None))?;
         if run.sizes.len() >= BATCH_MIN {
             let device = acl::aclrtMemLocation {
                 id: dev,
@@ -189,7 +273,7 @@ impl StreamQueue {
                 }
                 // The runtime refused one copy: report it (nothing of the run was queued).
                 (Err(e), Some(k)) => {
-                    return Err(fail(e, BATCH_API, run.index.get(k).copied()));
+                    return Err(BatchFailure::new(e, BATCH_API, run.index.get(k).copied()));
                 }
                 // An older runtime (no such call), or a refusal of the whole batch (a runtime
                 // that does not batch these, say): one call per copy below, whose own error
@@ -203,7 +287,7 @@ impl StreamQueue {
             let (to, from) = (run.dsts[k] as usize, run.srcs[k] as usize);
             // SAFETY: as for the batch above.
             unsafe { copy_one(lib, to, from, run.sizes[k], s) }
-                .map_err(|e| fail(e, EACH_API, run.index.get(k).copied()))?;
+                .map_err(|e| BatchFailure::new(e, EACH_API, run.index.get(k).copied()))?;
         }
         run.clear();
         Ok(())
@@ -215,13 +299,14 @@ impl StreamQueue {
 ///
 /// # Safety
 /// Both ranges stay mapped until the stream is synchronized past the copy.
+#[allow(unsafe_code)]
 unsafe fn copy_one(
     lib: &AclLib,
     to: usize,
     from: usize,
     len: usize,
     s: StreamRef<'_>,
-) -> crate::error::Result<()> {
+) -> Result<()> {
     // SAFETY: the caller's contract.
     unsafe {
         ffi::copy::memcpy_async(

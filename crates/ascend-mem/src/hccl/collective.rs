@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use acl::AclLib;
 
-use super::hccl::CommOwner;
-use super::stream::{live, StreamQueue};
-use super::MappedRef;
+use super::state::CommInner;
+use super::types::{HcclType, ReduceOp};
 use crate::error::{Error, Result};
-use crate::hccl::table::hcall;
-use crate::hccl::{HcclType, ReduceOp};
+use crate::ffi::hcall;
+use crate::handle::MappedRef;
+use crate::stream::StreamQueue;
 use crate::vmm::MappingSlice;
 
 /// A collective and its buffers, with counts in elements (the API's checks made by the
@@ -84,7 +84,7 @@ fn holding<'m>(
     size: usize,
     api: &'static str,
 ) -> Result<MappedRef<'m>> {
-    let r = live(b, api)?;
+    let r = b.live_range(api)?;
     let need = elems
         .and_then(|n| usize::try_from(n).ok())
         .and_then(|n| n.checked_mul(size));
@@ -100,20 +100,21 @@ fn holding<'m>(
 }
 
 impl StreamQueue {
-    /// Queues `coll` over elements of `T` on this stream, on the communicator `owner` owns,
-    /// then keeps every buffer's mapping and `owner` until the stream is synchronized past it.
+    /// Queues `coll` over elements of `T` on this stream, on the communicator `owner`, then
+    /// keeps every buffer's mapping and `owner` until the stream is synchronized past it.
     /// Call with the communicator's device bound and its lock held.
     ///
     /// # Errors
     /// [`Error::OutOfBounds`] when a buffer is shorter than the counts need (the caller's
     /// checks make that impossible); the collective's failure ([`Error::Hccl`]).
-    pub(crate) fn enqueue_collective<T: HcclType, C: CommOwner>(
+    #[allow(unsafe_code)]
+    pub(crate) fn enqueue_collective<T: HcclType>(
         &mut self,
         lib: &AclLib,
-        owner: &Arc<C>,
+        owner: &Arc<CommInner>,
         coll: Collective<'_>,
     ) -> Result<()> {
-        let (h, oc) = (owner.table(), owner.comm());
+        let (h, oc) = (owner.h, &owner.comm);
         let api = api_of(&coll);
         let comm = oc.live(api)?;
         let size = std::mem::size_of::<T>();

@@ -1,5 +1,5 @@
 //! [`ErrorKind`]: the small classification every status code and error maps to. Its own file
-//! so the status newtypes (`AclCode` in `error.rs`, `HcclCode` in `hccl/code.rs`) and the
+//! so the status newtypes (`AclCode` in `acl_code.rs`, `HcclCode` in `hccl_code.rs`) and the
 //! error type can all use it without depending on each other in a circle.
 
 /// A small, stable classification of [`Error`](crate::Error) to match on while variants grow.

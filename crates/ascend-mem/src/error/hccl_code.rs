@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::error_kind::ErrorKind;
+use super::kind::ErrorKind;
 
 /// An HCCL status (`HcclResult`, a C `unsigned int`).
 ///
