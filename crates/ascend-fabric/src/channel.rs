@@ -180,13 +180,14 @@ pub(crate) fn lose(map: &ChannelMap, ch: &Arc<Channel>, reason: LostReason) -> b
     };
     let reqs: Vec<Arc<ReqInner>> = ch.book.live();
     let n = reqs.len();
+    let mut wake = Vec::new();
     fail_all(
         &reqs,
         || ch.lost_error(reason),
         || {
             // Dropped requests' aborted streams are done too (waited for here): no stream
             // has work on the table any more, and the imports unmap.
-            ch.book.drain(true);
+            wake = ch.book.settle_all();
             drop(remote);
             let mut m = map.write();
             if m.get(&ch.peer).is_some_and(|c| Arc::ptr_eq(c, ch)) {
@@ -197,6 +198,10 @@ pub(crate) fn lose(map: &ChannelMap, ch: &Arc<Channel>, reason: LostReason) -> b
         },
     );
     drop(gate);
+    // The slot waiters handed the dropped requests' room, with no lock held.
+    for w in wake {
+        w.wake();
+    }
     match reason {
         LostReason::Disconnected | LostReason::EngineShutdown => {
             tracing::debug!(peer = %ch.peer, %reason, aborted = n, "channel closed")

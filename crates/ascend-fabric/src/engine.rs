@@ -370,10 +370,13 @@ impl Engine {
         self.inner.channels.read().get(remote).map(|c| c.stats())
     }
 
-    /// The segments `remote` offered: `(va_addr, len)` in address order.
+    /// The segments `remote` offered: `(va_addr, len)` in the order they became known, which
+    /// never changes: those offered at the connect in address order, then those each refresh
+    /// added ([`Engine::refresh_segments`]), in address order, after them. An entry's index
+    /// here is what [`SegmentRef::Index`](crate::SegmentRef::Index) names.
     pub fn remote_segments(&self, remote: &str) -> Option<Vec<(u64, u64)>> {
         let ch = self.inner.channels.read().get(remote)?.clone();
-        ch.with_remote(|r| r.map.segments().iter().map(|s| (s.start, s.len)).collect())
+        ch.with_remote(|r| r.spans.clone())
     }
 
     /// Where `remote_addr` (an address `remote` offered) is mapped in this process, for

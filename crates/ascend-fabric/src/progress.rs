@@ -18,6 +18,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -85,10 +86,10 @@ impl Progress {
         let mut st = self.st.lock();
         if st.stop || !self.running(&mut st) {
             drop(st);
-            book.drain(true);
+            book.settle_all().into_iter().for_each(Waker::wake);
             return;
         }
-        st.drains.push(book);
+        add_book(&mut st.drains, book);
     }
 
     /// Aborts `r` (dropped while someone held it, most likely this thread parked on its
@@ -99,7 +100,7 @@ impl Progress {
         if st.stop || !self.running(&mut st) {
             drop(st);
             if let Some(book) = r.abort_detached() {
-                book.drain(true);
+                book.settle_all().into_iter().for_each(Waker::wake);
             }
             return;
         }
@@ -156,7 +157,9 @@ impl Progress {
             }
             let new = !st.incoming.is_empty() || !st.drains.is_empty() || !st.aborts.is_empty();
             w.reqs.append(&mut st.incoming);
-            w.drains.append(&mut st.drains);
+            for b in st.drains.drain(..) {
+                add_book(&mut w.drains, b);
+            }
             w.aborts.append(&mut st.aborts);
             if !w.reqs.is_empty() || !w.drains.is_empty() || !w.aborts.is_empty() {
                 return Some(new);
@@ -165,6 +168,14 @@ impl Progress {
             self.cv.wait(&mut st);
             st.idle = false;
         }
+    }
+}
+
+/// Adds `b` to `list` unless it is there already (a channel's drain list is asked once a
+/// round however many drops it holds).
+fn add_book(list: &mut Vec<Arc<InFlight>>, b: Arc<InFlight>) {
+    if !list.iter().any(|x| Arc::ptr_eq(x, &b)) {
+        list.push(b);
     }
 }
 
@@ -187,13 +198,15 @@ fn run(p: &Progress) {
         }
         // Their holder (this thread's park, most likely) has let go, or does soon (a
         // teardown failing them).
-        for r in w.aborts.drain(..) {
-            w.drains.extend(r.abort_detached());
+        for r in std::mem::take(&mut w.aborts) {
+            if let Some(b) = r.abort_detached() {
+                add_book(&mut w.drains, b);
+            }
         }
         let before = w.reqs.len() + w.drains.len();
         w.reqs
             .retain(|w| w.upgrade().is_some_and(|r| r.observe(true) != Some(true)));
-        w.drains.retain(|b| b.drain(false) > 0);
+        w.drains.retain(|b| b.drain() > 0);
         if w.reqs.len() + w.drains.len() < before {
             last_end = Instant::now();
             slice = MIN_SLICE;

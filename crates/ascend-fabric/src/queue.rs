@@ -106,7 +106,7 @@ impl<T: Send> Sink for Shared<T> {
 /// # Ok(())
 /// # }
 /// ```
-#[must_use = "dropping the queue cancels every request still in it (aborting its copies and waiting for its streams)"]
+#[must_use = "dropping the queue cancels every request still in it (aborting its copies)"]
 pub struct CompletionQueue<T> {
     shared: Arc<Shared<T>>,
 }
@@ -244,8 +244,8 @@ impl<T: Send + 'static> CompletionQueue<T> {
         }
     }
 
-    /// Takes request `id` out of the queue and cancels it (its copies aborted and its
-    /// streams waited for, as dropping a request does); returns its user data. `None` if it
+    /// Takes request `id` out of the queue and cancels it (its copies aborted, without waiting,
+    /// as dropping a request does); returns its user data. `None` if it
     /// is not in the queue (taken already, or never pushed).
     pub fn cancel(&self, id: u64) -> Option<T> {
         let e = {

@@ -3,7 +3,7 @@
 //! blocking calls), asked for with the segments request of this crate's control plane.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::channel::Channel;
 use crate::connect::timed_out;
@@ -11,6 +11,7 @@ use crate::control::{self, ClientError};
 use crate::engine::{Engine, AUTO_CONNECT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::remote::Remote;
+use crate::wire::WireError;
 
 impl Engine {
     /// Asks `remote` for the segments it offers now and imports those it registered since
@@ -60,9 +61,14 @@ impl Engine {
         let (entries, names) = match control::segments(ch.addr, &inner.channel_id, timeout, secret)
         {
             Ok(x) => x,
-            // A server that knows no segments request closes the connection unanswered
-            // (HIXL's rule for a type it does not know).
-            Err(e @ ClientError::Wire { .. }) if !e.is_timeout() && !ch.peer_closed() => {
+            // A server that knows no segments request closes the connection before a byte of
+            // an answer (HIXL's rule for a type it does not know); any other failure may pass.
+            Err(
+                e @ ClientError::Wire {
+                    source: WireError::Truncated { got: 0, .. },
+                    ..
+                },
+            ) if !ch.peer_closed() => {
                 tracing::debug!(peer = %ch.peer, error = %e, "no segments request at the peer");
                 ch.set_fixed();
                 return Err(fixed());
@@ -86,12 +92,19 @@ impl Engine {
     }
 
     /// After a lookup that missed the peer's known segments: refreshes them (within
-    /// [`AUTO_CONNECT_TIMEOUT`]) unless the peer's are fixed; whether any were added.
-    pub(crate) fn refresh_on_miss(&self, ch: &Arc<Channel>) -> bool {
+    /// [`AUTO_CONNECT_TIMEOUT`] and `deadline`) unless the peer's are fixed; whether any were
+    /// added.
+    pub(crate) fn refresh_on_miss(&self, ch: &Arc<Channel>, deadline: Option<Instant>) -> bool {
         if ch.is_fixed() {
             return false;
         }
-        match self.refresh_channel(ch, AUTO_CONNECT_TIMEOUT) {
+        let left = deadline.map_or(AUTO_CONNECT_TIMEOUT, |d| {
+            AUTO_CONNECT_TIMEOUT.min(d.saturating_duration_since(Instant::now()))
+        });
+        if left.is_zero() {
+            return false;
+        }
+        match self.refresh_channel(ch, left) {
             Ok(added) => added > 0,
             Err(e) => {
                 tracing::debug!(peer = %ch.peer, error = %e, "segments not refreshed");

@@ -73,15 +73,26 @@ pub(crate) struct Remote {
     pub(crate) index: SegIndex,
     /// Names the peer gave its registrations: name → (va_addr, len), in its addresses.
     pub(crate) names: HashMap<String, (u64, u64)>,
+    /// Each segment's (va_addr, len), by slot: the order they became known in.
+    pub(crate) spans: Vec<(u64, u64)>,
 }
 
 impl Remote {
     /// The imports of `map` (their slots `0..map.len()`, in any order), with their copy table
     /// and search index.
     pub(crate) fn new(dev: &Device, map: RangeMap<Import>) -> ascend_mem::Result<Remote> {
-        let mut by_slot: Vec<&Import> = map.segments().iter().map(|s| &s.value).collect();
-        by_slot.sort_unstable_by_key(|i| i.slot);
-        debug_assert!(by_slot.iter().enumerate().all(|(i, imp)| imp.slot == i));
+        let mut by_slot: Vec<(&Import, (u64, u64))> = map
+            .segments()
+            .iter()
+            .map(|s| (&s.value, (s.start, s.len)))
+            .collect();
+        by_slot.sort_unstable_by_key(|(i, _)| i.slot);
+        debug_assert!(by_slot
+            .iter()
+            .enumerate()
+            .all(|(i, (imp, _))| imp.slot == i));
+        let spans = by_slot.iter().map(|(_, span)| *span).collect();
+        let by_slot: Vec<&Import> = by_slot.into_iter().map(|(i, _)| i).collect();
         let table = MappingTable::with_keepalive(
             dev,
             by_slot.iter().map(|i| i.map.mapping().as_slice()),
@@ -92,6 +103,7 @@ impl Remote {
             table,
             map,
             names: HashMap::new(),
+            spans,
         })
     }
 

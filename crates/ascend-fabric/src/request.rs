@@ -69,7 +69,13 @@ pub(crate) struct Drain {
     used: u32,
     regs: RegUse,
     slots: Arc<SlotPool>,
+    /// Rounds in a row its streams could not be asked.
+    errors: u32,
 }
+
+/// Rounds in a row a drained request's streams may fail to answer a query before they are
+/// waited for instead (synchronize), so a slot is never kept out of the budget for good.
+const DRAIN_QUERY_FAILURES: u32 = 64;
 
 impl Drain {
     /// Releases it once its streams are done: the slot is destroyed (room for a new one,
@@ -97,24 +103,16 @@ impl InFlight {
     }
 
     /// Releases what dropped requests hold whose streams the runtime says are done (asking
-    /// each, without waiting), or, with `wait`, all of it once their streams are done
-    /// (before a teardown unmaps the imports). Returns how many are left.
+    /// each, without waiting; streams that fail to answer [`DRAIN_QUERY_FAILURES`] rounds in
+    /// a row are waited for). Returns how many are left.
     ///
     /// The list's lock is held only to take entries out and put them back (a drop pushing
     /// one never waits for the runtime); the entries are asked under `scan`, which a
-    /// teardown takes first, so it never misses one that is out being asked. An entry is
-    /// released only with its streams idle.
-    pub(crate) fn drain(&self, wait: bool) -> usize {
+    /// teardown takes first ([`InFlight::settle_all`]), so it never misses one that is out
+    /// being asked. An entry leaves `scan` only with its streams idle.
+    pub(crate) fn drain(&self) -> usize {
         let mut done = Vec::new();
-        let left = if wait {
-            let _scan = self.scan.lock();
-            let mut all = std::mem::take(&mut *self.draining.lock());
-            for d in &mut all {
-                d.slot.settle(d.used);
-            }
-            done = all;
-            self.draining.lock().len()
-        } else {
+        let left = {
             let Some(_scan) = self.scan.try_lock() else {
                 // A teardown is settling them.
                 return 1;
@@ -123,7 +121,17 @@ impl InFlight {
             let mut i = 0;
             while i < out.len() {
                 let d = &mut out[i];
-                if d.slot.streams_done(d.used) {
+                let idle = match d.slot.streams_done(d.used) {
+                    Some(done) => done,
+                    None => {
+                        d.errors += 1;
+                        if d.errors >= DRAIN_QUERY_FAILURES {
+                            d.slot.settle(d.used);
+                        }
+                        d.errors >= DRAIN_QUERY_FAILURES
+                    }
+                };
+                if idle {
                     done.push(out.swap_remove(i));
                 } else {
                     i += 1;
@@ -137,6 +145,21 @@ impl InFlight {
             w.wake();
         }
         left
+    }
+
+    /// Waits for the streams of everything in the drain list and releases it (a teardown,
+    /// before it unmaps the imports). Returns the wakers of the slot waiters handed the room,
+    /// for the caller to wake once it holds no lock.
+    #[must_use = "the slot waiters handed the room must be woken"]
+    pub(crate) fn settle_all(&self) -> Vec<Waker> {
+        let _scan = self.scan.lock();
+        let all = std::mem::take(&mut *self.draining.lock());
+        all.into_iter()
+            .filter_map(|mut d| {
+                d.slot.settle(d.used);
+                d.release()
+            })
+            .collect()
     }
 
     /// The requests still alive.
@@ -387,6 +410,7 @@ impl ReqInner {
             used,
             regs,
             slots,
+            errors: 0,
         });
         book.remove(self.id);
         self.notify_due.store(true, Ordering::Release);

@@ -286,16 +286,20 @@ impl Slot {
     }
 
     /// Whether the runtime says every used stream is done (`aclrtStreamQuery`, not
-    /// waiting); a stream that cannot be asked is not (ask again later, or
+    /// waiting); `None` when a stream cannot be asked (ask again later, or
     /// [`Slot::settle`]).
-    pub(crate) fn streams_done(&mut self, used: u32) -> bool {
-        used_streams(self.streams.len(), used).all(|i| match self.streams[i].is_complete() {
-            Ok(done) => done,
-            Err(e) => {
-                tracing::debug!(error = %e, "aclrtStreamQuery failed on an aborted stream");
-                false
+    pub(crate) fn streams_done(&mut self, used: u32) -> Option<bool> {
+        for i in used_streams(self.streams.len(), used) {
+            match self.streams[i].is_complete() {
+                Ok(true) => {}
+                Ok(false) => return Some(false),
+                Err(e) => {
+                    tracing::debug!(error = %e, "aclrtStreamQuery failed on an aborted stream");
+                    return None;
+                }
             }
-        })
+        }
+        Some(true)
     }
 
     /// Synchronizes the used streams, ignoring what they report (an abort's report is

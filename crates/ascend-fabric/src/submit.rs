@@ -84,7 +84,7 @@ impl Engine {
                     side: Side::Remote, ..
                 }),
                 Some(slot_from),
-            ) if self.refresh_on_miss(&ch) => {
+            ) if self.refresh_on_miss(&ch, slot_deadline) => {
                 self.submit_on(&ch, write, size, (slot_from, opts, observer), queue)
             }
             (r, _) => r,
@@ -223,7 +223,8 @@ impl Engine {
 
     /// Starts copying `descs` to or from `remote` and returns at once (`TransferAsync`); with
     /// [`EngineOptions::auto_connect`](crate::EngineOptions::auto_connect) and no channel to `remote`, after connecting (at most
-    /// 3 s).
+    /// 3 s); when a remote range lies in no segment known yet, after asking the peer for the
+    /// segments it registered since (at most 3 s; see [`Engine::refresh_segments`]).
     ///
     /// # Errors
     /// As [`Engine::transfer_sync`] for the checks; [`Error::ResourceExhausted`] when every

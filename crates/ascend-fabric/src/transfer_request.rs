@@ -34,7 +34,9 @@ use crate::transfer::TransferStatus;
 /// # Dropping it
 /// Dropping it while the transfer runs aborts the transfer and returns at once, without
 /// waiting for the runtime: its streams are aborted (`aclrtStreamAbort`: queued copies are
-/// discarded), and everything a copy may still touch (its streams, the registrations it uses,
+/// discarded; when the engine's progress thread is waiting on those streams at that moment,
+/// it aborts them as soon as its wait ends, within a few milliseconds), and everything a copy
+/// may still touch (its streams, the registrations it uses,
 /// the peer's imports) stays alive until the engine's progress thread sees the streams done
 /// and releases them; so no memory is unmapped or freed under a copy. Until then
 /// [`Engine::deregister`](crate::Engine::deregister) of a registration it used reports

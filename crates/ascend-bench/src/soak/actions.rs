@@ -212,8 +212,8 @@ impl Driver {
         Ok(())
     }
 
-    /// Adds or removes a region of peer `p`, then connects again (a peer's offered list is
-    /// fixed at connect): after an addition by disconnecting first; after a removal the
+    /// Adds or removes a region of peer `p`, then connects again (the soak reaches a peer's
+    /// new regions through a reconnect): after an addition by disconnecting first; after a removal the
     /// peer's deregistration has revoked the channel already, which is checked.
     pub(crate) fn change_peer_regions(&mut self, p: usize) -> Res<()> {
         self.drain(Some(p))?;

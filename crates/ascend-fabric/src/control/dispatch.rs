@@ -118,7 +118,9 @@ impl Loop {
         let mut code = status::NOT_CONNECTED;
         if let Some(session) = self.session_key(&req.channel_id) {
             let entries = self.shared.handler.share_handles();
-            if let Some(Phase::Session(s)) = self.conns.get_mut(&session).map(|c| &mut c.phase) {
+            // A session being revoked is not told more (its client is on its way out).
+            let open = self.conns.get_mut(&session).filter(|c| !c.revoked());
+            if let Some(Phase::Session(s)) = open.map(|c| &mut c.phase) {
                 s.offered.extend(entries.iter().map(|e| e.va_addr));
                 s.offered.sort_unstable();
                 s.offered.dedup();

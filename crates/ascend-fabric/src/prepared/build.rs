@@ -139,7 +139,7 @@ impl Engine {
         // A segment not known yet may be one the peer registered since we connected.
         let known = ch.with_remote(|rem| segments.iter().all(|s| knows(rem, s)));
         if known == Some(false) {
-            self.refresh_on_miss(&ch);
+            self.refresh_on_miss(&ch, None);
         }
         let gate = ch.gate.read();
         let rem = match &*gate {
@@ -149,18 +149,15 @@ impl Engine {
         let mut ranges = Vec::with_capacity(segments.len());
         for s in segments {
             let (addr, len) = match s {
-                SegmentRef::Index(i) => {
-                    let seg = rem.map.segments().get(*i).ok_or_else(|| {
-                        prep_err(
-                            CALL,
-                            format!(
-                                "segment index {i} is out of range ({peer} offers {})",
-                                rem.map.len()
-                            ),
-                        )
-                    })?;
-                    (seg.start, seg.len)
-                }
+                SegmentRef::Index(i) => *rem.spans.get(*i).ok_or_else(|| {
+                    prep_err(
+                        CALL,
+                        format!(
+                            "segment index {i} is out of range ({peer} offers {})",
+                            rem.spans.len()
+                        ),
+                    )
+                })?,
                 SegmentRef::Name(n) => *rem.names.get(n).ok_or_else(|| {
                     prep_err(CALL, format!("{peer} offers no segment named {n:?}"))
                 })?,
@@ -192,7 +189,7 @@ impl Engine {
 /// Whether `rem` has the segment `s` names.
 fn knows(rem: &Remote, s: &SegmentRef) -> bool {
     match s {
-        SegmentRef::Index(i) => *i < rem.map.len(),
+        SegmentRef::Index(i) => *i < rem.spans.len(),
         SegmentRef::Name(n) => rem.names.contains_key(n),
     }
 }

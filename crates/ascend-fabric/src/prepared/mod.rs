@@ -27,8 +27,8 @@ pub(crate) use crate::names::check_name;
 /// takes it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SegmentRef {
-    /// The `i`-th entry of [`Engine::remote_segments`](crate::Engine::remote_segments) (in
-    /// the peer's address order).
+    /// The `i`-th entry of [`Engine::remote_segments`](crate::Engine::remote_segments) (the
+    /// order segments became known in, which a refresh only extends).
     Index(usize),
     /// The registration the peer named so
     /// ([`Engine::register_named`](crate::Engine::register_named)).

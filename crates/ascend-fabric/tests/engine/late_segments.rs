@@ -71,6 +71,15 @@ fn segments_registered_after_the_connect_are_used_without_reconnecting() {
         .prepare_remote(&peer, &[SegmentRef::Name("late".into())], BLOCK as u64)
         .unwrap();
     assert_eq!(p.client.peer_stats(&peer).unwrap().segments, 2);
+    // Listed in the order they became known: the late one after, though it lies below.
+    let segs = p.client.remote_segments(&peer).unwrap();
+    assert_eq!(segs[0].0, p.remote_addr(0));
+    assert_eq!(segs[1].0, named.as_raw() as u64);
+    let by_index = p
+        .client
+        .prepare_remote(&peer, &[SegmentRef::Index(1)], BLOCK as u64)
+        .unwrap();
+    assert_eq!(by_index.len(), late.len());
     let to_late = p
         .client
         .transfer_prepared_async(TransferOp::Write, &local, &late, &[(1, 0), (2, 5)])
