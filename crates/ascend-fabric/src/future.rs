@@ -23,6 +23,7 @@ use parking_lot::Mutex;
 use crate::engine::{Engine, AUTO_CONNECT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::plan;
+use crate::prepared::{LocalBlocks, RemoteBlocks};
 use crate::request::{Observer, ReqInner};
 use crate::slots::{SlotFrom, SlotGuard, SlotPool, SlotWaiter};
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
@@ -182,7 +183,19 @@ enum Stage {
     Done,
 }
 
-/// [`Engine::post`]'s future: the running [`TransferRequest`] once the copies are queued.
+/// What a [`Post`] submits.
+enum What {
+    /// Raw descriptors (copied).
+    Raw(Vec<TransferDesc>),
+    /// (local block, remote block) pairs of two prepared lists (shared, pairs copied).
+    Prepared {
+        local: LocalBlocks,
+        remote: RemoteBlocks,
+        pairs: Vec<(usize, usize)>,
+    },
+}
+
+/// [`Engine::post`]'s (or [`Engine::post_prepared`]'s) future: the running [`TransferRequest`] once the copies are queued.
 ///
 /// It checks the descriptors and the channel at its first poll, connects first under
 /// `AutoConnect`, then waits in turn for a free stream slot (woken when one is given back),
@@ -190,15 +203,16 @@ enum Stage {
 /// `AutoConnect` the connect runs on a helper thread (as [`Engine::connect_async`]), also
 /// when the channel went away while the future waited for its slot (the slot goes on to
 /// the next waiter, and the future queues again once connected); without it, that ends the
-/// future with [`Error::NotConnected`]. Dropping it before then cancels the
-/// submission: nothing was queued, it leaves the slot queue, and a slot handed to it
+/// future with [`Error::NotConnected`]. (A prepared list is bound to its channel: there is no
+/// connect, and a lost channel ends the future with the list's error.) Dropping it before
+/// then cancels the submission: nothing was queued, it leaves the slot queue, and a slot handed to it
 /// meanwhile goes on to the next waiter.
 #[must_use = "futures do nothing unless polled; dropping it cancels the submission (nothing is queued)"]
 pub struct Post {
     engine: Engine,
     remote: String,
     op: TransferOp,
-    descs: Vec<TransferDesc>,
+    what: What,
     opts: TransferOptions,
     stage: Stage,
 }
@@ -208,7 +222,13 @@ impl std::fmt::Debug for Post {
         f.debug_struct("Post")
             .field("remote", &self.remote)
             .field("op", &self.op)
-            .field("descs", &self.descs.len())
+            .field(
+                "descs",
+                &match &self.what {
+                    What::Raw(d) => d.len(),
+                    What::Prepared { pairs, .. } => pairs.len(),
+                },
+            )
             .finish()
     }
 }
@@ -216,11 +236,37 @@ impl std::fmt::Debug for Post {
 impl Post {
     /// The first poll: early errors, then connect on demand or queue for a slot.
     fn begin(&mut self) -> Result<Stage> {
-        plan::check_descs(&self.descs)?;
+        match &self.what {
+            What::Raw(descs) => {
+                plan::check_descs(descs)?;
+            }
+            // Bound to its channel: no connect; the submission reports a lost one.
+            What::Prepared { pairs, .. } if pairs.is_empty() => return Err(Error::EmptyBatch),
+            What::Prepared { .. } => return Ok(Stage::Slot(None)),
+        }
         if self.engine.is_connected(&self.remote) {
             return Ok(Stage::Slot(None));
         }
         self.connecting()
+    }
+
+    /// Queues the copies on the slot `guard` holds.
+    fn submit(&self, guard: SlotGuard) -> Result<Arc<ReqInner>> {
+        let how = (SlotFrom::Given(guard), &self.opts, Observer::Progress);
+        match &self.what {
+            What::Raw(descs) => {
+                let (slot, opts, observer) = how;
+                self.engine
+                    .submit(&self.remote, self.op, descs, slot, opts, observer)
+            }
+            What::Prepared {
+                local,
+                remote,
+                pairs,
+            } => self
+                .engine
+                .submit_prepared(self.op, local, remote, pairs, how),
+        }
     }
 
     /// Under `AutoConnect`, the stage that connects on a helper thread; else `NotConnected`.
@@ -252,18 +298,12 @@ impl Post {
                     let slot = std::task::ready!(pool.poll_acquire(w, cx))?;
                     self.stage = Stage::Done;
                     let guard = SlotGuard::from_slot(&pool, slot);
-                    let r = self.engine.submit(
-                        &self.remote,
-                        self.op,
-                        &self.descs,
-                        SlotFrom::Given(guard),
-                        &self.opts,
-                        Observer::Progress,
-                    );
-                    match r {
+                    match self.submit(guard) {
                         // The channel went away while waiting for the slot (given back by
                         // now): connect again on the helper thread, never inside the poll.
-                        Err(Error::NotConnected { .. }) => self.stage = self.connecting()?,
+                        Err(Error::NotConnected { .. }) if matches!(self.what, What::Raw(_)) => {
+                            self.stage = self.connecting()?
+                        }
                         r => return Poll::Ready(Ok(self.engine.request(r?, &self.remote))),
                     }
                 }
@@ -391,9 +431,71 @@ impl Engine {
             engine: self.clone(),
             remote: remote.to_owned(),
             op,
-            descs: descs.to_vec(),
+            what: What::Raw(descs.to_vec()),
             opts,
             stage: Stage::Start,
+        }
+    }
+
+    /// [`Engine::post`] for prepared lists: submits the (local block, remote block) `pairs`
+    /// as [`Engine::transfer_prepared_async`] does, waiting in turn for a free stream slot
+    /// instead of failing. The lists are shared (cheap clones), the pairs copied.
+    ///
+    /// # Errors
+    /// The future resolves to [`Engine::transfer_prepared_async`]'s errors, but not
+    /// [`Error::ResourceExhausted`] for busy slots.
+    pub fn post_prepared(
+        &self,
+        op: TransferOp,
+        local: &LocalBlocks,
+        remote: &RemoteBlocks,
+        pairs: &[(usize, usize)],
+        opts: TransferOptions,
+    ) -> Post {
+        Post {
+            engine: self.clone(),
+            remote: remote.peer().to_owned(),
+            op,
+            what: What::Prepared {
+                local: local.clone(),
+                remote: remote.clone(),
+                pairs: pairs.to_vec(),
+            },
+            opts,
+            stage: Stage::Start,
+        }
+    }
+
+    /// Copies the blocks `pairs` names as a future: [`Engine::post_prepared`], then the
+    /// request (the prepared-list [`Engine::transfer`]).
+    ///
+    /// # Errors
+    /// As [`Engine::post_prepared`], then the transfer's own ([`TransferRequest::wait`]'s).
+    pub fn transfer_prepared(
+        &self,
+        op: TransferOp,
+        local: &LocalBlocks,
+        remote: &RemoteBlocks,
+        pairs: &[(usize, usize)],
+    ) -> Transfer {
+        self.transfer_prepared_with(op, local, remote, pairs, TransferOptions::default())
+    }
+
+    /// [`Engine::transfer_prepared`] with per-request options (a stall deadline).
+    ///
+    /// # Errors
+    /// As [`Engine::transfer_prepared`].
+    pub fn transfer_prepared_with(
+        &self,
+        op: TransferOp,
+        local: &LocalBlocks,
+        remote: &RemoteBlocks,
+        pairs: &[(usize, usize)],
+        opts: TransferOptions,
+    ) -> Transfer {
+        Transfer {
+            post: Some(self.post_prepared(op, local, remote, pairs, opts)),
+            req: None,
         }
     }
 

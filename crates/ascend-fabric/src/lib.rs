@@ -30,6 +30,16 @@
 //! | `TransferArgs::user_data`, batched `GetTransferStatus` | [`CompletionQueue`] |
 //! | `ConnectAsync` | [`Engine::connect_async`] |
 //! | (none: back-pressure, cancellation) | [`Engine::post`], [`Engine::transfer`]; drop to cancel |
+//! | (none: the same for prepared lists) | [`Engine::post_prepared`], [`Engine::transfer_prepared`] |
+//! | (none: a peer's registrations made since the connect) | [`Engine::refresh_segments`] |
+//!
+//! Every way to transfer comes in the same forms, named the same way for raw descriptors
+//! and prepared lists: blocking (`transfer_sync`, `transfer_prepared_sync`), a handle that
+//! fails at once when every stream slot is busy (`transfer_async[_with]`,
+//! `transfer_prepared_async[_with]`), a future that waits for a slot and resolves to the
+//! handle (`post`, `post_prepared`), and a future of the outcome (`transfer[_with]`,
+//! `transfer_prepared[_with]`). The `_with` forms and the futures take the same
+//! [`TransferOptions`]; user data for completions goes with [`CompletionQueue::push`].
 //! | `SendNotify` / `GetNotifies` | [`Engine::send_notify`] / [`Engine::take_notifies`] |
 //! | `Finalize` | dropping the last [`Engine`] clone |
 //!

@@ -95,8 +95,8 @@ impl Engine {
             engine: Arc::downgrade(&self.inner),
             reg: ri.clone(),
             table,
-            segs,
-            blocks,
+            segs: Arc::new(segs),
+            blocks: Arc::new(blocks),
         })
     }
 
@@ -181,7 +181,7 @@ impl Engine {
         Ok(RemoteBlocks {
             engine: Arc::downgrade(&self.inner),
             ch,
-            blocks,
+            blocks: Arc::new(blocks),
         })
     }
 }

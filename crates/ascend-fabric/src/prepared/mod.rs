@@ -136,15 +136,16 @@ impl BlockMap {
 ///
 /// It holds the registration's memory mapped (not the registration: once the registration is
 /// deregistered, transfers of the list fail with [`Error::Prepare`](crate::Error::Prepare)).
-/// Cheap to share behind an `Arc`; `Send + Sync`.
+/// Cheap to clone (clones share everything); `Send + Sync`.
+#[derive(Clone)]
 pub struct LocalBlocks {
     pub(crate) engine: Weak<EngineInner>,
     pub(crate) reg: Arc<RegInner>,
     /// The registration's segments as a copy table of their own.
     pub(crate) table: MappingTable,
     /// Local address → entry of `table`, for blocks that cross entries.
-    pub(crate) segs: RangeMap<()>,
-    pub(crate) blocks: BlockMap,
+    pub(crate) segs: Arc<RangeMap<()>>,
+    pub(crate) blocks: Arc<BlockMap>,
 }
 
 impl std::fmt::Debug for LocalBlocks {
@@ -188,11 +189,12 @@ impl LocalBlocks {
 /// It is bound to the channel it was made on: once that channel is lost or disconnected,
 /// transfers of the list fail with [`Error::PeerLost`](crate::Error::PeerLost), and after a
 /// reconnect with [`Error::StalePrepared`](crate::Error::StalePrepared) (prepare the list
-/// again). `Send + Sync`.
+/// again). Cheap to clone (clones share everything); `Send + Sync`.
+#[derive(Clone)]
 pub struct RemoteBlocks {
     pub(crate) engine: Weak<EngineInner>,
     pub(crate) ch: Arc<Channel>,
-    pub(crate) blocks: BlockMap,
+    pub(crate) blocks: Arc<BlockMap>,
 }
 
 impl std::fmt::Debug for RemoteBlocks {

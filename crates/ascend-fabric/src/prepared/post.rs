@@ -2,7 +2,7 @@
 //! turned into pieces without any address lookup.
 
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{LocalBlocks, RemoteBlocks, CROSSES};
 use crate::engine::{Engine, EngineInner};
@@ -40,7 +40,23 @@ impl Engine {
         remote: &RemoteBlocks,
         pairs: &[(usize, usize)],
     ) -> Result<TransferRequest> {
-        let how = (None, Observer::Progress);
+        self.transfer_prepared_async_with(op, local, remote, pairs, &TransferOptions::default())
+    }
+
+    /// [`Engine::transfer_prepared_async`] with per-request options (a stall deadline), as
+    /// [`Engine::transfer_async_with`].
+    ///
+    /// # Errors
+    /// As [`Engine::transfer_prepared_async`].
+    pub fn transfer_prepared_async_with(
+        &self,
+        op: TransferOp,
+        local: &LocalBlocks,
+        remote: &RemoteBlocks,
+        pairs: &[(usize, usize)],
+        opts: &TransferOptions,
+    ) -> Result<TransferRequest> {
+        let how = (SlotFrom::Acquire(None), opts, Observer::Progress);
         let inner = self.submit_prepared(op, local, remote, pairs, how)?;
         Ok(self.request(inner, &remote.ch.peer))
     }
@@ -59,7 +75,8 @@ impl Engine {
         timeout: Duration,
     ) -> Result<()> {
         let deadline = Self::sync_deadline(timeout);
-        let how = (Some(deadline), Observer::Caller);
+        let opts = TransferOptions::default();
+        let how = (SlotFrom::Acquire(Some(deadline)), &opts, Observer::Caller);
         let req = self.submit_prepared(op, local, remote, pairs, how)?;
         Self::wait_sync(&req, deadline, timeout)
     }
@@ -80,13 +97,13 @@ impl Engine {
         }
     }
 
-    fn submit_prepared(
+    pub(crate) fn submit_prepared(
         &self,
         op: TransferOp,
         local: &LocalBlocks,
         remote: &RemoteBlocks,
         pairs: &[(usize, usize)],
-        (slot_deadline, observer): (Option<Instant>, Observer),
+        (slot, opts, observer): (SlotFrom, &TransferOptions, Observer),
     ) -> Result<Arc<ReqInner>> {
         if pairs.is_empty() {
             return Err(Error::EmptyBatch);
@@ -105,9 +122,7 @@ impl Engine {
         }
         let write = op == TransferOp::Write;
         let size = (bl.saturating_mul(pairs.len() as u64), pairs.len() as u64);
-        let slot = SlotFrom::Acquire(slot_deadline);
-        let opts = TransferOptions::default();
-        let how = (slot, &opts, observer);
+        let how = (slot, opts, observer);
         self.submit_on(&remote.ch, write, size, how, |rem, slot, regs| {
             {
                 // Under the registry's lock, as a deregistration checks `in_flight` under it.

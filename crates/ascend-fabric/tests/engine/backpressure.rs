@@ -146,3 +146,96 @@ fn held_requests_give_their_slots_back_unobserved() {
     let c = ascend_sim::counters();
     assert!(c.is_zero(), "{c}");
 }
+
+/// Prepared lists have the same forms: with every slot held busy, `transfer_prepared_async`
+/// fails at once while `transfer_prepared` futures (and `post_prepared`) wait their turn and
+/// complete with their data once the slots come back; a per-request stall deadline on a
+/// prepared transfer ends it with `Timeout` while its copies are held.
+#[test]
+fn prepared_lists_wait_for_slots_and_take_per_request_options() {
+    let _env = setup();
+    const STREAMS: u32 = 8;
+    const SLOTS: usize = STREAM_BUDGET / STREAMS as usize;
+    let n = 3 * SLOTS;
+    let p = Pair::new(n * BLOCK, options(STREAMS, 4), true);
+    let data = pattern(11, n * BLOCK);
+    p.local.write_from(&data, 0).unwrap();
+    let local = p.client.prepare_local(&p.local_reg, BLOCK as u64).unwrap();
+    let remote = p
+        .client
+        .prepare_remote(
+            &p.peer_addr,
+            &[ascend_fabric::SegmentRef::Index(0)],
+            BLOCK as u64,
+        )
+        .unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+
+    let hold = ascend_sim::testing::hold_all_streams();
+    // One stall-bounded transfer first: it takes a slot and its copies are held.
+    let stalled = p
+        .client
+        .transfer_prepared_async_with(
+            TransferOp::Write,
+            &local,
+            &remote,
+            &[(0, 0)],
+            &ascend_fabric::TransferOptions::new().stall_timeout(Duration::from_millis(1)),
+        )
+        .unwrap();
+    let tasks: Vec<_> = (1..n)
+        .map(|i| {
+            let (e, l, r) = (p.client.clone(), local.clone(), remote.clone());
+            rt.spawn(async move {
+                e.transfer_prepared(TransferOp::Write, &l, &r, &[(i, i)])
+                    .await
+            })
+        })
+        .collect();
+    let stats = || p.client.peer_stats(&p.peer_addr).unwrap();
+    until("every slot in flight", || stats().in_flight == SLOTS as u64);
+    match p
+        .client
+        .transfer_prepared_async(TransferOp::Write, &local, &remote, &[(0, 0)])
+    {
+        Err(Error::ResourceExhausted { what, .. }) => assert_eq!(what, "stream slots"),
+        other => panic!("expected stream slots exhausted, got {other:?}"),
+    }
+    match stalled.wait(T) {
+        Err(Error::Timeout { what, .. }) => assert_eq!(what, "transfer (stall deadline)"),
+        other => panic!("expected the stall deadline, got {other:?}"),
+    }
+    hold.release();
+    let results = rt.block_on(async {
+        let mut out = Vec::with_capacity(n);
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    });
+    for (i, r) in results.into_iter().enumerate() {
+        r.unwrap_or_else(|e| panic!("transfer {}: {e}", i + 1));
+    }
+    // `post_prepared` resolves to the running request.
+    let req = block_on(
+        p.client.post_prepared(
+            TransferOp::Write,
+            &local,
+            &remote,
+            &[(0, 0)],
+            ascend_fabric::TransferOptions::new(),
+        ),
+        T,
+    )
+    .output
+    .unwrap();
+    req.wait(T).unwrap();
+    assert!(p.remote.to_vec().unwrap()[..n * BLOCK] == data[..]);
+    drop((local, remote, rt));
+    p.close();
+    let c = ascend_sim::counters();
+    assert!(c.is_zero(), "{c}");
+}
