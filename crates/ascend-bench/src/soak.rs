@@ -20,8 +20,9 @@
 //! * a checksum of a random range asked from a peer and compared with the model;
 //! * a local chunk registered or deregistered (refused with `Error::Busy` while a transfer
 //!   not yet waited for uses it); a region added to or removed from a peer,
-//!   followed by a disconnect and a connect (a removal revokes the channel; an addition is
-//!   exercised through a reconnect here, though a refresh would also reach it);
+//!   followed by a disconnect and a connect (a removal revokes the region at this engine and
+//!   keeps the channel, which is checked; an addition is reached through the reconnect here,
+//!   though a refresh would also reach it);
 //! * a transfer, a connect or a register with a fault armed (`ascend_sim::fault::fail_nth`)
 //!   at a call the operation makes of one ACL symbol of its kind (the symbols and call
 //!   numbers are learnt by counting the calls of clean operations with

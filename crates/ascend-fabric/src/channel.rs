@@ -2,7 +2,7 @@
 //! reader, in-flight requests and counters, and the ordered teardown [`lose`].
 
 use std::collections::HashMap;
-use std::io::Read;
+use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -14,6 +14,7 @@ use crate::error::{Error, LostReason};
 use crate::remote::Remote;
 use crate::request::{fail_all, InFlight, ReqInner};
 use crate::stats::PeerStats;
+use crate::wire::{self, WireError};
 
 pub(crate) type ChannelMap = RwLock<HashMap<String, Arc<Channel>>>;
 
@@ -141,6 +142,79 @@ impl Channel {
         Some(Ok(added))
     }
 
+    /// Tells the peer's server this channel takes revocations of single segments on its
+    /// keepalive socket ([`wire::KEEPALIVE_SUBSCRIBE`]; a C++ HIXL server skips the frame).
+    pub(crate) fn subscribe(&self) {
+        let frame = wire::keepalive_bytes(wire::KEEPALIVE_SUBSCRIBE, b"{}");
+        if let Err(e) = self.keepalive.lock().write_all(&frame) {
+            tracing::debug!(peer = %self.peer, error = %e, "subscribe not sent");
+        }
+    }
+
+    /// The peer revoked its segments at `va_addrs` (it is deregistering that memory): under
+    /// the gate held exclusively (submissions wait), the requests in flight whose copies touch
+    /// them fail with [`Error::Revoked`] (their streams aborted and waited for), the drain
+    /// list of dropped requests is settled, and the imports leave the channel (unmapped once
+    /// nothing holds them). Everything else of the channel stays. Returns how many segments
+    /// were revoked (0: none imported, or the channel is lost).
+    ///
+    /// # Errors
+    /// The copy table over what is left cannot be made; the channel must then be lost.
+    pub(crate) fn revoke(&self, va_addrs: &[u64]) -> crate::error::Result<usize> {
+        let mut gate = self.gate.write();
+        let Gate::Open(old) = &*gate else {
+            return Ok(0);
+        };
+        let Some((new, slots)) = old.without(va_addrs)? else {
+            return Ok(0);
+        };
+        let (addr, len) = old.spans[slots[0]];
+        let live = new.map.len();
+        let reqs: Vec<Arc<ReqInner>> = self
+            .book
+            .live()
+            .into_iter()
+            .filter(|r| r.uses_any(&slots))
+            .collect();
+        let mut wake = Vec::new();
+        let err = || Error::Revoked {
+            peer: self.peer.clone(),
+            addr,
+            len,
+        };
+        fail_all(&reqs, err, || {
+            wake = self.book.settle_all();
+            // The old imports go here (once no stream holds their table).
+            *gate = Gate::Open(new);
+        });
+        self.segments.store(live, Ordering::Relaxed);
+        drop(gate);
+        for w in wake {
+            w.wake();
+        }
+        tracing::info!(peer = %self.peer, segments = slots.len(), failed = reqs.len(), "peer revoked segments");
+        Ok(slots.len())
+    }
+
+    /// Carries out a revocation the peer sent ([`wire::KEEPALIVE_REVOKE`]) and answers it
+    /// once done; false when it cannot be (malformed, the table cannot be remade, the answer
+    /// cannot be sent): the channel must then be lost, which unmaps everything.
+    fn take_revocation(&self, body: &[u8]) -> bool {
+        let msg: wire::RevokeMsg = match serde_json::from_slice(body) {
+            Ok(m) => m,
+            Err(e) => {
+                tracing::warn!(peer = %self.peer, error = %e, "malformed revocation");
+                return false;
+            }
+        };
+        if let Err(e) = self.revoke(&msg.va_addrs) {
+            tracing::warn!(peer = %self.peer, error = %e, "revocation failed; losing the channel");
+            return false;
+        }
+        let ack = wire::keepalive_bytes(wire::KEEPALIVE_REVOKE_ACK, b"{}");
+        self.keepalive.lock().write_all(&ack).is_ok()
+    }
+
     /// Whether the peer's segments are those of the connect (it answered as a C++ HIXL
     /// server, which knows no segments request).
     pub(crate) fn is_fixed(&self) -> bool {
@@ -231,19 +305,38 @@ pub(crate) fn start(
     let t = std::thread::Builder::new()
         .name(format!("fabric-ka-{}", ch.addr.port()))
         .spawn(move || {
-            let mut buf = [0u8; 256];
-            loop {
-                match sock.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(_) => continue, // HIXL servers send nothing here; ignore
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                    Err(_) => break,
-                }
-            }
+            read_keepalive(&mut sock, &weak);
             if let (Some(ch), Some(map)) = (weak.upgrade(), map.upgrade()) {
                 lose(&map, &ch, LostReason::KeepaliveClosed);
             }
         })?;
     *slot = Some(t);
     Ok(())
+}
+
+/// The keepalive reader's loop, until EOF or an error: HIXL servers send nothing here, ours
+/// only revocations of single segments (carried out and answered; one that cannot be ends
+/// the loop, so the channel is lost). Bytes that are not keepalive frames are read and
+/// ignored until EOF.
+fn read_keepalive(sock: &mut TcpStream, ch: &Weak<Channel>) {
+    loop {
+        match wire::read_keepalive(sock) {
+            Ok((wire::KEEPALIVE_REVOKE, body)) => match ch.upgrade() {
+                Some(ch) if ch.take_revocation(&body) => {}
+                _ => return,
+            },
+            Ok(_) => {}
+            Err(WireError::Io(_) | WireError::Truncated { .. }) => return,
+            Err(_) => break,
+        }
+    }
+    let mut buf = [0u8; 256];
+    loop {
+        match sock.read(&mut buf) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }

@@ -176,6 +176,7 @@ impl Engine {
             channel::lose(&inner.channels, &ch, LostReason::Disconnected);
             return Err(Error::Listen { addr: sa, source });
         }
+        ch.subscribe();
         tracing::info!(peer = remote, segments = ch.stats().segments, "connected");
         Ok(())
     }

@@ -175,7 +175,7 @@ impl Engine {
                     .map_err(|source| Error::Listen { addr: sa, source })?,
             );
             // Memory no registration covers any more is revoked: the peers that imported it
-            // are cut off (their channels torn down) before the deregistration returns.
+            // let go of it (or are cut off) before the deregistration returns.
             let weak = Arc::downgrade(&server);
             registry.on_revoke(Box::new(move |bases: &[u64]| {
                 if let Some(s) = weak.upgrade() {
@@ -328,16 +328,20 @@ impl Engine {
 
     /// Deregisters now.
     ///
-    /// Revocation: connected peers imported every block this engine offered when they
-    /// connected. A block that no registration covers any more is revoked: each peer session
-    /// that was offered it is closed (its keepalive socket shut), and this call returns once
-    /// those peers have closed their side, or after 3 s. A peer running this crate closes its
-    /// side only after its channel is torn down (its in-flight transfers failed with
-    /// [`Error::PeerLost`], its imports unmapped), so once it has, no copy of it can still land
-    /// in the memory. A peer that does not close in time (a C++ HIXL engine does not react to
-    /// the closed socket) keeps its import: the runtime offers no way to take an import back,
-    /// and the wait running out is logged. Peers may connect again; they are then offered only
-    /// what is still registered. Dropping the last clone of a registration does the same.
+    /// Revocation: connected peers imported every block this engine offered them (at the
+    /// connect, or when they refreshed). A block that no registration covers any more is
+    /// revoked, and this call returns once each peer that was offered it has let go of it, or
+    /// after 3 s:
+    /// * a peer running this crate is told on its keepalive socket: it fails its in-flight
+    ///   transfers into the block with [`Error::Revoked`] (their streams aborted and waited
+    ///   for), drops its import of it, and answers; its channel stays for the rest, so no
+    ///   copy of it can land in the memory once it has answered;
+    /// * any other peer (a C++ HIXL engine, which knows no such message) has its session
+    ///   closed (its keepalive socket shut), and the wait is for it to close its side. A C++
+    ///   HIXL engine does not react to the closed socket and keeps its import (the runtime
+    ///   offers no way to take an import back); the wait running out is logged.
+    ///
+    /// Dropping the last clone of a registration does the same.
     ///
     /// # Errors
     /// [`Error::Busy`] (with the registration back) while transfers that use it are in
@@ -372,11 +376,12 @@ impl Engine {
 
     /// The segments `remote` offered: `(va_addr, len)` in the order they became known, which
     /// never changes: those offered at the connect in address order, then those each refresh
-    /// added ([`Engine::refresh_segments`]), in address order, after them. An entry's index
-    /// here is what [`SegmentRef::Index`](crate::SegmentRef::Index) names.
+    /// added ([`Engine::refresh_segments`]), in address order, after them; a segment the peer
+    /// revoked leaves the list. An entry's index here is what
+    /// [`SegmentRef::Index`](crate::SegmentRef::Index) names.
     pub fn remote_segments(&self, remote: &str) -> Option<Vec<(u64, u64)>> {
         let ch = self.inner.channels.read().get(remote)?.clone();
-        ch.with_remote(|r| r.spans.clone())
+        ch.with_remote(|r| r.live_spans().collect())
     }
 
     /// Where `remote_addr` (an address `remote` offered) is mapped in this process, for

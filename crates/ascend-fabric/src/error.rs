@@ -283,6 +283,20 @@ pub enum Error {
     /// A call or argument this engine does not support.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// The peer deregistered memory this transfer (or prepared list) uses: the peer is alive
+    /// and the channel stays for the rest of its memory. A transfer in flight that used the
+    /// memory was aborted first (nothing of it lands there any more). Raw descriptors into
+    /// the memory from now on are [`Error::NotRegistered`]; a prepared list over it is
+    /// refused with this error (prepare one over what the peer offers now).
+    #[error("{peer} deregistered its memory at {addr:#x} ({len} bytes) that this transfer uses")]
+    Revoked {
+        /// The peer.
+        peer: String,
+        /// The peer's address of the revoked segment.
+        addr: u64,
+        /// Its length.
+        len: u64,
+    },
     /// The peer offers no way to ask for its segments after the connect (a C++ HIXL
     /// engine): they are those of the connect (see
     /// [`Engine::refresh_segments`](crate::Engine::refresh_segments)).
@@ -329,6 +343,7 @@ impl Error {
             Error::Timeout { .. } => HixlCode::TIMEOUT,
             Error::ResourceExhausted { .. } => HixlCode::RESOURCE_EXHAUSTED,
             Error::Unsupported(_) | Error::SegmentsFixed { .. } => HixlCode::UNSUPPORTED,
+            Error::Revoked { .. } => HixlCode::FAILED,
         }
     }
 

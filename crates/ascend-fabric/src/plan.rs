@@ -7,7 +7,7 @@ use ascend_mem::{MappingTable, TableCopy};
 use crate::error::{Error, Result, Side};
 use crate::ranges::{RangeError, RangeMap};
 use crate::registry::{LocalSeg, RegUse};
-use crate::remote::{Import, Remote, SegIndex};
+use crate::remote::{Import, Remote, SegIndex, SegMask};
 use crate::slots::SlotGuard;
 use crate::transfer::TransferDesc;
 
@@ -43,6 +43,13 @@ impl Piece {
             r_off: r.1,
             len,
         }
+    }
+}
+
+/// Marks in `mask` the remote slots `pieces` lie in.
+pub(crate) fn mark_remote(pieces: &[Piece], mask: &mut SegMask) {
+    for p in pieces {
+        mask.add(p.r_idx);
     }
 }
 

@@ -58,6 +58,36 @@ impl SegIndex {
     }
 }
 
+/// Which of a peer's segments (copy-table slots) a transfer's pieces lie in: a bit per slot
+/// below 128, and whether any lies at or above (then every such slot counts as used).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct SegMask {
+    bits: u128,
+    high: bool,
+}
+
+impl SegMask {
+    /// Marks `slot` used.
+    #[inline]
+    pub(crate) fn add(&mut self, slot: usize) {
+        match 1u128.checked_shl(slot as u32) {
+            Some(b) if slot < 128 => self.bits |= b,
+            _ => self.high = true,
+        }
+    }
+
+    /// Whether any of `slots` is used.
+    pub(crate) fn any(&self, slots: &[usize]) -> bool {
+        slots.iter().any(|&s| {
+            if s < 128 {
+                self.bits & (1u128 << s) != 0
+            } else {
+                self.high
+            }
+        })
+    }
+}
+
 /// What a live channel imported from its peer. Dropping it unmaps every import and returns
 /// its VA to the pool (once no stream holds the table any more).
 pub(crate) struct Remote {
@@ -75,28 +105,43 @@ pub(crate) struct Remote {
     pub(crate) names: HashMap<String, (u64, u64)>,
     /// Each segment's (va_addr, len), by slot: the order they became known in.
     pub(crate) spans: Vec<(u64, u64)>,
+    /// By slot: imported now (false: the peer revoked it).
+    live: Vec<bool>,
+    dev: Device,
 }
 
 impl Remote {
-    /// The imports of `map` (their slots `0..map.len()`, in any order), with their copy table
-    /// and search index.
-    pub(crate) fn new(dev: &Device, map: RangeMap<Import>) -> ascend_mem::Result<Remote> {
-        let mut by_slot: Vec<(&Import, (u64, u64))> = map
+    /// The imports of `map`, with their copy table and search index. `spans` are the
+    /// (va_addr, len) of every slot given before (those of revoked segments too: a slot is
+    /// never given twice); a slot with no import keeps its place in the table with a stand-in
+    /// (another import's mapping) that no piece ever names.
+    pub(crate) fn new(
+        dev: &Device,
+        map: RangeMap<Import>,
+        mut spans: Vec<(u64, u64)>,
+    ) -> ascend_mem::Result<Remote> {
+        let n = map
             .segments()
             .iter()
-            .map(|s| (&s.value, (s.start, s.len)))
-            .collect();
-        by_slot.sort_unstable_by_key(|(i, _)| i.slot);
-        debug_assert!(by_slot
-            .iter()
-            .enumerate()
-            .all(|(i, (imp, _))| imp.slot == i));
-        let spans = by_slot.iter().map(|(_, span)| *span).collect();
-        let by_slot: Vec<&Import> = by_slot.into_iter().map(|(i, _)| i).collect();
+            .map(|s| s.value.slot + 1)
+            .max()
+            .unwrap_or(0)
+            .max(spans.len());
+        spans.resize(n, (0, 0));
+        let mut by_slot: Vec<Option<&Import>> = vec![None; n];
+        for s in map.segments() {
+            spans[s.value.slot] = (s.start, s.len);
+            by_slot[s.value.slot] = Some(&s.value);
+        }
+        let live = by_slot.iter().map(Option::is_some).collect();
+        let entries: Vec<&Import> = match by_slot.iter().flatten().next() {
+            Some(&stand_in) => by_slot.iter().map(|i| i.unwrap_or(stand_in)).collect(),
+            None => Vec::new(),
+        };
         let table = MappingTable::with_keepalive(
             dev,
-            by_slot.iter().map(|i| i.map.mapping().as_slice()),
-            by_slot.iter().map(|i| i.map.clone()).collect::<Vec<_>>(),
+            entries.iter().map(|i| i.map.mapping().as_slice()),
+            entries.iter().map(|i| i.map.clone()).collect::<Vec<_>>(),
         )?;
         Ok(Remote {
             index: SegIndex::new(&map),
@@ -104,7 +149,41 @@ impl Remote {
             map,
             names: HashMap::new(),
             spans,
+            live,
+            dev: dev.clone(),
         })
+    }
+
+    /// The segments imported now, `(va_addr, len)` by slot (those revoked left out).
+    pub(crate) fn live_spans(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.spans
+            .iter()
+            .zip(&self.live)
+            .filter_map(|(s, live)| live.then_some(*s))
+    }
+
+    /// The (va_addr, len) of slot `slot` if it was revoked.
+    pub(crate) fn revoked(&self, slot: usize) -> Option<(u64, u64)> {
+        (!self.live.get(slot).copied().unwrap_or(true)).then(|| self.spans[slot])
+    }
+
+    /// This remote without the segments starting at `va_addrs` (the peer revoked them) and
+    /// the names that pointed into them, and their slots; `None` when none of them is
+    /// imported. Their imports go once the old remote and every stream holding its table
+    /// have let go of them.
+    pub(crate) fn without(&self, va_addrs: &[u64]) -> Result<Option<(Remote, Vec<usize>)>> {
+        let mut map = self.map.clone();
+        let slots: Vec<usize> = va_addrs
+            .iter()
+            .filter_map(|&a| map.remove(a).map(|s| s.value.slot))
+            .collect();
+        if slots.is_empty() {
+            return Ok(None);
+        }
+        let mut r = Remote::new(&self.dev, map, self.spans.clone())?;
+        r.names = self.names.clone();
+        r.names.retain(|_, (a, l)| r.map.covers(*a, *l));
+        Ok(Some((r, slots)))
     }
 
     /// Imports and maps every entry `peer` offered, into `pool`, and keeps the names it gave
@@ -120,8 +199,8 @@ impl Remote {
         let mut order: Vec<usize> = (0..entries.len()).collect();
         order.sort_by_key(|&i| entries[i].va_addr);
         let mut map = RangeMap::new();
-        Self::import_into(dev, pool, peer, entries, &order, &mut map)?;
-        let mut r = Remote::new(dev, map)?;
+        Self::import_into(dev, pool, peer, entries, (&order, 0), &mut map)?;
+        let mut r = Remote::new(dev, map, Vec::new())?;
         r.names = Self::read_names(peer, names);
         Ok(r)
     }
@@ -165,8 +244,9 @@ impl Remote {
         }
         order.sort_by_key(|&i| entries[i].va_addr);
         let mut map = self.map.clone();
-        Self::import_into(dev, pool, peer, entries, &order, &mut map)?;
-        let mut r = Remote::new(dev, map)?;
+        let first = self.spans.len();
+        Self::import_into(dev, pool, peer, entries, (&order, first), &mut map)?;
+        let mut r = Remote::new(dev, map, self.spans.clone())?;
         r.names = Self::read_names(peer, names);
         Ok(Some(r))
     }
@@ -185,18 +265,18 @@ impl Remote {
         out
     }
 
-    /// Imports `entries[i]` for each `i` of `order` into `map`, giving them the next slots
-    /// in that order; on a failure the error names the entry (what was imported is dropped
-    /// with `map`).
+    /// Imports `entries[i]` for each `i` of `order` into `map`, giving them the slots from
+    /// `first` on in that order; on a failure the error names the entry (what was imported
+    /// is dropped with `map`).
     fn import_into(
         dev: &Device,
         pool: &Arc<VaPool>,
         peer: &str,
         entries: &[ShareHandleEntry],
-        order: &[usize],
+        (order, first): (&[usize], usize),
         remote_map: &mut RangeMap<Import>,
     ) -> Result<()> {
-        for &index in order {
+        for (k, &index) in order.iter().enumerate() {
             let e = &entries[index];
             let bad = |reason| Error::BadEntry {
                 peer: peer.to_owned(),
@@ -216,7 +296,7 @@ impl Remote {
                 .import(dev)
                 .inspect_err(|err| tracing::warn!(peer, index, error = %err, "import failed"))?;
             let map = Arc::new(pool.map(dev, &mem)?);
-            let slot = remote_map.len();
+            let slot = first + k;
             remote_map
                 .insert(e.va_addr, e.len, Import { map, slot })
                 .map_err(|_| bad("overlaps another entry"))?;

@@ -20,6 +20,7 @@ use parking_lot::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::registry::RegUse;
+use crate::remote::SegMask;
 use crate::slots::{Slot, SlotPool};
 use crate::stats::Counters;
 use crate::transfer::TransferStatus;
@@ -178,6 +179,8 @@ pub(crate) struct Pending {
     /// Bit i: stream i got work (and its end was marked: its flag write or its event).
     pub(crate) used: u32,
     pub(crate) regs: RegUse,
+    /// The peer's segments its copies touch.
+    pub(crate) segs: SegMask,
     /// The in-flight table and counters of the request's channel.
     pub(crate) book: Arc<InFlight>,
     pub(crate) slots: Arc<SlotPool>,
@@ -344,6 +347,7 @@ impl ReqInner {
             write,
             bytes,
             descs,
+            ..
         } = *p;
         if result.is_err() {
             slot.abort(used);
@@ -417,6 +421,14 @@ impl ReqInner {
         drop(st);
         self.flush();
         Some(book)
+    }
+
+    /// Whether the request is pending with copies in any of the peer's segments `slots`.
+    pub(crate) fn uses_any(&self, slots: &[usize]) -> bool {
+        match &*self.state.lock() {
+            ReqState::Pending(p) => p.segs.any(slots),
+            ReqState::Done(_) => false,
+        }
     }
 
     /// Fails a pending request (aborting its streams); no effect once done. Whether it was

@@ -11,12 +11,16 @@ use crate::engine::{Engine, AUTO_CONNECT_TIMEOUT};
 use crate::error::{Error, Result, Side};
 use crate::plan;
 use crate::registry::RegUse;
-use crate::remote::Remote;
+use crate::remote::{Remote, SegMask};
 use crate::request::AutoDisconnect;
 use crate::request::{self, Observer, Pending, ReqInner};
 use crate::slots::{SlotFrom, SlotGuard};
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
 use crate::transfer_request::TransferRequest;
+
+/// What a submission's copies use, filled in while they are queued: the local registrations
+/// and the peer's segments.
+pub(crate) type Uses<'a> = (&'a mut RegUse, &'a mut SegMask);
 
 /// The longest wait of a synchronous transfer: about a century, what `Duration::MAX` means.
 const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
@@ -56,10 +60,11 @@ impl Engine {
             };
         let write = op == TransferOp::Write;
         let size = (bytes, descs.len() as u64);
-        let queue = |rem: &Remote, slot: &mut SlotGuard, regs: &mut RegUse| {
+        let queue = |rem: &Remote, slot: &mut SlotGuard, (regs, segs): Uses<'_>| {
             let reg = inner.registry.state.read();
             // Check and translate every descriptor before queuing anything.
             let pieces = plan::translate(descs, &reg.ranges, rem, regs)?;
+            plan::mark_remote(&pieces, segs);
             let ltab = reg.table(&inner.dev)?;
             let batches = plan::deal(pieces, slot.streams(), write);
             let batch = self.options().batch_copies;
@@ -102,7 +107,7 @@ impl Engine {
         write: bool,
         size: (u64, u64),
         (slot_from, opts, observer): (SlotFrom, &TransferOptions, Observer),
-        queue: impl FnOnce(&Remote, &mut SlotGuard, &mut RegUse) -> Result<Option<Error>>,
+        queue: impl FnOnce(&Remote, &mut SlotGuard, Uses<'_>) -> Result<Option<Error>>,
     ) -> Result<Arc<ReqInner>> {
         let inner = &self.inner;
         if let Gate::Lost(r) = *ch.gate.read() {
@@ -119,13 +124,15 @@ impl Engine {
             Gate::Lost(r) => return Err(ch.lost_error(*r)),
         };
         let mut regs = RegUse(Vec::new());
-        let mut err = queue(rem, &mut slot, &mut regs)?;
+        let mut segs = SegMask::default();
+        let mut err = queue(rem, &mut slot, (&mut regs, &mut segs))?;
         let id = request::next_id();
         let (slot, used, slots) = slot.into_parts();
         let mut p = Pending {
             slot,
             used,
             regs,
+            segs,
             book: ch.book.clone(),
             slots,
             write,

@@ -25,6 +25,10 @@ pub(super) struct SessionState {
     /// The `va_addr`s of the entries offered to this client, sorted.
     pub(super) offered: Vec<u64>,
     pub(super) last_heartbeat: Instant,
+    /// The client takes revocations of single segments on its keepalive socket (it sent
+    /// [`KEEPALIVE_SUBSCRIBE`](crate::wire::KEEPALIVE_SUBSCRIBE)): a revocation sends it one
+    /// and waits for its answer instead of closing the session.
+    pub(super) updates: bool,
 }
 
 /// Where a connection is in its life.
@@ -69,6 +73,10 @@ pub(super) enum Input {
     Request(Frame),
     /// A heartbeat arrived on a session.
     Heartbeat,
+    /// The session's client takes revocations on its keepalive socket.
+    Subscribe,
+    /// The session's client has carried out its oldest revocation not yet answered.
+    RevokeAck,
 }
 
 pub(super) struct Conn {
@@ -242,8 +250,11 @@ impl Conn {
             };
             self.inbuf.drain(..wire::HEARTBEAT_HEADER_LEN + 4);
             self.skip = rest;
-            if msg_type == HEARTBEAT_MSG_TYPE {
-                return Ok(Some(Input::Heartbeat));
+            match msg_type {
+                HEARTBEAT_MSG_TYPE => return Ok(Some(Input::Heartbeat)),
+                wire::KEEPALIVE_SUBSCRIBE => return Ok(Some(Input::Subscribe)),
+                wire::KEEPALIVE_REVOKE_ACK => return Ok(Some(Input::RevokeAck)),
+                _ => {}
             }
             tracing::warn!(peer = %self.peer, msg_type, "keepalive frame of unknown type skipped");
         }

@@ -101,6 +101,7 @@ impl Loop {
             channel_id: req.channel_id.clone(),
             offered,
             last_heartbeat: now,
+            updates: false,
         });
         tracing::debug!(channel = %req.channel_id, peer = %conn.peer, "session opened");
         conn.queue(&bytes);

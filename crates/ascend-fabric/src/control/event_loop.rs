@@ -5,7 +5,7 @@ use super::conn::{Close, Conn, Input, Phase};
 use super::shared::{Command, SessionEntry, Shared, LISTENER_KEY};
 use super::source::Registered;
 use super::status;
-use crate::wire::{Frame, MsgType, StatusMsg};
+use crate::wire::{self, Frame, MsgType, RevokeMsg, StatusMsg};
 use polling::Events;
 use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read, Write};
@@ -264,6 +264,16 @@ impl Loop {
                         }
                     }
                 }
+                Some(Input::Subscribe) => {
+                    if let Phase::Session(s) = &mut conn.phase {
+                        s.updates = true;
+                    }
+                }
+                Some(Input::RevokeAck) => {
+                    if !conn.waiters.is_empty() {
+                        conn.waiters.remove(0).closed();
+                    }
+                }
                 Some(Input::Request(frame)) => self.on_request(key, frame)?,
             }
         }
@@ -343,8 +353,7 @@ impl Loop {
                     wait.started(keys.len());
                     for k in keys {
                         if let Some(c) = self.conns.get_mut(&k) {
-                            tracing::info!(peer = %c.peer, "session revoked");
-                            if let Err(why) = c.shut_write_when_flushed() {
+                            if let Err(why) = revoke_session(c, &va_addrs) {
                                 self.close(k, why);
                             }
                         }
@@ -448,4 +457,28 @@ fn refuse(stream: TcpStream, code: u32, why: String) {
             _ => break,
         }
     }
+}
+
+/// Revokes `va_addrs` for one session that was offered some of them (its waiter pushed
+/// already): a client that takes revocations on its keepalive socket is sent those of them
+/// it was offered, and answers once it has let go of them (the session stays); any other has
+/// the write side of its session shut, so it sees EOF and tears its channel down.
+fn revoke_session(c: &mut Conn, va_addrs: &[u64]) -> Result<(), Close> {
+    let Phase::Session(s) = &mut c.phase else {
+        return Ok(());
+    };
+    if !s.updates {
+        tracing::info!(peer = %c.peer, "session revoked");
+        return c.shut_write_when_flushed();
+    }
+    let mine: Vec<u64> = va_addrs
+        .iter()
+        .copied()
+        .filter(|a| s.offered.binary_search(a).is_ok())
+        .collect();
+    s.offered.retain(|a| !mine.contains(a));
+    tracing::info!(peer = %c.peer, segments = mine.len(), "segments revoked");
+    let msg = serde_json::to_vec(&RevokeMsg { va_addrs: mine }).expect("numbers serialize");
+    c.queue(&wire::keepalive_bytes(wire::KEEPALIVE_REVOKE, &msg));
+    c.flush()
 }

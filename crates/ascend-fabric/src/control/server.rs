@@ -120,12 +120,18 @@ impl ControlServer {
             .map(|s| s.last_heartbeat.elapsed())
     }
 
-    /// Revokes every session that was offered any of `va_addrs` (the `va_addr` of a
-    /// share-handle entry in its connect response): the server shuts down its write side of
-    /// each such session's socket, so the client's keepalive reader sees EOF, and then waits up
-    /// to `wait` until each of those clients has closed its side too (or the session is
-    /// otherwise gone). Returns how many sessions were revoked; the sessions not yet closed
-    /// when `wait` runs out stay half-closed until their client closes them or they are reaped.
+    /// Revokes `va_addrs` (the `va_addr`s of share-handle entries) at every session that was
+    /// offered any of them (at its connect or a segments request), and waits up to `wait`:
+    /// * a session whose client subscribed on its keepalive socket
+    ///   ([`KEEPALIVE_SUBSCRIBE`](crate::wire::KEEPALIVE_SUBSCRIBE), as this crate's engines
+    ///   do) is sent a [`KEEPALIVE_REVOKE`](crate::wire::KEEPALIVE_REVOKE) naming those of
+    ///   them it was offered, and is waited for until it answers (or closes); it stays open;
+    /// * any other has the write side of its socket shut, so the client's keepalive reader
+    ///   sees EOF, and is waited for until the client has closed its side too (or the session
+    ///   is otherwise gone); one not yet closed when `wait` runs out stays half-closed until
+    ///   its client closes it or it is reaped.
+    ///
+    /// Returns how many sessions were revoked.
     ///
     /// Must not be called from a [`ControlHandler`] callback (they run on the event loop,
     /// which this waits for): it returns 0 there, with a logged error. Nor while holding a lock

@@ -147,14 +147,15 @@ impl Engine {
             Gate::Lost(r) => return Err(ch.lost_error(*r)),
         };
         let mut ranges = Vec::with_capacity(segments.len());
+        let mut slots = Vec::new();
         for s in segments {
             let (addr, len) = match s {
-                SegmentRef::Index(i) => *rem.spans.get(*i).ok_or_else(|| {
+                SegmentRef::Index(i) => rem.live_spans().nth(*i).ok_or_else(|| {
                     prep_err(
                         CALL,
                         format!(
                             "segment index {i} is out of range ({peer} offers {})",
-                            rem.spans.len()
+                            rem.map.len()
                         ),
                     )
                 })?,
@@ -166,6 +167,7 @@ impl Engine {
             rem.map
                 .for_each_piece(addr, len, |p, seg| pieces.push((seg.value.slot, p.offset)))
                 .map_err(|e| prep_err(CALL, format!("{s:?} of {peer}: {e}")))?;
+            slots.extend(pieces.iter().map(|p| p.0));
             ranges.push((addr, len, (pieces.len() == 1).then(|| pieces[0])));
         }
         drop(gate);
@@ -178,10 +180,13 @@ impl Engine {
                 ),
             )
         })?;
+        slots.sort_unstable();
+        slots.dedup();
         Ok(RemoteBlocks {
             engine: Arc::downgrade(&self.inner),
             ch,
             blocks: Arc::new(blocks),
+            slots: slots.into(),
         })
     }
 }
@@ -189,7 +194,7 @@ impl Engine {
 /// Whether `rem` has the segment `s` names.
 fn knows(rem: &Remote, s: &SegmentRef) -> bool {
     match s {
-        SegmentRef::Index(i) => *i < rem.spans.len(),
+        SegmentRef::Index(i) => *i < rem.map.len(),
         SegmentRef::Name(n) => rem.names.contains_key(n),
     }
 }

@@ -195,6 +195,8 @@ pub struct RemoteBlocks {
     pub(crate) engine: Weak<EngineInner>,
     pub(crate) ch: Arc<Channel>,
     pub(crate) blocks: Arc<BlockMap>,
+    /// The copy-table slots of the peer's segments the blocks lie in.
+    pub(crate) slots: Arc<[usize]>,
 }
 
 impl std::fmt::Debug for RemoteBlocks {

@@ -123,7 +123,14 @@ impl Engine {
         let write = op == TransferOp::Write;
         let size = (bl.saturating_mul(pairs.len() as u64), pairs.len() as u64);
         let how = (slot, opts, observer);
-        self.submit_on(&remote.ch, write, size, how, |rem, slot, regs| {
+        self.submit_on(&remote.ch, write, size, how, |rem, slot, (regs, segs)| {
+            if let Some((addr, len)) = remote.slots.iter().find_map(|&s| rem.revoked(s)) {
+                return Err(Error::Revoked {
+                    peer: remote.ch.peer.clone(),
+                    addr,
+                    len,
+                });
+            }
             {
                 // Under the registry's lock, as a deregistration checks `in_flight` under it.
                 let _st = self.inner.registry.state.read();
@@ -136,6 +143,7 @@ impl Engine {
                 regs.add(&local.reg);
             }
             let pieces = pieces(pairs, local, remote, rem)?;
+            plan::mark_remote(&pieces, segs);
             let batches = plan::deal(pieces, slot.streams(), write);
             let tables = (&rem.table, &local.table);
             let batch = self.options().batch_copies;

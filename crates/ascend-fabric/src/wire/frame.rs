@@ -125,12 +125,18 @@ pub fn write_frame(w: &mut impl Write, frame: &Frame) -> Result<(), WireError> {
 
 /// The bytes of one heartbeat frame (30 bytes).
 pub fn heartbeat_bytes() -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEARTBEAT_HEADER_LEN + 4 + HEARTBEAT_JSON.len());
+    keepalive_bytes(HEARTBEAT_MSG_TYPE, HEARTBEAT_JSON.as_bytes())
+}
+
+/// The bytes of one keepalive-socket frame of `msg_type` carrying `json` (at most
+/// [`MAX_FRAME_LEN`] − 4 bytes, as every caller's body is).
+pub fn keepalive_bytes(msg_type: i32, json: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEARTBEAT_HEADER_LEN + 4 + json.len());
     out.extend_from_slice(&HEARTBEAT_MAGIC.to_ne_bytes());
     out.extend_from_slice(&[0u8; 4]);
-    out.extend_from_slice(&(4 + HEARTBEAT_JSON.len() as u64).to_ne_bytes());
-    out.extend_from_slice(&HEARTBEAT_MSG_TYPE.to_ne_bytes());
-    out.extend_from_slice(HEARTBEAT_JSON.as_bytes());
+    out.extend_from_slice(&(4 + json.len() as u64).to_ne_bytes());
+    out.extend_from_slice(&msg_type.to_ne_bytes());
+    out.extend_from_slice(json);
     out
 }
 
@@ -140,6 +146,15 @@ pub fn heartbeat_bytes() -> Vec<u8> {
 /// # Errors
 /// [`WireError::BadMagic`], [`WireError::BadLength`], [`WireError::Truncated`] or I/O errors.
 pub fn read_heartbeat(r: &mut impl Read) -> Result<i32, WireError> {
+    read_keepalive(r).map(|(t, _)| t)
+}
+
+/// Reads one keepalive-socket frame: its message type and its body (the JSON after the
+/// type).
+///
+/// # Errors
+/// [`WireError::BadMagic`], [`WireError::BadLength`], [`WireError::Truncated`] or I/O errors.
+pub fn read_keepalive(r: &mut impl Read) -> Result<(i32, Vec<u8>), WireError> {
     let mut header = [0u8; HEARTBEAT_HEADER_LEN];
     read_full(r, &mut header, HEARTBEAT_HEADER_LEN as u64, 0)?;
     let magic = u32::from_ne_bytes(header[0..4].try_into().unwrap());
@@ -158,7 +173,9 @@ pub fn read_heartbeat(r: &mut impl Read) -> Result<i32, WireError> {
         HEARTBEAT_HEADER_LEN as u64 + size,
         HEARTBEAT_HEADER_LEN as u64,
     )?;
-    Ok(i32::from_ne_bytes(body[0..4].try_into().unwrap()))
+    let msg_type = i32::from_ne_bytes(body[0..4].try_into().unwrap());
+    body.drain(..4);
+    Ok((msg_type, body))
 }
 
 /// Decodes one request/response frame from the front of `buf`, for a reader that buffers

@@ -187,6 +187,13 @@ pub struct StatusMsg {
     pub error_message: String,
 }
 
+/// A revocation of segments (ours: [`KEEPALIVE_REVOKE`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevokeMsg {
+    /// The `va_addr`s of the revoked share-handle entries.
+    pub va_addrs: Vec<u64>,
+}
+
 /// The disconnect request (`kDisconnect`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DisconnectMsg {

@@ -36,6 +36,17 @@ pub const HEARTBEAT_HEADER_LEN: usize = 16;
 pub const HEARTBEAT_MSG_TYPE: i32 = 1;
 /// The heartbeat body: the character `'H'` serialised as a number.
 pub const HEARTBEAT_JSON: &str = "{\"msg\":72}";
+/// Ours, not HIXL's (keepalive framing, client → server, body `{}`): the client takes
+/// revocations of single segments on this socket ([`KEEPALIVE_REVOKE`]) instead of losing the
+/// whole session. A C++ HIXL server logs the frame and skips it, and sends nothing back.
+pub const KEEPALIVE_SUBSCRIBE: i32 = 1101;
+/// Ours (keepalive framing, server → a subscribed client, a [`RevokeMsg`]): the server's
+/// memory at these addresses is being deregistered; the client fails its transfers that use
+/// it, unmaps its imports of it, and answers [`KEEPALIVE_REVOKE_ACK`].
+pub const KEEPALIVE_REVOKE: i32 = 1102;
+/// Ours (keepalive framing, client → server, body `{}`): the oldest revocation not yet
+/// answered is done (no copy of the client can touch that memory any more).
+pub const KEEPALIVE_REVOKE_ACK: i32 = 1103;
 /// Bytes in a fabric share handle.
 pub const SHARE_HANDLE_LEN: usize = 128;
 /// Longest notify name or message.

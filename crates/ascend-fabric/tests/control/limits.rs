@@ -214,13 +214,17 @@ fn revoke_closes_the_sessions_offered_an_address() {
         0,
         "nobody was offered that"
     );
-    // The engine's keepalive reader sees EOF, the engine drops the channel and closes its
-    // side; revoke returns once the server has read that close.
+    // The engine takes revocations of single segments: it drops its import and answers, and
+    // revoke returns on the answer; its session and channel stay.
     assert_eq!(srv.revoke(&[first.entry.va_addr], GUARD), 1);
-    assert_eq!(srv.sessions(), ["raw"]);
-    assert!(h.closed.lock().contains(&engine_id));
-    // The engine closes its side only after its teardown, so it is gone already.
-    assert!(!engine.is_connected(&remote));
+    let mut sessions = srv.sessions();
+    sessions.sort();
+    let mut want = vec![engine_id.clone(), "raw".to_owned()];
+    want.sort();
+    assert_eq!(sessions, want);
+    assert!(h.closed.lock().is_empty());
+    assert!(engine.is_connected(&remote));
+    assert_eq!(engine.remote_segments(&remote).unwrap(), []);
 
     // The raw client does not close: revoke waits only as long as asked, and the session
     // stays half-closed until the client closes it.
@@ -234,10 +238,67 @@ fn revoke_closes_the_sessions_offered_an_address() {
         closed_by_peer(&mut raw.keepalive, GUARD),
         "no FIN for the raw client"
     );
-    assert_eq!(srv.sessions(), ["raw"]);
+    assert!(srv.sessions().contains(&"raw".to_owned()));
     drop(raw);
-    wait_until("raw session gone", || srv.sessions().is_empty());
-    assert_eq!(*h.closed.lock(), [engine_id, "raw".to_owned()]);
+    wait_until("raw session gone", || srv.sessions() == [engine_id.clone()]);
+    assert_eq!(*h.closed.lock(), ["raw".to_owned()]);
+}
+
+/// A client that sent the subscribe frame is sent the revocation of what it was offered, on
+/// its keepalive socket, and the revocation returns on its answer (not on a close, nor the
+/// wait running out); the session stays. What it was not offered is not sent.
+#[test]
+fn revoke_asks_a_subscribed_client_and_returns_on_its_answer() {
+    use ascend_fabric::wire::{self, RevokeMsg};
+    use std::io::Write;
+    let dev = device();
+    let (first, second) = (exported(&dev, MIB2), exported(&dev, MIB2));
+    let h = Arc::new(Switchable::default());
+    let srv = ControlServer::start(
+        "127.0.0.1:0".parse().unwrap(),
+        h.clone(),
+        ServerConfig::default(),
+    )
+    .unwrap();
+    *h.entries.lock() = vec![first.entry.clone()];
+    let mut c = control::connect(srv.local_addr(), "subscriber", T, None).unwrap();
+    c.keepalive
+        .write_all(&wire::keepalive_bytes(wire::KEEPALIVE_SUBSCRIBE, b"{}"))
+        .unwrap();
+    // A heartbeat after it: once the server has read that (its last heartbeat is newer than
+    // the send), it has read the subscribe too.
+    let sent = Instant::now();
+    control::send_heartbeat(&mut c.keepalive).unwrap();
+    wait_until("the heartbeat read", || {
+        srv.since_heartbeat("subscriber")
+            .is_some_and(|d| d < sent.elapsed())
+    });
+    assert_eq!(
+        srv.revoke(&[second.entry.va_addr], GUARD),
+        0,
+        "never offered"
+    );
+    std::thread::scope(|s| {
+        let revoking = s.spawn(|| srv.revoke(&[first.entry.va_addr, second.entry.va_addr], GUARD));
+        c.keepalive.set_read_timeout(Some(GUARD)).unwrap();
+        let (ty, body) = wire::read_keepalive(&mut c.keepalive).unwrap();
+        assert_eq!(ty, wire::KEEPALIVE_REVOKE);
+        let msg: RevokeMsg = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            msg.va_addrs,
+            [first.entry.va_addr],
+            "only what it was offered"
+        );
+        c.keepalive
+            .write_all(&wire::keepalive_bytes(wire::KEEPALIVE_REVOKE_ACK, b"{}"))
+            .unwrap();
+        assert_eq!(revoking.join().unwrap(), 1);
+    });
+    assert_eq!(srv.sessions(), ["subscriber"]);
+    // Revoked already: not sent again.
+    assert_eq!(srv.revoke(&[first.entry.va_addr], GUARD), 0);
+    drop(c);
+    wait_until("session gone", || srv.sessions().is_empty());
 }
 
 /// The engine's option reaches its server: a client that sends no heartbeats is reaped, an

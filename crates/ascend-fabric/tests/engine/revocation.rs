@@ -1,13 +1,15 @@
 //! Deregistration revokes: when memory that connected peers imported is no longer covered by
-//! any registration, those peers' sessions are closed and the deregistration returns only
-//! once they have torn their channels down (in-flight transfers failed, imports unmapped).
-//! Memory still covered, or registered after a peer connected (never offered to it), leaves
-//! the peer alone. It holds the test lock: the emulator's counters are process-wide.
+//! any registration, the deregistration returns only once each of those peers (engines of
+//! this crate, which take revocations of single segments) has failed its in-flight transfers
+//! into that memory with `Revoked` and dropped its import of it; their channels stay for the
+//! rest. Memory still covered, or registered after a peer connected (never offered to it),
+//! leaves the peer alone. (A client that does not take single revocations, as a C++ HIXL
+//! engine, has its session closed instead: see the control tests.) It holds the test lock: the emulator's counters are process-wide.
 
 use std::time::Duration;
 
 use crate::util::*;
-use ascend_fabric::{Engine, Error, LostReason, Side, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, Error, Side, TransferDesc, TransferOp};
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 2 << 20;
@@ -43,9 +45,10 @@ impl Pair {
     }
 }
 
-/// Deregistering (and dropping) imported memory cuts the peer off before returning; an
-/// in-flight transfer of the peer fails with PeerLost; a reconnect is offered only what is
-/// still registered.
+/// Deregistering (and dropping) imported memory revokes it at the peer before returning: the
+/// peer's in-flight transfer into it fails with `Revoked`, one into other memory of the owner
+/// completes, the channel stays, the import goes once no stream holds it, and a list prepared
+/// over the revoked memory is refused with `Revoked`.
 fn imported_memory(dev: &ascend_mem::Device) {
     let p = pair(dev);
     let a = p.owner.alloc_device(LEN).unwrap();
@@ -55,27 +58,45 @@ fn imported_memory(dev: &ascend_mem::Device) {
     p.peer.connect(&p.addr, T).unwrap();
     assert_eq!(ascend_sim::counters().imports, 2);
     p.write(a.as_raw() as u64).unwrap();
-
-    // A transfer kept in flight while the memory is revoked.
-    let hold = ascend_sim::testing::hold_all_streams();
-    let d = TransferDesc::new(p.local.as_raw() as u64, a.as_raw() as u64, 4096);
-    let req = p
+    let sessions = p.owner.sessions();
+    let seg_a = p
         .peer
-        .transfer_async(&p.addr, TransferOp::Write, &[d])
+        .remote_segments(&p.addr)
+        .unwrap()
+        .iter()
+        .position(|s| s.0 == a.as_raw() as u64)
         .unwrap();
-    p.owner.deregister(reg_a).unwrap();
-    // Returned: the peer's channel is gone, with its imports.
-    assert!(!p.peer.is_connected(&p.addr));
-    assert_eq!(ascend_sim::counters().imports, 0);
-    assert_eq!(p.peer.pool_usage().0, 0);
-    match req.wait(T) {
-        Err(Error::PeerLost { reason, .. }) => assert_eq!(reason, LostReason::KeepaliveClosed),
-        other => panic!("expected PeerLost, got {other:?}"),
-    }
-    drop(hold);
+    let list_a = p
+        .peer
+        .prepare_remote(&p.addr, &[ascend_fabric::SegmentRef::Index(seg_a)], 4096)
+        .unwrap();
+    let local_list = p.peer.prepare_local(&p._local_reg, 4096).unwrap();
 
-    // Back again: only `b` is offered; `a` is private.
-    p.peer.connect(&p.addr, T).unwrap();
+    // Transfers kept in flight while `a` is revoked: one into `a`, one into `b`.
+    let hold = ascend_sim::testing::hold_all_streams();
+    let into = |addr: u64| {
+        let d = TransferDesc::new(p.local.as_raw() as u64, addr, 4096);
+        p.peer
+            .transfer_async(&p.addr, TransferOp::Write, &[d])
+            .unwrap()
+    };
+    let (req_a, req_b) = (into(a.as_raw() as u64), into(b.as_raw() as u64));
+    p.owner.deregister(reg_a).unwrap();
+    // Returned: the peer has let go of `a`; the channel and `b` stay.
+    assert!(p.peer.is_connected(&p.addr));
+    assert_eq!(p.owner.sessions(), sessions, "the session stays");
+    match req_a.wait(T) {
+        Err(Error::Revoked { addr, len, .. }) => {
+            assert_eq!((addr, len), (a.as_raw() as u64, LEN as u64))
+        }
+        other => panic!("expected Revoked, got {other:?}"),
+    }
+    assert_eq!(req_a.status(), ascend_fabric::TransferStatus::Failed);
+    drop(hold);
+    req_b.wait(T).unwrap();
+    ascend_testkit::wait_until("the revoked import unmapped", T, || {
+        ascend_sim::counters().imports == 1
+    });
     let segs = p.peer.remote_segments(&p.addr).unwrap();
     assert_eq!(segs, vec![(b.as_raw() as u64, LEN as u64)]);
     match p.write(a.as_raw() as u64) {
@@ -84,11 +105,20 @@ fn imported_memory(dev: &ascend_mem::Device) {
         }) => {}
         other => panic!("expected NotRegistered on the remote side, got {other:?}"),
     }
+    match p
+        .peer
+        .transfer_prepared_sync(TransferOp::Write, &local_list, &list_a, &[(0, 0)], T)
+    {
+        Err(e @ Error::Revoked { .. }) => assert_eq!(e.status(), ascend_fabric::HixlCode::FAILED),
+        other => panic!("expected Revoked for the list over `a`, got {other:?}"),
+    }
     p.write(b.as_raw() as u64).unwrap();
     // Dropping the last clone revokes as well.
     drop(reg_b);
-    assert!(!p.peer.is_connected(&p.addr));
+    assert!(p.peer.is_connected(&p.addr));
     assert_eq!(ascend_sim::counters().imports, 0);
+    assert_eq!(p.peer.pool_usage().0, 0);
+    drop((list_a, local_list));
 }
 
 /// A block still covered by another registration, or memory registered after the peer
@@ -106,22 +136,22 @@ fn memory_the_peer_keeps(dev: &ascend_mem::Device) {
         .register_slice(&a.as_slice().slice(LEN / 2..LEN).unwrap())
         .unwrap();
     p.peer.connect(&p.addr, T).unwrap();
+    let offered = || p.peer.remote_segments(&p.addr).unwrap().len();
     let late_buf = p.owner.alloc_device(LEN).unwrap();
     let late = p.owner.register(&late_buf).unwrap();
     p.owner.deregister(late).unwrap();
-    assert!(p.peer.is_connected(&p.addr), "never offered: no revocation");
+    assert_eq!(offered(), 1, "never offered: no revocation");
     p.owner.deregister(left).unwrap();
-    assert!(
-        p.peer.is_connected(&p.addr),
-        "the block is still registered"
-    );
+    assert_eq!(offered(), 1, "the block is still registered");
     p.write(a.as_raw() as u64 + LEN as u64 / 2).unwrap();
     p.owner.deregister(right).unwrap();
-    assert!(!p.peer.is_connected(&p.addr), "the block is gone");
+    assert_eq!(offered(), 0, "the block is gone");
+    assert!(p.peer.is_connected(&p.addr));
+    assert_eq!(ascend_sim::counters().imports, 0);
 }
 
 #[test]
-fn deregistering_imported_memory_cuts_its_importers_off_first() {
+fn deregistering_imported_memory_revokes_it_at_its_importers_first() {
     let env = setup();
     let rt = &env.rt;
     let dev = rt.device(0).unwrap();
