@@ -13,7 +13,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ascend_fabric::cs::{self, Client, Endpoint, Op, Protocol, Server};
+use ascend_cs::{Client, Endpoint, Op, Protocol, Server};
 use ascend_mem::{DeviceBuffer, Runtime};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -38,7 +38,7 @@ fn free_port() -> Res<u16> {
 
 fn open(role: &str) -> Res<Runtime> {
     let rt = Runtime::from_env_or_emulator()?;
-    let hixl = cs::table(&rt)?;
+    let hixl = ascend_cs::table(&rt)?;
     println!(
         "[{role}] ACL backend: {}; HIXL: {}",
         rt.backend(),

@@ -1,9 +1,9 @@
 //! `ascend`: the facade over the ascend-mem crate family.
 //!
 //! Re-exports the safe layer ([`mem`], also glob-exported at the root), the transfer engine
-//! ([`fabric`]), the raw ACL bindings ([`acl_sys`]) and the emulator ([`sim`]), and owns the
-//! workspace's examples and its cross-crate test. Library users normally depend on `ascend-mem`
-//! and `ascend-fabric` directly.
+//! ([`fabric`]), the HixlCS wrapper ([`cs`]), the raw ACL bindings ([`acl_sys`]) and the
+//! emulator ([`sim`]), and owns the workspace's examples and its cross-crate test. Library users
+//! normally depend on `ascend-mem`, `ascend-fabric` and `ascend-cs` directly.
 //!
 //! | crate | what it is |
 //! |---|---|
@@ -11,7 +11,8 @@
 //! | `ascend-mem` | safe types: `Runtime`, `Device`, `ReservedVa`, `PhysicalMem`, `Mapping`, `FabricHandle`, buffers, streams, and HCCL communicators, collectives and symmetric windows (`hccl`) |
 //! | `hccl-sys` | raw HCCL bindings (communicators, collectives, symmetric windows) |
 //! | `hixl-sys` | raw HixlCS bindings (HIXL's C client/server API) |
-//! | `ascend-fabric` | the transfer engine (HIXL FabricMem, wire-compatible), HixlCS, the engine directory |
+//! | `ascend-cs` | the safe HixlCS wrapper (HIXL's client/server one-sided C API): servers, clients, tagged registrations, batch put/get |
+//! | `ascend-fabric` | the transfer engine (HIXL FabricMem, wire-compatible), the engine directory |
 //! | `ascend-sim` | the host emulator implementing the same C symbols (ACL, HCCL, HixlCS) |
 //! | `ascend-launch` | `ascend-run`: starts N ranks as processes with the rendezvous variables set |
 //! | `ascend-bench` | benchmarks printing ratios against memcpy and UCX, and the soak test |
@@ -19,6 +20,7 @@
 //! | `ascend-testkit` | test helpers shared by the crates' tests (not published) |
 
 pub use acl_sys;
+pub use ascend_cs as cs;
 pub use ascend_fabric as fabric;
 pub use ascend_mem as mem;
 pub use ascend_mem::*;

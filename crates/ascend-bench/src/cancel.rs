@@ -1,10 +1,11 @@
 //! What cancelling transfers costs the thread that cancels: 1,000 transfer futures of 32 MiB
 //! WRITEs each (32 descriptors of 1 MiB, over the engine's streams), every one polled once, so
 //! every slot holds a transfer whose copies run and the rest wait for a slot; then all are
-//! dropped on this one thread. The same again with [`TransferRequest::cancel`] on each
-//! instead, which waits for the aborted streams (what a drop cost before drops stopped
-//! waiting). Reported: the time the drop took, the time until the engine had let everything
-//! go (the registration no longer in use), and the cancel loop's time; medians of three.
+//! dropped on this one thread. The same again with
+//! [`TransferRequest::cancel`](ascend_fabric::TransferRequest::cancel) on each instead, which
+//! waits for the aborted streams (what a drop cost before drops stopped waiting). Reported: the
+//! time the drop took, the time until the engine had let everything go (the registration no
+//! longer in use), and the cancel loop's time; medians of three.
 
 use std::future::Future;
 use std::pin::Pin;

@@ -3,11 +3,11 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::code::HixlCode;
 use crate::control::ClientError;
 use crate::options::OptionError;
 use crate::ranges::RangeError;
 use crate::wire::WireError;
+use ascend_cs::HixlCode;
 
 /// Why a channel to a peer ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]

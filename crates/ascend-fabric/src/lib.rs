@@ -85,8 +85,8 @@
 //!   travel in clear;
 //! * run HIXL's AICPU path (an option map asking for it runs the host path, with a WARN line;
 //!   see [`EngineOptions::from_hixl`]) or implement
-//!   HIXL's HCCL engines itself (its C client/server API, HixlCS, is wrapped in [`cs`] over the
-//!   runtime's own library);
+//!   HIXL's HCCL engines itself (its C client/server API, HixlCS, is wrapped by the ascend-cs
+//!   crate over the runtime's own library; [`HixlCode`] and [`MemKind`] come from there);
 //! * reconnect on its own unless `AutoConnect` is on: then a transfer to a peer it is not
 //!   connected to connects first (3 s timeout), and a transfer whose copies failed
 //!   disconnects its peer, as in HIXL (argument errors, caught before any copy, do not).
@@ -133,10 +133,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod channel;
-mod code;
 mod connect;
 pub mod control;
-pub mod cs;
 pub mod directory;
 mod engine;
 mod error;
@@ -161,7 +159,7 @@ mod transfer;
 mod transfer_request;
 pub mod wire;
 
-pub use code::HixlCode;
+pub use ascend_cs::{HixlCode, MemKind};
 pub use engine::Engine;
 pub use error::{Error, LostReason, Result, Side};
 pub use future::{Connect, Post, Transfer};
@@ -169,7 +167,7 @@ pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
 pub use pool::SLOT as POOL_SLOT;
 pub use prepared::{LocalBlocks, RemoteBlocks, SegmentRef};
 pub use queue::{Completion, CompletionQueue, Next};
-pub use registry::{MemKind, Registrable, Registration};
+pub use registry::{Registrable, Registration};
 pub use slots::STREAM_BUDGET;
 pub use stats::PeerStats;
 pub use transfer::{TransferDesc, TransferOp, TransferOptions, TransferStatus};

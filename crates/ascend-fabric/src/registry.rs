@@ -9,6 +9,7 @@
 //! memory is retained (`aclrtMemRetainAllocationHandle`) and mapped again into the engine's VA
 //! pool, so copies never touch a range its owner may unmap.
 
+use ascend_cs::MemKind;
 use ascend_mem::CloseError;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -25,16 +26,6 @@ use crate::names::{Named, Names};
 use crate::pool::{SlotMapping, VaPool};
 use crate::ranges::{RangeError, RangeMap};
 use crate::wire::ShareHandleEntry;
-
-/// Where registered memory lives: HIXL's `MemType` for the engine, `CommMemType` for the
-/// HixlCS wrapper ([`crate::cs`]).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum MemKind {
-    /// Device HBM (`MEM_DEVICE`, `COMM_MEM_TYPE_DEVICE`).
-    Device,
-    /// Host DRAM the device can reach (`MEM_HOST`, `COMM_MEM_TYPE_HOST`).
-    Host,
-}
 
 /// Memory that can be registered with an engine: ascend-mem buffers, mappings, views of
 /// them, and lists of these that together form one contiguous range of one reservation (a KV

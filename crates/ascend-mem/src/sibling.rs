@@ -2,7 +2,7 @@
 //! choice every table over the ACL runtime makes the same way, and the cache that keeps it.
 //!
 //! Meant for the crates of this workspace that bind such an API (ascend-mem's
-//! [`hccl`](crate::hccl) module, ascend-fabric's HixlCS wrapper); applications do not need it.
+//! [`hccl`](crate::hccl) module, ascend-cs's HixlCS wrapper); applications do not need it.
 //!
 //! The rule, per ACL table:
 //! * the in-process emulator (`Runtime::emulated`, feature `emulator`) →

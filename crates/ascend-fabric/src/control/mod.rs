@@ -79,7 +79,7 @@ use std::time::Duration;
 
 /// HIXL status codes carried in status messages (the values of [`crate::HixlCode`]).
 pub mod status {
-    use crate::code::HixlCode;
+    use ascend_cs::HixlCode;
 
     /// Success.
     pub const SUCCESS: u32 = HixlCode::SUCCESS.0;

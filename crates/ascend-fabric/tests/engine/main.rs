@@ -1,8 +1,8 @@
 //! The engine's tests on the emulator, one binary with a module per topic: transfers,
-//! registrations, pools, failures and teardown, the HixlCS wrapper. Every test holds the
-//! process-wide test lock for its whole run (`setup`), so the emulator's counters, faults and
-//! stream holds are one test's at a time; the multi-process ones re-run this binary as their
-//! own children in a role (`ascend_testkit::role`).
+//! registrations, pools, failures and teardown. Every test holds the process-wide test lock
+//! for its whole run (`setup`), so the emulator's counters, faults and stream holds are one
+//! test's at a time; the multi-process ones re-run this binary as their own children in a role
+//! (`ascend_testkit::role`).
 
 mod async_util;
 mod peer;
@@ -20,8 +20,6 @@ mod detached_drop;
 mod errors;
 mod failure;
 mod futures;
-mod hixl_cs;
-mod hixl_cs_procs;
 mod hixl_scenarios;
 mod late_segments;
 mod perf;

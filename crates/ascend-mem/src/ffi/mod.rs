@@ -9,7 +9,7 @@
 //!
 //! That status check is the one every C library of the workspace shares ([`StatusCheck`],
 //! applied by [`checked_call!`](crate::checked_call), in `status.rs`): HCCL's calls make it
-//! too, and so do ascend-fabric's HixlCS calls, each with its own status type and error.
+//! too, and so do ascend-cs's HixlCS calls, each with its own status type and error.
 //!
 //! An [`AclLib`] is a valid table by construction (opening one is `unsafe`, and its contract
 //! is that every symbol is the ACL function of that name). A function is then safe when its

@@ -6,7 +6,7 @@
 //! a failure becomes, with the library's message read right after it on the same thread), and
 //! [`checked_call!`](crate::checked_call) the one macro that calls through a table and applies
 //! it, naming the C function. Here: ACL ([`AclLib`] itself; [`Error::Acl`]) and HCCL
-//! (`HcclStatus`; [`Error::Hccl`]). ascend-fabric's HixlCS wrapper implements it for its own
+//! (`HcclStatus`; [`Error::Hccl`]). The HixlCS wrapper (ascend-cs) implements it for its own
 //! library and error type.
 
 use std::ffi::CStr;

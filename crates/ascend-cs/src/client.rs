@@ -12,12 +12,12 @@ use hixl_sys as hixl;
 use hixl_sys::HixlLib;
 use parking_lot::Mutex;
 
-use super::completion::{Completion, InFlight};
-use super::endpoint::Endpoint;
-use super::error::{Error, Result};
-use super::library::{cstring, millis, table, xcall};
-use super::memory::{comm_mem, kind_of_raw, CommMemory, Keep, MemKind};
-use super::remote::{RemoteMem, RemoteMemList};
+use crate::completion::{Completion, InFlight};
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::library::{cstring, millis, table, xcall};
+use crate::memory::{comm_mem, kind_of_raw, CommMemory, Keep, MemKind};
+use crate::remote::{RemoteMem, RemoteMemList};
 
 /// A HixlCS client. Destroyed on drop; if async batches are still in flight then (their
 /// [`Completion`]s were leaked), the client and the memory those batches use are leaked
@@ -34,6 +34,7 @@ pub struct Client {
     destroyed: bool,
 }
 
+#[allow(unsafe_code)]
 // SAFETY: the handle is an id, not tied to the thread that made it; every method and Drop
 // makes `dev` current on the calling thread before calling HIXL; our own state is behind
 // locks. Not Sync: concurrent calls on one client are not documented as safe.
@@ -89,6 +90,7 @@ impl LocalMem<'_> {
 }
 
 impl Drop for LocalMem<'_> {
+    #[allow(unsafe_code)]
     fn drop(&mut self) {
         let r = self.client.dev.bind().map_err(Error::from).and_then(|()| {
             // SAFETY: live client and our registration handle; batches that use this memory
@@ -144,6 +146,7 @@ impl Client {
     /// [`Error::Load`]; `HixlCSClientCreate` failures: `HIXL_UNSUPPORTED` for a protocol the
     /// library does not serve, `HIXL_PARAM_INVALID` for port 0 or mismatched endpoints.
     #[doc(alias = "HixlCSClientCreate")]
+    #[allow(unsafe_code)]
     pub fn new(
         dev: &Device,
         server_ip: IpAddr,
@@ -187,6 +190,7 @@ impl Client {
     /// `HIXL_TIMEOUT` when nobody accepts in time, `HIXL_ALREADY_CONNECTED`,
     /// `HIXL_PARAM_INVALID` when the server has no endpoint of our protocol.
     #[doc(alias = "HixlCSClientConnect")]
+    #[allow(unsafe_code)]
     pub fn connect(&self, timeout: Duration) -> Result<()> {
         let ms = millis("HixlCSClientConnect", timeout)?;
         self.dev.bind()?;
@@ -199,6 +203,7 @@ impl Client {
     /// # Errors
     /// `HixlCSClientGetRemoteMem` failures (`HIXL_NOT_CONNECTED`, `HIXL_TIMEOUT`).
     #[doc(alias = "HixlCSClientGetRemoteMem")]
+    #[allow(unsafe_code)]
     pub fn remote_memory(&self, timeout: Duration) -> Result<RemoteMemList> {
         let ms = millis("HixlCSClientGetRemoteMem", timeout)?;
         self.dev.bind()?;
@@ -241,6 +246,7 @@ impl Client {
     /// `HixlCSClientRegMem` failures (`HIXL_PARAM_INVALID` for memory the runtime does not
     /// know as that kind, or overlapping a registration).
     #[doc(alias = "HixlCSClientRegMem")]
+    #[allow(unsafe_code)]
     pub fn register<M: CommMemory>(&self, mem: Arc<M>) -> Result<LocalMem<'_>> {
         let (kind, cm) = comm_mem(&*mem);
         self.dev.bind()?;
@@ -347,6 +353,7 @@ impl Client {
         self.sync(false, ops, timeout)
     }
 
+    #[allow(unsafe_code)]
     fn sync(&self, put: bool, ops: &[Op<'_>], timeout: Duration) -> Result<()> {
         let api = if put {
             "HixlCSClientBatchPutSync"
@@ -394,6 +401,7 @@ impl Client {
         self.submit(false, ops)
     }
 
+    #[allow(unsafe_code)]
     fn submit(&self, put: bool, ops: &[Op<'_>]) -> Result<Completion<'_>> {
         let api = if put {
             "HixlCSClientBatchPutAsync"
@@ -460,6 +468,7 @@ impl Client {
         }
     }
 
+    #[allow(unsafe_code)]
     fn destroy(&self) -> Result<()> {
         self.dev.bind()?;
         // SAFETY: we own the handle; registrations and completions borrow `self`, so none is

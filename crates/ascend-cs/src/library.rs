@@ -10,12 +10,13 @@ use ascend_mem::Runtime;
 use hixl_sys as hixl;
 use hixl_sys::HixlLib;
 
-use super::error::{Error, Result};
 use crate::code::HixlCode;
+use crate::error::{Error, Result};
 
 /// Tables chosen so far, one per ACL table.
 static TABLES: LibCache<HixlLib> = LibCache::new();
 
+#[allow(unsafe_code)]
 fn open(choice: LibChoice) -> Result<&'static HixlLib> {
     match choice {
         #[cfg(feature = "emulator")]
@@ -35,7 +36,7 @@ fn open(choice: LibChoice) -> Result<&'static HixlLib> {
     }
 }
 
-/// The HIXL table serving `rt` (see the module docs), chosen once per ACL table and kept for
+/// The HIXL table serving `rt` (see the crate docs), chosen once per ACL table and kept for
 /// the process (the rule is ascend-mem's [`sibling`](ascend_mem::sibling) one, shared with
 /// its HCCL table).
 ///
@@ -49,7 +50,7 @@ pub fn table(rt: &Runtime) -> Result<&'static HixlLib> {
     })
 }
 
-pub(super) fn message(lib: &HixlLib) -> Box<str> {
+pub(crate) fn message(lib: &HixlLib) -> Box<str> {
     #[cfg(feature = "emulator")]
     if std::ptr::eq(lib, ascend_sim::hixl_table()) {
         return ascend_sim::hixl_last_error_message()
@@ -62,7 +63,7 @@ pub(super) fn message(lib: &HixlLib) -> Box<str> {
 
 /// HixlCS's status check (ascend-mem's one for every C library): a status other than
 /// `HIXL_SUCCESS` becomes [`Error::Hixl`] with the library's message.
-pub(super) struct HixlStatus<'a>(pub(super) &'a HixlLib);
+pub(crate) struct HixlStatus<'a>(pub(crate) &'a HixlLib);
 
 impl StatusCheck for HixlStatus<'_> {
     type Status = hixl::HixlStatus;
@@ -83,12 +84,12 @@ impl StatusCheck for HixlStatus<'_> {
 macro_rules! xcall {
     ($lib:expr, $($call:tt)+) => {{
         let lib: &HixlLib = $lib;
-        ascend_mem::checked_call!(&$crate::cs::library::HixlStatus(lib), lib, $($call)+)
+        ascend_mem::checked_call!(&$crate::library::HixlStatus(lib), lib, $($call)+)
     }};
 }
-pub(super) use xcall;
+pub(crate) use xcall;
 
-pub(super) fn millis(api: &'static str, t: Duration) -> Result<u32> {
+pub(crate) fn millis(api: &'static str, t: Duration) -> Result<u32> {
     u32::try_from(t.as_millis())
         .ok()
         .filter(|ms| *ms > 0)
@@ -99,7 +100,7 @@ pub(super) fn millis(api: &'static str, t: Duration) -> Result<u32> {
         })
 }
 
-pub(super) fn cstring(api: &'static str, what: &'static str, s: &str) -> Result<CString> {
+pub(crate) fn cstring(api: &'static str, what: &'static str, s: &str) -> Result<CString> {
     CString::new(s).map_err(|_| Error::InvalidArgument {
         api,
         what,

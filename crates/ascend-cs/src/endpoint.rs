@@ -52,7 +52,7 @@ impl Protocol {
 /// An endpoint (`EndpointDesc`, 160 bytes), initialised as `EndpointDescInit` does.
 #[derive(Copy, Clone)]
 pub struct Endpoint {
-    pub(super) raw: hixl::EndpointDesc,
+    pub(crate) raw: hixl::EndpointDesc,
 }
 
 impl fmt::Debug for Endpoint {

@@ -1,15 +1,15 @@
 //! The server's memory list as a client reads it: [`RemoteMem`] blocks with their tags.
 
-use super::error::{Error, Result};
-use super::memory::MemKind;
+use crate::error::{Error, Result};
+use crate::memory::MemKind;
 
 /// One block of the server's memory list.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteMem {
-    pub(super) tag: Box<str>,
-    pub(super) kind: MemKind,
-    pub(super) addr: u64,
-    pub(super) len: u64,
+    pub(crate) tag: Box<str>,
+    pub(crate) kind: MemKind,
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
 }
 
 impl RemoteMem {
@@ -38,7 +38,7 @@ impl RemoteMem {
 /// The server's memory list with tags (a copy; the library's arrays are gone after the call).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RemoteMemList {
-    pub(super) items: Vec<RemoteMem>,
+    pub(crate) items: Vec<RemoteMem>,
 }
 
 impl RemoteMemList {

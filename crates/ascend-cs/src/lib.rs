@@ -1,14 +1,16 @@
-//! HIXL's client/server C API (`HixlCS*`, bound through `hixl-sys`): a [`Server`] registers
-//! tagged device or host memory and listens; a [`Client`] connects, reads the server's memory
-//! list with tags ([`RemoteMemList`]) and moves bytes one-sided with batch put/get, sync or
-//! async ([`Completion`]).
+//! ascend-cs: safe Rust over HIXL's client/server one-sided C API, HixlCS (`HixlCS*`, bound
+//! through `hixl-sys` and loaded at run time): a [`Server`] registers tagged device or host
+//! memory and listens; a [`Client`] connects, reads the server's memory list with tags
+//! ([`RemoteMemList`]) and moves bytes one-sided with batch put/get, sync or async
+//! ([`Completion`]). It builds on ascend-mem's types alone ([`Device`](ascend_mem::Device),
+//! buffers and mappings); the Fabric Mem transfer engine is another crate, ascend-fabric.
 //!
 //! # Which HIXL surfaces are bound, which are native, and why
 //!
 //! | HIXL surface | here | why |
 //! |---|---|---|
-//! | HixlCS C API (`cs/hixl_cs.h`, `libcann_hixl.so`) | **bound**: `hixl-sys` + this module | plain C symbols and C structs: loaded with `dlopen`, called through a table |
-//! | `hixl::Hixl` engine, FabricMem mode | **native**: [`Engine`](crate::Engine) in this crate | a C++ class (pimpl) taking `ge::AscendString` and `std::map`/`std::vector`: no C ABI to bind, so the FabricMem control plane is reimplemented wire-compatibly |
+//! | HixlCS C API (`cs/hixl_cs.h`, `libcann_hixl.so`) | **bound**: `hixl-sys` + this crate | plain C symbols and C structs: loaded with `dlopen`, called through a table |
+//! | `hixl::Hixl` engine, FabricMem mode | **native**: `ascend_fabric::Engine` (the ascend-fabric crate) | a C++ class (pimpl) taking `ge::AscendString` and `std::map`/`std::vector`: no C ABI to bind, so the FabricMem control plane is reimplemented wire-compatibly |
 //! | ADXL (deprecated) | not bound | superseded by HIXL |
 //!
 //! # Backends
@@ -37,19 +39,20 @@
 //! range inside its block of the server's list ([`Error::RemoteOutOfBounds`]); tags are looked
 //! up in the list ([`Error::UnknownTag`]). What only the library knows comes back as
 //! [`Error::Hixl`] with the C name, the [`HixlCode`] and the emulator's message when in process.
-//! [`HixlCode`] and [`MemKind`] are the crate's own ([`crate::HixlCode`], [`crate::MemKind`]):
-//! the C API uses the engine's status values and memory kinds.
+//! [`HixlCode`] (HIXL's status codes) and [`MemKind`] (device or host memory) are defined here
+//! and shared with ascend-fabric, whose engine speaks the same statuses on its control wire and
+//! registers the same two kinds of memory (it re-exports both).
 //!
 //! # Files
-//! `error` (the errors and their statuses), `library` (which library, checked calls),
-//! `endpoint`, `memory` (what can be registered), `server`, `client`, `remote` (the server's
-//! list as read), `completion` (async batches).
+//! `code` (HIXL's status codes), `error` (the errors and their statuses), `library` (which
+//! library, checked calls), `endpoint`, `memory` (what can be registered), `server`, `client`,
+//! `remote` (the server's list as read), `completion` (async batches).
 //!
 //! # Example
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::{sync::Arc, time::Duration};
-//! use ascend_fabric::cs::{Client, Endpoint, Op, Protocol, Server};
+//! use ascend_cs::{Client, Endpoint, Op, Protocol, Server};
 //! use ascend_mem::{DeviceBuffer, Runtime};
 //! let rt = Runtime::from_env()?;
 //! let dev = rt.device(0)?;
@@ -65,9 +68,11 @@
 //! client.put(&[Op::new(&local, 0, kv, 0, 4096)], Duration::from_secs(1))?;
 //! # Ok(()) }
 //! ```
-#![allow(unsafe_code)]
+#![deny(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod client;
+mod code;
 mod completion;
 mod endpoint;
 mod error;
@@ -76,8 +81,8 @@ mod memory;
 mod remote;
 mod server;
 
-pub use crate::code::HixlCode;
 pub use client::{Client, LocalMem, Op};
+pub use code::HixlCode;
 pub use completion::{CompleteStatus, Completion};
 pub use endpoint::{Endpoint, Protocol};
 pub use error::{Error, Result};

@@ -1,4 +1,4 @@
-//! `ascend_fabric::cs` over the in-process emulator: the round trip sync and async, every bad
+//! `ascend_cs` over the in-process emulator: the round trip sync and async, every bad
 //! input as a typed error (host checks first, then the library's status through the table and
 //! at the raw C level), destroy with a batch in flight, and the emulator's ACL and HIXL
 //! counters back to zero.
@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::util::*;
-use ascend_fabric::cs::{
-    self, Client, CompleteStatus, Endpoint, Error, HixlCode, MemKind, Op, Protocol, Server,
-};
+use ascend_cs::{Client, CompleteStatus, Endpoint, Error, HixlCode, MemKind, Op, Protocol, Server};
 use ascend_mem::{Device, DeviceBuffer, HostBuffer};
 use ascend_testkit::emulator::sim_library;
 
@@ -289,7 +287,7 @@ fn bad_inputs_are_typed_errors() {
 
         // 21-24: the same mistakes at the C level, through the raw table: null and unknown
         // handles, an op outside the remote memory, a zero-length list.
-        let t = cs::table(env.dev.runtime()).unwrap();
+        let t = ascend_cs::table(env.dev.runtime()).unwrap();
         let bogus = 0xdead_0000usize as *mut std::ffi::c_void;
         // SAFETY: the emulator checks every handle and pointer these calls pass.
         unsafe {
@@ -304,7 +302,7 @@ fn bad_inputs_are_typed_errors() {
             let mut st = 0;
             let r = t.HixlCSClientQueryCompleteStatus(client.as_raw(), bogus, &mut st);
             assert_eq!(r.unwrap(), HixlCode::PARAM_INVALID.0);
-            let d = cs::sys::HixlOneSideOpDesc {
+            let d = ascend_cs::sys::HixlOneSideOpDesc {
                 remote_buf: (kv.addr() + kv.len()) as usize as *mut _,
                 local_buf: local.addr(),
                 len: 64,
@@ -373,12 +371,15 @@ fn dlopen_backend_opens_the_same_library_for_hixl() {
     };
     // SAFETY: the emulator's shared library exports the ACL functions with acl-sys signatures.
     let rt = unsafe { ascend_mem::Runtime::from_library_path(&lib) }.unwrap();
-    let t = cs::table(&rt).unwrap();
+    let t = ascend_cs::table(&rt).unwrap();
     assert!(!std::ptr::eq(t, ascend_sim::hixl_table()));
     assert_eq!(t.source().describe(), lib.to_string_lossy());
-    assert!(std::ptr::eq(t, cs::table(&rt).unwrap()), "chosen once");
+    assert!(
+        std::ptr::eq(t, ascend_cs::table(&rt).unwrap()),
+        "chosen once"
+    );
     assert!(std::ptr::eq(
-        cs::table(env.dev.runtime()).unwrap(),
+        ascend_cs::table(env.dev.runtime()).unwrap(),
         ascend_sim::hixl_table()
     ));
     // A round trip served entirely by the shared library's emulator instance.

@@ -9,10 +9,10 @@ use ascend_mem::{CloseError, Device};
 use hixl_sys as hixl;
 use hixl_sys::HixlLib;
 
-use super::endpoint::Endpoint;
-use super::error::{Error, Result};
-use super::library::{cstring, table, xcall};
-use super::memory::{comm_mem, CommMemory, Keep, MemKind};
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::library::{cstring, table, xcall};
+use crate::memory::{comm_mem, CommMemory, Keep, MemKind};
 
 /// A HixlCS server: endpoints, tagged registered memory, a listener. Destroyed on drop.
 #[must_use = "dropping the Server stops serving and deregisters its memory"]
@@ -23,6 +23,7 @@ pub struct Server {
     destroyed: bool,
 }
 
+#[allow(unsafe_code)]
 // SAFETY: the handle is an id, not tied to the thread that made it; every method and Drop
 // makes `dev` current on the calling thread before calling HIXL. Not Sync: concurrent calls on
 // one server are not documented as safe.
@@ -43,6 +44,7 @@ impl Server {
     /// failures: `HIXL_UNSUPPORTED` for a protocol the library does not serve,
     /// `HIXL_PARAM_INVALID` for a bad address or endpoint.
     #[doc(alias = "HixlCSServerCreate")]
+    #[allow(unsafe_code)]
     pub fn new(dev: &Device, ip: IpAddr, port: u16, endpoints: &[Endpoint]) -> Result<Server> {
         const API: &str = "HixlCSServerCreate";
         let n = u32::try_from(endpoints.len())
@@ -82,13 +84,14 @@ impl Server {
 
     /// Registers `mem` under `tag`; the registration keeps `mem` alive and unregisters on
     /// drop. Register before clients connect (they fetch the list at connect, or ask again
-    /// with [`Client::remote_memory`](super::Client::remote_memory)).
+    /// with [`Client::remote_memory`](crate::client::Client::remote_memory)).
     ///
     /// # Errors
     /// [`Error::InvalidArgument`] for a tag with NUL; `HixlCSServerRegMem` failures
     /// (`HIXL_PARAM_INVALID`: a tag already used, memory overlapping a registration, memory
     /// the runtime does not know as that kind).
     #[doc(alias = "HixlCSServerRegMem")]
+    #[allow(unsafe_code)]
     pub fn register<M: CommMemory>(&self, tag: &str, mem: Arc<M>) -> Result<ServerMem<'_>> {
         let tag_c = cstring("HixlCSServerRegMem", "mem_tag", tag)?;
         let (kind, cm) = comm_mem(&*mem);
@@ -119,6 +122,7 @@ impl Server {
     /// # Errors
     /// `HixlCSServerListen` failures (`HIXL_FAILED` when the port is taken).
     #[doc(alias = "HixlCSServerListen")]
+    #[allow(unsafe_code)]
     pub fn listen(&self, backlog: u32) -> Result<()> {
         self.dev.bind()?;
         // SAFETY: live server handle.
@@ -146,6 +150,7 @@ impl Server {
         }
     }
 
+    #[allow(unsafe_code)]
     fn destroy(&self) -> Result<()> {
         self.dev.bind()?;
         // SAFETY: we own the handle; registrations borrow `self`, so none is alive.
@@ -220,6 +225,7 @@ impl ServerMem<'_> {
         self.unreg()
     }
 
+    #[allow(unsafe_code)]
     fn unreg(&self) -> Result<()> {
         self.server.dev.bind()?;
         // SAFETY: live server and our registration handle.

@@ -111,7 +111,7 @@ pub enum Error {
         msg: Box<str>,
     },
     /// An async batch did not finish in time: the library reported
-    /// HIXL_COMPLETE_STATUS_TIMEOUT (`reported`: it will not run), or [`Completion::wait`](super::Completion::wait)
+    /// HIXL_COMPLETE_STATUS_TIMEOUT (`reported`: it will not run), or [`Completion::wait`](crate::completion::Completion::wait)
     /// gave up while it was still waiting (it may still run).
     #[error("the {op} batch timed out ({})", if *reported { "reported by the library" } else { "still in flight" })]
     Timeout {
@@ -153,5 +153,5 @@ impl Error {
     }
 }
 
-/// The result type of this module.
+/// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,4 +1,4 @@
-//! `ascend_fabric::cs` across two real processes: the test re-executes its own binary as the
+//! `ascend_cs` across two real processes: the test re-executes its own binary as the
 //! server (role `hixl-server`, port in `ASCEND_MEM_TEST_HIXL_PORT`),
 //! which registers a tagged device buffer and a host buffer and listens; this process is the
 //! client: it finds both by tag, puts a pattern sync and async, gets it back and verifies it;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::util::*;
-use ascend_fabric::cs::{Client, Endpoint, Op, Protocol, Server};
+use ascend_cs::{Client, Endpoint, Op, Protocol, Server};
 use ascend_mem::{DeviceBuffer, HostBuffer};
 use ascend_testkit::{role, test_name, Spawn};
 

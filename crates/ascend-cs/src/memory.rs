@@ -8,10 +8,18 @@ use std::sync::Arc;
 use ascend_mem::{DeviceBuffer, HostBuffer, Mapping};
 use hixl_sys as hixl;
 
-pub use crate::registry::MemKind;
+/// Where registered memory lives: `CommMemType` in the HixlCS C API, and `MemType` for HIXL's
+/// engine (ascend-fabric's registrations use this type too).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MemKind {
+    /// Device HBM (`COMM_MEM_TYPE_DEVICE`, `MEM_DEVICE`).
+    Device,
+    /// Host DRAM the device can reach (`COMM_MEM_TYPE_HOST`, `MEM_HOST`).
+    Host,
+}
 
 /// `kind` as a `CommMemType`.
-pub(super) fn raw_kind(kind: MemKind) -> hixl::CommMemType {
+pub(crate) fn raw_kind(kind: MemKind) -> hixl::CommMemType {
     match kind {
         MemKind::Device => hixl::COMM_MEM_TYPE_DEVICE,
         MemKind::Host => hixl::COMM_MEM_TYPE_HOST,
@@ -19,7 +27,7 @@ pub(super) fn raw_kind(kind: MemKind) -> hixl::CommMemType {
 }
 
 /// A `CommMemType` as a kind (anything but HOST is device memory).
-pub(super) fn kind_of_raw(t: hixl::CommMemType) -> MemKind {
+pub(crate) fn kind_of_raw(t: hixl::CommMemType) -> MemKind {
     if t == hixl::COMM_MEM_TYPE_HOST {
         MemKind::Host
     } else {
@@ -32,11 +40,13 @@ pub(super) fn kind_of_raw(t: hixl::CommMemType) -> MemKind {
 /// # Safety
 /// [`CommMemory::range`] returns memory of that kind, made through the same runtime, valid for
 /// as long as the value lives and the same every time it is called.
+#[allow(unsafe_code)]
 pub unsafe trait CommMemory: Send + Sync + 'static {
     /// Kind, first address and length in bytes.
     fn range(&self) -> (MemKind, *mut c_void, usize);
 }
 
+#[allow(unsafe_code)]
 // SAFETY: the buffer's mapping is device memory, unmapped only when the buffer drops.
 unsafe impl CommMemory for DeviceBuffer {
     fn range(&self) -> (MemKind, *mut c_void, usize) {
@@ -44,6 +54,7 @@ unsafe impl CommMemory for DeviceBuffer {
     }
 }
 
+#[allow(unsafe_code)]
 // SAFETY: device-accessible host memory, unmapped only when the buffer drops.
 unsafe impl CommMemory for HostBuffer {
     fn range(&self) -> (MemKind, *mut c_void, usize) {
@@ -51,6 +62,7 @@ unsafe impl CommMemory for HostBuffer {
     }
 }
 
+#[allow(unsafe_code)]
 // SAFETY: the mapping stays mapped while the value lives; its kind follows the memory.
 unsafe impl CommMemory for Mapping {
     fn range(&self) -> (MemKind, *mut c_void, usize) {
@@ -64,10 +76,10 @@ unsafe impl CommMemory for Mapping {
 }
 
 /// Memory kept alive by a registration or an in-flight batch.
-pub(super) type Keep = Arc<dyn Any + Send + Sync>;
+pub(crate) type Keep = Arc<dyn Any + Send + Sync>;
 
 /// The C descriptor of `m`, with its kind.
-pub(super) fn comm_mem<M: CommMemory>(m: &M) -> (MemKind, hixl::CommMem) {
+pub(crate) fn comm_mem<M: CommMemory>(m: &M) -> (MemKind, hixl::CommMem) {
     let (kind, addr, size) = m.range();
     (
         kind,

@@ -1,5 +1,6 @@
-//! HIXL's status codes: one type for the FabricMem engine's wire statuses (`hixl::Status`)
-//! and the HixlCS C API's (`HixlStatus`), which share their values.
+//! HIXL's status codes: one type for the HixlCS C API's statuses (`HixlStatus`) and the
+//! FabricMem engine's wire statuses (`hixl::Status`), which share their values (ascend-fabric's
+//! engine uses this type for the latter).
 
 use std::fmt;
 

@@ -10,34 +10,34 @@ use hixl_sys as hixl;
 use hixl_sys::HixlLib;
 use parking_lot::Mutex;
 
-use super::error::{Error, Result};
-use super::library::{message, xcall};
-use super::memory::Keep;
+use crate::error::{Error, Result};
+use crate::library::{message, xcall};
+use crate::memory::Keep;
 
 /// The memory each outstanding async batch of a client uses, by completion handle: held from
 /// the submission until the batch is seen finished (or leaked with the client).
 #[derive(Default)]
-pub(super) struct InFlight(Mutex<HashMap<usize, Vec<Keep>>>);
+pub(crate) struct InFlight(Mutex<HashMap<usize, Vec<Keep>>>);
 
 impl InFlight {
     /// Holds `keep` for the batch `h`.
-    pub(super) fn insert(&self, h: hixl::CompleteHandle, keep: Vec<Keep>) {
+    pub(crate) fn insert(&self, h: hixl::CompleteHandle, keep: Vec<Keep>) {
         self.0.lock().insert(h as usize, keep);
     }
 
     /// The batch `h` is finished: its memory may go.
-    pub(super) fn finished(&self, h: hixl::CompleteHandle) {
+    pub(crate) fn finished(&self, h: hixl::CompleteHandle) {
         self.0.lock().remove(&(h as usize));
     }
 
     /// Batches still tracked.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.0.lock().len()
     }
 
     /// Leaks the memory of every batch still tracked: the client could not be destroyed, so
     /// those batches may still copy into it.
-    pub(super) fn leak(&self) {
+    pub(crate) fn leak(&self) {
         std::mem::forget(std::mem::take(&mut *self.0.lock()));
     }
 }
@@ -66,7 +66,7 @@ impl CompleteStatus {
 /// An async batch in flight. It borrows its client, so it cannot outlive it:
 ///
 /// ```compile_fail,E0505
-/// # fn f(c: ascend_fabric::cs::Client, ops: &[ascend_fabric::cs::Op<'_>]) {
+/// # fn f(c: ascend_cs::Client, ops: &[ascend_cs::Op<'_>]) {
 /// let done = c.put_async(ops).unwrap();
 /// drop(c); // error[E0505]: cannot move out of `c` because it is borrowed
 /// drop(done);
@@ -96,7 +96,7 @@ impl fmt::Debug for Completion<'_> {
 
 impl<'c> Completion<'c> {
     /// The completion of the batch `raw` of `client`, whose memory `in_flight` holds.
-    pub(super) fn new(
+    pub(crate) fn new(
         lib: &'static HixlLib,
         dev: &'c Device,
         client: hixl::HixlClientHandle,
@@ -121,6 +121,7 @@ impl<'c> Completion<'c> {
     /// # Errors
     /// `HixlCSClientQueryCompleteStatus` failures.
     #[doc(alias = "HixlCSClientQueryCompleteStatus")]
+    #[allow(unsafe_code)]
     pub fn status(&mut self) -> Result<CompleteStatus> {
         if let Some(s) = self.finished {
             return Ok(s);
