@@ -128,7 +128,7 @@ fn engine_role(a: &Args, i: usize, port: u16, prefix: &str) -> Res<()> {
         let peer = member.connect_by_name(&name(j), T)?;
         let slot = peer.segment("inbox").ok_or("no inbox")?.addr + (i * BLOCK) as u64;
         src.fill(byte(i, j))?;
-        let d = [TransferDesc::new(src_reg.addr(), slot, BLOCK as u64)];
+        let d = [TransferDesc::raw(src_reg.addr(), slot, BLOCK as u64)];
         engine.transfer_sync(&peer.addr, TransferOp::Write, &d, T)?;
     }
     println!("wrote {} blocks", n - 1);

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
-use ascend::fabric::{Engine, TransferDesc, TransferOp};
+use ascend::fabric::{Engine, SegmentRef, TransferDesc, TransferOp};
 use ascend::Runtime;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -126,22 +126,22 @@ fn client(a: &Args) -> Res<bool> {
     host.fill(0xAA)?;
     let back = engine.alloc_device(a.size)?;
     back.fill(0)?;
-    let _r1 = engine.register(&host)?;
-    let _r2 = engine.register(&back)?;
+    let host_reg = engine.register(&host)?;
+    let back_reg = engine.register(&back)?;
     println!(
-        "[client] {}: host buffer {:#x} filled with 0xAA, device buffer {:#x} zeroed",
+        "[client] {}: host buffer {:p} filled with 0xAA, device buffer {:p} zeroed",
         engine.local_addr(),
-        host.as_raw() as u64,
-        back.as_raw() as u64
+        host.as_raw(),
+        back.as_raw()
     );
     // Retry for a while: the server may not be up yet, or not have registered its memory.
     let t0 = Instant::now();
-    let (remote, rlen) = loop {
+    let remote = loop {
         let err = match engine.connect(&a.server, Duration::from_secs(1)) {
             Ok(()) => {
                 let segs = engine.remote_segments(&a.server).unwrap_or_default();
                 println!("[client] connected to {}; it offers {segs:x?}", a.server);
-                if let Some(&s) = segs.first() {
+                if let Ok(s) = engine.remote_segment(&a.server, SegmentRef::Index(0)) {
                     break s;
                 }
                 engine.disconnect(&a.server, Duration::from_secs(1))?;
@@ -155,26 +155,16 @@ fn client(a: &Args) -> Res<bool> {
         println!("[client] waiting for {} ({err})", a.server);
         std::thread::sleep(Duration::from_millis(200));
     };
-    if (rlen as usize) < a.size {
-        return Err(format!("the server's segment is {rlen} bytes, need {}", a.size).into());
-    }
-    let n = a.size as u64;
+    // Descriptors made from the registrations and the peer's segment, each range checked.
+    let n = a.size;
+    let write = TransferDesc::between(&host_reg, 0, &remote, 0, n)?;
+    let read = TransferDesc::between(&back_reg, 0, &remote, 0, n)?;
     let t = Duration::from_secs(10);
     let t1 = Instant::now();
-    engine.transfer_sync(
-        &a.server,
-        TransferOp::Write,
-        &[TransferDesc::new(host.as_raw() as u64, remote, n)],
-        t,
-    )?;
+    engine.transfer_sync(&a.server, TransferOp::Write, &[write], t)?;
     let tw = t1.elapsed();
     let t2 = Instant::now();
-    engine.transfer_sync(
-        &a.server,
-        TransferOp::Read,
-        &[TransferDesc::new(back.as_raw() as u64, remote, n)],
-        t,
-    )?;
+    engine.transfer_sync(&a.server, TransferOp::Read, &[read], t)?;
     let tr = t2.elapsed();
     let got = back.to_vec()?;
     let ok = got[..a.size].iter().all(|&b| b == 0xAA);

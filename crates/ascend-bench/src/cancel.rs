@@ -69,7 +69,7 @@ impl Target<'_> {
         (0..PIECES as u64)
             .map(|p| {
                 let off = base + p * PIECE as u64;
-                TransferDesc::new(self.l0 + off, self.r0 + off, PIECE as u64)
+                TransferDesc::raw(self.l0 + off, self.r0 + off, PIECE as u64)
             })
             .collect()
     }

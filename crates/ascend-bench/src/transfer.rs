@@ -258,7 +258,7 @@ impl Bench<'_> {
         };
         let descs: Vec<TransferDesc> = pairs
             .iter()
-            .map(|&(l, r)| TransferDesc::new(self.l0 + l as u64, self.r0 + r as u64, block as u64))
+            .map(|&(l, r)| TransferDesc::raw(self.l0 + l as u64, self.r0 + r as u64, block as u64))
             .collect();
         // Transfers are pipelined (TransferAsync, WINDOW batches or WINDOW_1 single-descriptor
         // transfers in flight), so the copy streams have work while the next transfer is
@@ -318,7 +318,7 @@ impl Bench<'_> {
 
     /// Times `n` synchronous 4 KiB WRITEs one after the other (after `n / 10` untimed).
     fn latency(&self, n: usize) -> Res<Latency> {
-        let d = [TransferDesc::new(self.l0, self.r0, LAT_BLOCK as u64)];
+        let d = [TransferDesc::raw(self.l0, self.r0, LAT_BLOCK as u64)];
         let one = || self.eng.transfer_sync(self.peer, TransferOp::Write, &d, T);
         for _ in 0..n / 10 {
             one()?;
@@ -347,7 +347,7 @@ impl Bench<'_> {
         let pairs = walk_pairs(self.region, 64 << 10);
         let descs: Vec<TransferDesc> = pairs
             .iter()
-            .map(|&(l, r)| TransferDesc::new(self.l0 + l as u64, self.r0 + r as u64, 64 << 10))
+            .map(|&(l, r)| TransferDesc::raw(self.l0 + l as u64, self.r0 + r as u64, 64 << 10))
             .collect();
         local.fill(0x3c)?;
         for c in descs.chunks(BATCH) {

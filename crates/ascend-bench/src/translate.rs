@@ -244,15 +244,15 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
         }
         prev = r;
         let l = l0 + (k as u64 * DESC) % LOCAL_BYTES as u64;
-        descs.push(TransferDesc::new(l, r, DESC));
+        descs.push(TransferDesc::raw(l, r, DESC));
         let rb = pick * per_seg as usize + ((r - base) / DESC) as usize;
         pairs.push((((l - l0) / DESC) as usize, rb));
     }
-    let local_list = eng.prepare_local(&_reg, DESC)?;
+    let local_list = eng.prepare_local(&_reg, DESC as usize)?;
     let mut remote_lists = Vec::new();
     for (p, s) in peers.iter().zip(&segs) {
         let all: Vec<SegmentRef> = (0..s.len()).map(SegmentRef::Index).collect();
-        remote_lists.push(eng.prepare_remote(p, &all, DESC)?);
+        remote_lists.push(eng.prepare_remote(p, &all, DESC as usize)?);
     }
     let mut best = (f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..reps.max(1) + 1 {

@@ -120,6 +120,19 @@ pub enum Error {
         /// What is wrong with it.
         reason: &'static str,
     },
+    /// A descriptor made from a registration or a peer's segment reaches past its end
+    /// ([`TransferDesc::between`](crate::TransferDesc::between)).
+    #[error("descriptor: the {side} range at offset {offset} of {len} bytes is past the {size} bytes there")]
+    OutOfRange {
+        /// Which side.
+        side: Side,
+        /// The offset asked for.
+        offset: usize,
+        /// The length asked for.
+        len: usize,
+        /// The registration's (local) or segment's (remote) length.
+        size: u64,
+    },
     /// A transfer was given no descriptors.
     #[error("transfer: the descriptor list is empty")]
     EmptyBatch,
@@ -326,6 +339,7 @@ impl Error {
             Error::NotShareable { .. }
             | Error::RegistrationOverlap { .. }
             | Error::BadSpan { .. }
+            | Error::OutOfRange { .. }
             | Error::EmptyBatch
             | Error::ZeroLength { .. }
             | Error::Overflow { .. }

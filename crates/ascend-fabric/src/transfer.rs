@@ -26,8 +26,10 @@ pub struct TransferDesc {
 }
 
 impl TransferDesc {
-    /// A descriptor.
-    pub fn new(local_addr: u64, remote_addr: u64, len: u64) -> Self {
+    /// A descriptor from raw addresses, as HIXL's `TransferOpDesc`: the low-level door (every
+    /// address is still checked against the registrations and the peer's segments when the
+    /// transfer is submitted). Prefer [`TransferDesc::between`], made from what you hold.
+    pub fn raw(local_addr: u64, remote_addr: u64, len: u64) -> Self {
         TransferDesc {
             local_addr,
             remote_addr,

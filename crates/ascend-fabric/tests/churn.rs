@@ -80,7 +80,7 @@ fn connects(dev: &ascend_mem::Device) {
         client.connect(&addr, T).unwrap();
         assert_eq!(client.pool_usage().0, 1);
         if i % 100 == 0 {
-            let d = TransferDesc::new(local.as_raw() as u64, remote.as_raw() as u64 + i, 4096);
+            let d = TransferDesc::raw(local.as_raw() as u64, remote.as_raw() as u64 + i, 4096);
             client
                 .transfer_sync(&addr, TransferOp::Write, &[d], T)
                 .unwrap();

@@ -98,7 +98,7 @@ fn write(from: &Node, to: &Node, byte: u8) -> Result<(), Error> {
     let r = from.engine.transfer_sync(
         &kv.addr,
         TransferOp::Write,
-        &[TransferDesc::new(src.as_raw() as u64, seg.addr, LEN as u64)],
+        &[TransferDesc::raw(src.as_raw() as u64, seg.addr, LEN as u64)],
         T,
     );
     drop(reg);
@@ -261,7 +261,7 @@ fn removed_in_flight(dir: &Arc<EtcdDirectory>, a: &Node, b: &Node) {
     let hold = ascend_sim::testing::hold_all_streams();
     let reqs: Vec<_> = (0..4u64)
         .map(|i| {
-            let d = TransferDesc::new(reg.addr() + i * 4096, kv.addr + i * 4096, 4096);
+            let d = TransferDesc::raw(reg.addr() + i * 4096, kv.addr + i * 4096, 4096);
             a.engine
                 .transfer_async(&baddr, TransferOp::Write, &[d])
                 .unwrap()

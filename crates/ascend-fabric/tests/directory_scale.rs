@@ -105,7 +105,7 @@ fn sixty_four_engines() {
             let next = (i + 1) % N;
             let e = member(n).connect_by_name(&name(next), T).unwrap();
             let to = e.segment("kv").unwrap().addr + LEN as u64;
-            let d = TransferDesc::new(n.reg.addr(), to, LEN as u64);
+            let d = TransferDesc::raw(n.reg.addr(), to, LEN as u64);
             n.engine
                 .transfer_sync(&e.addr, TransferOp::Write, &[d], T)
                 .unwrap();

@@ -74,7 +74,7 @@ impl Batch {
             .iter()
             .map(|d| {
                 let raddr = regions.get(&d.region).map_or(0, |r| r.addr);
-                TransferDesc::new(
+                TransferDesc::raw(
                     locals[d.lbuf].addr() + d.loff as u64,
                     raddr + d.roff as u64,
                     d.len as u64,

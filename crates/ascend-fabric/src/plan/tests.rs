@@ -48,7 +48,7 @@ proptest! {
         )
     ) {
         let descs: Vec<TransferDesc> =
-            descs.iter().map(|&(l, r, n)| TransferDesc::new(l, r, n)).collect();
+            descs.iter().map(|&(l, r, n)| TransferDesc::raw(l, r, n)).collect();
         let got = check_descs(&descs);
         if descs.is_empty() {
             prop_assert!(matches!(got, Err(Error::EmptyBatch)));
@@ -93,7 +93,7 @@ proptest! {
             .map(|&(la, ll, ra, rl)| {
                 let (l, n) = around(&local, la, ll);
                 let (r, m) = around(&remote, ra, rl);
-                TransferDesc::new(l, r, n.min(m))
+                TransferDesc::raw(l, r, n.min(m))
             })
             .collect();
         let mut seen = Vec::new();

@@ -48,8 +48,9 @@ impl Engine {
     /// [`Error::Prepare`] for a zero `block_len`, one longer than the registration, or a
     /// registration of another engine or already deregistered; [`Error::Mem`] if the table
     /// cannot be made.
-    pub fn prepare_local(&self, reg: &Registration, block_len: u64) -> Result<LocalBlocks> {
+    pub fn prepare_local(&self, reg: &Registration, block_len: usize) -> Result<LocalBlocks> {
         const CALL: &str = "prepare_local";
+        let block_len = block_len as u64;
         if block_len == 0 {
             return Err(prep_err(CALL, "block_len is 0".into()));
         }
@@ -118,9 +119,10 @@ impl Engine {
         &self,
         peer: &str,
         segments: &[SegmentRef],
-        block_len: u64,
+        block_len: usize,
     ) -> Result<RemoteBlocks> {
         const CALL: &str = "prepare_remote";
+        let block_len = block_len as u64;
         if block_len == 0 {
             return Err(prep_err(CALL, "block_len is 0".into()));
         }

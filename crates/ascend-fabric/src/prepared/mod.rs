@@ -170,8 +170,8 @@ impl LocalBlocks {
     }
 
     /// Bytes per block.
-    pub fn block_len(&self) -> u64 {
-        self.blocks.block_len
+    pub fn block_len(&self) -> usize {
+        self.blocks.block_len as usize
     }
 
     /// The local address of block `i`, if it is in the list.
@@ -226,8 +226,8 @@ impl RemoteBlocks {
     }
 
     /// Bytes per block.
-    pub fn block_len(&self) -> u64 {
-        self.blocks.block_len
+    pub fn block_len(&self) -> usize {
+        self.blocks.block_len as usize
     }
 
     /// The index of the first block of the `i`-th segment given to `prepare_remote`.

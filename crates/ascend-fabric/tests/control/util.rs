@@ -150,7 +150,7 @@ pub fn connect_and_write(
     let data = pattern(seed, len);
     local.write_from(&data, 0).unwrap();
     let _reg = engine.register(&local).unwrap();
-    let d = TransferDesc::new(
+    let d = TransferDesc::raw(
         local.as_raw() as u64,
         target.entry.va_addr + offset as u64,
         len as u64,

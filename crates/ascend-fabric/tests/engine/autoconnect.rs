@@ -49,7 +49,7 @@ fn transfers_connect_on_demand_and_again_after_the_peer_restarts() {
             .transfer_sync(
                 &a_addr,
                 TransferOp::Write,
-                &[TransferDesc::new(l, 1 << 40, 64)],
+                &[TransferDesc::raw(l, 1 << 40, 64)],
                 T,
             )
             .unwrap_err();
@@ -67,7 +67,7 @@ fn transfers_connect_on_demand_and_again_after_the_peer_restarts() {
                 .transfer_async(
                     &a_addr,
                     TransferOp::Write,
-                    &[TransferDesc::new(l, r, N as u64)],
+                    &[TransferDesc::raw(l, r, N as u64)],
                 )
                 .unwrap();
             req.wait(T).unwrap();
@@ -81,7 +81,7 @@ fn transfers_connect_on_demand_and_again_after_the_peer_restarts() {
                 .transfer_sync(
                     &a_addr,
                     TransferOp::Write,
-                    &[TransferDesc::new(psrc.as_raw() as u64, r, 64)],
+                    &[TransferDesc::raw(psrc.as_raw() as u64, r, 64)],
                     T,
                 )
                 .unwrap_err();
@@ -113,7 +113,7 @@ fn a_failed_copy_disconnects_only_with_auto_connect() {
             let b = Engine::new(&env.dev, "127.0.0.1", opts).unwrap();
             let src = b.alloc_device(MIB2).unwrap();
             let _src_reg = b.register(&src).unwrap();
-            let d = [TransferDesc::new(src.as_raw() as u64, r, N as u64)];
+            let d = [TransferDesc::raw(src.as_raw() as u64, r, N as u64)];
             b.connect(&a_addr, T).unwrap();
             // (symbol that fails once, how the failure surfaces)
             for (symbol, at_submit) in [
@@ -145,7 +145,7 @@ fn a_failed_copy_disconnects_only_with_auto_connect() {
             }
             // Argument errors leave the channel alone, with the option too.
             let e = b
-                .transfer_sync(&a_addr, TransferOp::Write, &[TransferDesc::new(1, r, 8)], T)
+                .transfer_sync(&a_addr, TransferOp::Write, &[TransferDesc::raw(1, r, 8)], T)
                 .unwrap_err();
             assert!(matches!(e, Error::NotRegistered { .. }), "{e:?}");
             assert!(b.is_connected(&a_addr));
@@ -177,7 +177,7 @@ fn failures_and_reconnects_from_two_threads_do_not_close_new_sessions() {
                 .map(|t| {
                     let (b, a_addr, stop) = (&b, &a_addr, &stop);
                     s.spawn(move || {
-                        let d = [TransferDesc::new(l, r + t * MIB2 as u64, N as u64)];
+                        let d = [TransferDesc::raw(l, r + t * MIB2 as u64, N as u64)];
                         let (mut ok, mut failed) = (0u32, 0u32);
                         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                             match b.transfer_sync(a_addr, TransferOp::Write, &d, T) {
@@ -224,7 +224,7 @@ fn failures_and_reconnects_from_two_threads_do_not_close_new_sessions() {
         if before.is_some() {
             assert_eq!(a.sessions().len(), 1, "{:?}", a.sessions());
         }
-        let d = [TransferDesc::new(l, r, N as u64)];
+        let d = [TransferDesc::raw(l, r, N as u64)];
         b.transfer_sync(&a_addr, TransferOp::Write, &d, T).unwrap();
         let after = b.peer_stats(&a_addr).expect("connected");
         if let Some(before) = before {
@@ -248,7 +248,7 @@ fn a_timed_out_transfer_disconnects_with_auto_connect() {
         let b = Engine::new(&env.dev, "127.0.0.1", auto_options()).unwrap();
         let src = b.alloc_device(2 * MIB2).unwrap();
         let _src_reg = b.register(&src).unwrap();
-        let d = [TransferDesc::new(
+        let d = [TransferDesc::raw(
             src.as_raw() as u64,
             dst.as_raw() as u64,
             2 * MIB2 as u64,

@@ -37,7 +37,7 @@ fn ten_thousand_transfers_wait_for_128_slots() {
     let tasks: Vec<_> = (0..N)
         .map(|i| {
             let (e, peer) = (p.client.clone(), p.peer_addr.clone());
-            let d = TransferDesc::new(
+            let d = TransferDesc::raw(
                 p.local_addr(i * BLOCK),
                 p.remote_addr(i * BLOCK),
                 BLOCK as u64,
@@ -53,7 +53,7 @@ fn ten_thousand_transfers_wait_for_128_slots() {
     assert_eq!(p.client.stream_slots(), SLOTS);
     assert_eq!(stats().writes, 0);
     // The synchronous API fails at once, as before.
-    let d = TransferDesc::new(p.local_addr(0), p.remote_addr(0), BLOCK as u64);
+    let d = TransferDesc::raw(p.local_addr(0), p.remote_addr(0), BLOCK as u64);
     match p
         .client
         .transfer_async(&p.peer_addr, TransferOp::Write, &[d])
@@ -98,7 +98,7 @@ fn held_requests_give_their_slots_back_unobserved() {
     let data = pattern(9, n * BLOCK);
     p.local.write_from(&data, 0).unwrap();
     let desc = |i: usize| {
-        TransferDesc::new(
+        TransferDesc::raw(
             p.local_addr(i * BLOCK),
             p.remote_addr(i * BLOCK),
             BLOCK as u64,
@@ -160,14 +160,10 @@ fn prepared_lists_wait_for_slots_and_take_per_request_options() {
     let p = Pair::new(n * BLOCK, options(STREAMS, 4), true);
     let data = pattern(11, n * BLOCK);
     p.local.write_from(&data, 0).unwrap();
-    let local = p.client.prepare_local(&p.local_reg, BLOCK as u64).unwrap();
+    let local = p.client.prepare_local(&p.local_reg, BLOCK).unwrap();
     let remote = p
         .client
-        .prepare_remote(
-            &p.peer_addr,
-            &[ascend_fabric::SegmentRef::Index(0)],
-            BLOCK as u64,
-        )
+        .prepare_remote(&p.peer_addr, &[ascend_fabric::SegmentRef::Index(0)], BLOCK)
         .unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -99,7 +99,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         assert_eq!(a.sessions(), std::slice::from_ref(&b_addr));
 
         // A good transfer works.
-        let ok = TransferDesc::new(lb, ra, 4096);
+        let ok = TransferDesc::raw(lb, ra, 4096);
         b.transfer_sync(&a_addr, TransferOp::Write, &[ok], T)
             .unwrap();
 
@@ -108,12 +108,12 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         let e = expect_status(w(&[]), HixlCode::PARAM_INVALID);
         assert!(matches!(e, Error::EmptyBatch));
         let e = expect_status(
-            w(&[ok, TransferDesc::new(lb, ra, 0)]),
+            w(&[ok, TransferDesc::raw(lb, ra, 0)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(matches!(e, Error::ZeroLength { index: 1 }));
         let e = expect_status(
-            w(&[TransferDesc::new(u64::MAX - 10, ra, 100)]),
+            w(&[TransferDesc::raw(u64::MAX - 10, ra, 100)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(matches!(
@@ -125,7 +125,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
             }
         ));
         let e = expect_status(
-            w(&[ok, ok, TransferDesc::new(lb, u64::MAX, 2)]),
+            w(&[ok, ok, TransferDesc::raw(lb, u64::MAX, 2)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(matches!(
@@ -139,7 +139,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         // Unregistered local memory: a heap buffer.
         let heap = vec![0u8; 4096];
         let e = expect_status(
-            w(&[TransferDesc::new(heap.as_ptr() as u64, ra, 4096)]),
+            w(&[TransferDesc::raw(heap.as_ptr() as u64, ra, 4096)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(
@@ -149,7 +149,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         assert!(e.to_string().contains("descriptor 0"), "{e}");
         // Local range running past its registration.
         let e = expect_status(
-            w(&[ok, TransferDesc::new(lb + REGION as u64 - 10, ra, 100)]),
+            w(&[ok, TransferDesc::raw(lb + REGION as u64 - 10, ra, 100)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(
@@ -158,7 +158,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         );
         // Remote address the peer never offered, and one running past its segment.
         let e = expect_status(
-            w(&[TransferDesc::new(lb, 0x1000, 16)]),
+            w(&[TransferDesc::raw(lb, 0x1000, 16)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(matches!(
@@ -171,7 +171,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
             }
         ));
         let e = expect_status(
-            w(&[TransferDesc::new(lb, ra + REGION as u64 - 1, 2)]),
+            w(&[TransferDesc::raw(lb, ra + REGION as u64 - 1, 2)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(matches!(
@@ -218,7 +218,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
             .transfer_async(
                 &a_addr,
                 TransferOp::Write,
-                &[TransferDesc::new(lb, ra, REGION as u64)],
+                &[TransferDesc::raw(lb, ra, REGION as u64)],
             )
             .unwrap();
         assert_eq!(b_reg.in_flight(), 1);
@@ -354,7 +354,7 @@ fn failed_transfer_reports_once_then_already_reported() {
         let b_buf = b.alloc_device(REGION).unwrap();
         let _rb = b.register(&b_buf).unwrap();
         b.connect(&a_addr, T).unwrap();
-        let d = TransferDesc::new(b_buf.as_raw() as u64, a_buf.as_raw() as u64, REGION as u64);
+        let d = TransferDesc::raw(b_buf.as_raw() as u64, a_buf.as_raw() as u64, REGION as u64);
         // Held, so the copy is still queued when the channel goes (else it may finish first).
         let hold = ascend_sim::testing::hold_all_streams();
         let req = b.transfer_async(&a_addr, TransferOp::Read, &[d]).unwrap();
@@ -367,4 +367,54 @@ fn failed_transfer_reports_once_then_already_reported() {
         assert!(matches!(again, Error::AlreadyReported(_)), "{again:?}");
     }
     env.finish();
+}
+
+/// Descriptors made from what the caller holds: a registration and a peer's segment, each
+/// range checked when made (`OutOfRange` naming the side, `ZeroLength`); a good one moves its
+/// bytes; `remote_segment` names a segment by index or name, and refuses one not offered.
+#[test]
+fn typed_descriptors_are_checked_when_made() {
+    let _env = setup();
+    const LEN: usize = 2 << 20;
+    let p = crate::async_util::Pair::new(LEN, test_options(1), true);
+    let seg = p
+        .client
+        .remote_segment(&p.peer_addr, ascend_fabric::SegmentRef::Index(0))
+        .unwrap();
+    assert_eq!((seg.peer(), seg.len()), (p.peer_addr.as_str(), LEN));
+    let e = p
+        .client
+        .remote_segment(&p.peer_addr, ascend_fabric::SegmentRef::from("nope"))
+        .unwrap_err();
+    assert!(matches!(e, Error::Prepare { .. }), "{e:?}");
+    let between = |lo, ro, n| TransferDesc::between(&p.local_reg, lo, &seg, ro, n);
+    for (lo, ro, n, side) in [
+        (LEN - 4095, 0, 4096, Side::Local),
+        (0, LEN, 1, Side::Remote),
+        (0, usize::MAX, 2, Side::Remote),
+    ] {
+        match between(lo, ro, n) {
+            Err(Error::OutOfRange {
+                side: s,
+                offset,
+                len,
+                ..
+            }) => {
+                assert_eq!(s, side);
+                assert_eq!(
+                    (len, offset),
+                    (n, if side == Side::Local { lo } else { ro })
+                );
+            }
+            other => panic!("({lo}, {ro}, {n}): expected OutOfRange, got {other:?}"),
+        }
+    }
+    assert!(matches!(between(0, 0, 0), Err(Error::ZeroLength { .. })));
+    p.local.write_from(&pattern(4, 4096), 8192).unwrap();
+    let d = between(8192, 4096, 4096).unwrap();
+    p.client
+        .transfer_sync(&p.peer_addr, TransferOp::Write, &[d], T)
+        .unwrap();
+    assert!(p.remote.to_vec().unwrap()[4096..8192] == pattern(4, 4096)[..]);
+    p.close();
 }

@@ -20,7 +20,7 @@ fn descs(l: u64, r: u64) -> Vec<TransferDesc> {
     (0..N)
         .map(|i| {
             let j = (i * 37) % N;
-            TransferDesc::new(l + (i * BLOCK) as u64, r + (j * BLOCK) as u64, BLOCK as u64)
+            TransferDesc::raw(l + (i * BLOCK) as u64, r + (j * BLOCK) as u64, BLOCK as u64)
         })
         .collect()
 }
@@ -134,7 +134,7 @@ fn a_refused_copy_names_its_descriptor() {
         b.connect(&addr, T).unwrap();
         let r = remote.as_raw() as u64;
         let mut d = descs(host.as_raw() as u64, r);
-        d[5] = TransferDesc::new(fake_map.as_raw() as u64, r + (40 * BLOCK) as u64, 512);
+        d[5] = TransferDesc::raw(fake_map.as_raw() as u64, r + (40 * BLOCK) as u64, 512);
         let e = b
             .transfer_sync(&addr, TransferOp::Write, &d, T)
             .unwrap_err();

@@ -76,7 +76,7 @@ fn run(plan: &Plan) {
         })
         .collect();
     let desc = |i: usize| {
-        TransferDesc::new(
+        TransferDesc::raw(
             sources[i].buf.as_raw() as u64,
             p.remote_addr(i * BLOCK),
             BLOCK as u64,
@@ -89,7 +89,7 @@ fn run(plan: &Plan) {
         Some(free) => (0..SLOTS - free)
             .map(|j| {
                 let d =
-                    TransferDesc::new(p.local_addr(j * 4096), p.remote_addr((n + j) * BLOCK), 4096);
+                    TransferDesc::raw(p.local_addr(j * 4096), p.remote_addr((n + j) * BLOCK), 4096);
                 p.client
                     .transfer_async(&peer, TransferOp::Write, &[d])
                     .unwrap()
@@ -172,7 +172,7 @@ fn probe_every_slot(engine: &Engine, p: &Pair) {
     let slots = engine.stream_slots();
     let reqs: Vec<_> = (0..slots)
         .map(|j| {
-            let d = TransferDesc::new(p.local_addr(j * 4096), p.remote_addr(j * 4096), 4096);
+            let d = TransferDesc::raw(p.local_addr(j * 4096), p.remote_addr(j * 4096), 4096);
             engine
                 .transfer_async(&p.peer_addr, TransferOp::Read, &[d])
                 .unwrap()

@@ -18,7 +18,7 @@ const BLOCK: u64 = 4096;
 /// `n` 4 KiB descriptors from `l` to `r`, every other block (none adjacent).
 fn descs(l: u64, r: u64, n: u64) -> Vec<TransferDesc> {
     (0..n)
-        .map(|i| TransferDesc::new(l + 2 * i * BLOCK, r + 2 * i * BLOCK, BLOCK))
+        .map(|i| TransferDesc::raw(l + 2 * i * BLOCK, r + 2 * i * BLOCK, BLOCK))
         .collect()
 }
 

@@ -41,7 +41,7 @@ fn dropping_futures_in_flight_never_waits_and_frees_nothing_under_a_copy() {
     src.write_from(&pattern(7, FUTURES * BLOCK), 0).unwrap();
     let reg = p.client.register(&src).unwrap();
     let desc = |i: usize| {
-        TransferDesc::new(
+        TransferDesc::raw(
             src.as_raw() as u64 + (i * BLOCK) as u64,
             p.remote_addr(i * BLOCK),
             BLOCK as u64,
@@ -116,7 +116,7 @@ fn dropping_futures_in_flight_never_waits_and_frees_nothing_under_a_copy() {
     // Every slot is free again.
     let reqs: Vec<_> = (0..SLOTS)
         .map(|i| {
-            let d = TransferDesc::new(p.local_addr(i * BLOCK), p.remote_addr(i * BLOCK), 4096);
+            let d = TransferDesc::raw(p.local_addr(i * BLOCK), p.remote_addr(i * BLOCK), 4096);
             p.client
                 .transfer_async(&peer, TransferOp::Read, &[d])
                 .unwrap()
@@ -143,7 +143,7 @@ fn a_disconnect_after_a_drop_waits_for_the_aborted_streams() {
     let hold = ascend_sim::testing::hold_running_copies();
     let reqs: Vec<_> = (0..SLOTS)
         .map(|i| {
-            let d = TransferDesc::new(p.local_addr(i * BLOCK), p.remote_addr(i * BLOCK), 4096);
+            let d = TransferDesc::raw(p.local_addr(i * BLOCK), p.remote_addr(i * BLOCK), 4096);
             p.client
                 .transfer_async(&peer, TransferOp::Write, &[d])
                 .unwrap()

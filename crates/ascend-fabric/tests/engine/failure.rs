@@ -59,7 +59,7 @@ fn client_role(rt: &ascend_mem::Runtime) {
     let chunk = 64 << 10;
     let reqs: Vec<_> = (0..IN_FLIGHT)
         .map(|i| {
-            let d = TransferDesc::new(
+            let d = TransferDesc::raw(
                 local.as_raw() as u64 + (i * chunk) as u64,
                 remote["dev"] + (i * chunk) as u64,
                 chunk as u64,
@@ -120,7 +120,7 @@ fn client_role(rt: &ascend_mem::Runtime) {
             Err(e) => panic!("reconnect failed: {e}"),
         }
     }
-    let d = TransferDesc::new(local.as_raw() as u64, remote["host"] + 100, 1 << 20);
+    let d = TransferDesc::raw(local.as_raw() as u64, remote["host"] + 100, 1 << 20);
     engine
         .transfer_sync(&peer, TransferOp::Write, &[d], T)
         .unwrap();

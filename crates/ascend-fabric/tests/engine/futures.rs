@@ -15,7 +15,7 @@ const BLOCKS: usize = 16;
 fn blocks(p: &Pair) -> Vec<TransferDesc> {
     (0..BLOCKS)
         .map(|i| {
-            TransferDesc::new(
+            TransferDesc::raw(
                 p.local_addr(i * BLOCK),
                 p.remote_addr(i * BLOCK),
                 BLOCK as u64,
@@ -157,7 +157,7 @@ fn futures_resolve_to_typed_errors() {
     // Bad descriptors are named as by the synchronous API.
     let r = block_on(p.client.transfer(&p.peer_addr, TransferOp::Write, &[]), T).output;
     assert!(matches!(r, Err(Error::EmptyBatch)), "{r:?}");
-    let zero = TransferDesc::new(d.local_addr, d.remote_addr, 0);
+    let zero = TransferDesc::raw(d.local_addr, d.remote_addr, 0);
     let r = block_on(
         p.client
             .transfer(&p.peer_addr, TransferOp::Write, &[d, zero]),
@@ -178,7 +178,7 @@ fn futures_resolve_to_typed_errors() {
     );
 
     p.client.connect(&p.peer_addr, T).unwrap();
-    let outside = TransferDesc::new(d.local_addr, d.remote_addr + (1 << 40), 4096);
+    let outside = TransferDesc::raw(d.local_addr, d.remote_addr + (1 << 40), 4096);
     let r = block_on(
         p.client
             .transfer(&p.peer_addr, TransferOp::Write, &[outside]),
@@ -314,7 +314,7 @@ fn a_slot_waiter_is_woken_outside_the_finishing_requests_lock() {
     let streams = 4;
     let slots = ascend_fabric::STREAM_BUDGET / streams as usize;
     let p = Pair::new(slots * 4096, options(streams, 4), true);
-    let d = |i: usize| TransferDesc::new(p.local_addr(i * 4096), p.remote_addr(i * 4096), 4096);
+    let d = |i: usize| TransferDesc::raw(p.local_addr(i * 4096), p.remote_addr(i * 4096), 4096);
     let hold = ascend_sim::testing::hold_all_streams();
     let busy: Vec<Arc<ascend_fabric::TransferRequest>> = (0..slots)
         .map(|i| {

@@ -32,7 +32,7 @@ fn same(got: &[u8], want: &[u8], what: &str) {
 }
 
 fn write_desc(p: &Pair, off: usize, len: usize) -> TransferDesc {
-    TransferDesc::new(p.local_addr(off), p.remote_addr(off), len as u64)
+    TransferDesc::raw(p.local_addr(off), p.remote_addr(off), len as u64)
 }
 
 /// The request failed with an error `want` accepts that names `peer`; asking again is
@@ -131,7 +131,7 @@ fn peer_finalize_ends_the_channel() {
     let local = client.alloc_device(LEN).unwrap();
     let local_reg = client.register(&local).unwrap();
     client.connect(&peer_addr, T).unwrap();
-    let d = TransferDesc::new(local.as_raw() as u64, remote.as_raw() as u64, LEN as u64);
+    let d = TransferDesc::raw(local.as_raw() as u64, remote.as_raw() as u64, LEN as u64);
 
     let hold = ascend_sim::testing::hold_all_streams();
     let req = client
@@ -179,7 +179,7 @@ fn two_targets_in_parallel() {
             let (client, local) = (&client, &local);
             s.spawn(move || {
                 let src = local.as_raw() as u64 + (i * LEN) as u64;
-                let d = TransferDesc::new(src, remote.as_raw() as u64, LEN as u64);
+                let d = TransferDesc::raw(src, remote.as_raw() as u64, LEN as u64);
                 client
                     .transfer_sync(addr, TransferOp::Write, &[d], T)
                     .unwrap();

@@ -43,9 +43,9 @@ fn segments_registered_after_the_connect_are_used_without_reconnecting() {
     p.local.write_from(&pattern(3, BLOCKS * BLOCK), 0).unwrap();
     let early = p
         .client
-        .prepare_remote(&peer, &[SegmentRef::Index(0)], BLOCK as u64)
+        .prepare_remote(&peer, &[SegmentRef::Index(0)], BLOCK)
         .unwrap();
-    let local = p.client.prepare_local(&p.local_reg, BLOCK as u64).unwrap();
+    let local = p.client.prepare_local(&p.local_reg, BLOCK).unwrap();
     let sessions = p.peer.sessions();
     assert_eq!(sessions.len(), 1);
     assert_eq!(p.client.peer_stats(&peer).unwrap().segments, 1);
@@ -54,7 +54,7 @@ fn segments_registered_after_the_connect_are_used_without_reconnecting() {
     let hold = ascend_sim::testing::hold_all_streams();
     let in_flight: Vec<_> = (0..6)
         .map(|i| {
-            let d = TransferDesc::new(
+            let d = TransferDesc::raw(
                 p.local_addr(i * BLOCK),
                 p.remote_addr(i * BLOCK),
                 BLOCK as u64,
@@ -68,7 +68,7 @@ fn segments_registered_after_the_connect_are_used_without_reconnecting() {
     let named_reg = p.peer.register_named(&named, "late").unwrap();
     let late = p
         .client
-        .prepare_remote(&peer, &[SegmentRef::Name("late".into())], BLOCK as u64)
+        .prepare_remote(&peer, &[SegmentRef::Name("late".into())], BLOCK)
         .unwrap();
     assert_eq!(p.client.peer_stats(&peer).unwrap().segments, 2);
     // Listed in the order they became known: the late one after, though it lies below.
@@ -77,7 +77,7 @@ fn segments_registered_after_the_connect_are_used_without_reconnecting() {
     assert_eq!(segs[1].0, named.as_raw() as u64);
     let by_index = p
         .client
-        .prepare_remote(&peer, &[SegmentRef::Index(1)], BLOCK as u64)
+        .prepare_remote(&peer, &[SegmentRef::Index(1)], BLOCK)
         .unwrap();
     assert_eq!(by_index.len(), late.len());
     let to_late = p
@@ -87,7 +87,7 @@ fn segments_registered_after_the_connect_are_used_without_reconnecting() {
 
     let raw = p.peer.alloc_device(BLOCK).unwrap();
     let raw_reg = p.peer.register(&raw).unwrap();
-    let d = TransferDesc::new(p.local_addr(4 * BLOCK), raw.as_raw() as u64, BLOCK as u64);
+    let d = TransferDesc::raw(p.local_addr(4 * BLOCK), raw.as_raw() as u64, BLOCK as u64);
     let to_raw = p
         .client
         .transfer_async(&peer, TransferOp::Write, &[d])

@@ -13,7 +13,7 @@ use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
 const T: Duration = Duration::from_secs(20);
 const PIECE: usize = 2 << 20;
 /// Not a divisor of `PIECE`: some blocks cross from one allocation into the next.
-const BLOCK: u64 = 192 << 10;
+const BLOCK: usize = 192 << 10;
 
 /// `n` HBM allocations mapped back to back into one reservation.
 fn pieces(dev: &Device, n: usize) -> (ReservedVa, Vec<Mapping>) {
@@ -43,7 +43,7 @@ fn read_all(maps: &[Mapping]) -> Vec<u8> {
 }
 
 fn block(data: &[u8], i: usize) -> &[u8] {
-    let b = BLOCK as usize;
+    let b = BLOCK;
     &data[i * b..(i + 1) * b]
 }
 
@@ -61,9 +61,9 @@ fn moves_blocks_by_index(dev: &Device) {
     let (_lva, lmaps) = pieces(dev, 2);
     let lreg = user.register(&lmaps).unwrap();
     let local = user.prepare_local(&lreg, BLOCK).unwrap();
-    let n = 2 * PIECE / BLOCK as usize;
+    let n = 2 * PIECE / BLOCK;
     assert_eq!(local.len(), n);
-    assert_eq!(local.block_addr(1), Some(lreg.addr() + BLOCK));
+    assert_eq!(local.block_addr(1), Some(lreg.addr() + BLOCK as u64));
     assert_eq!(local.block_addr(n), None);
 
     user.connect(&addr, T).unwrap();
@@ -107,7 +107,7 @@ fn moves_blocks_by_index(dev: &Device) {
     let both = user
         .prepare_remote(&addr, &[SegmentRef::Index(at), "kv".into()], BLOCK)
         .unwrap();
-    let per = PIECE / BLOCK as usize;
+    let per = PIECE / BLOCK;
     assert_eq!((both.len(), both.first_block(1)), (per + n, Some(per)));
     // `Duration::MAX` is "no limit" (it used to overflow the deadline and panic).
     let pairs = [(0, 0), (5, per - 1)];
@@ -184,7 +184,7 @@ fn prepared_errors(
     assert!(why.contains("block sizes differ: local 4096"), "{why}");
     let why = prep(user.prepare_local(lreg, 0).unwrap_err());
     assert!(why.starts_with("prepare_local: block_len is 0"), "{why}");
-    let why = prep(user.prepare_local(lreg, 8 * PIECE as u64).unwrap_err());
+    let why = prep(user.prepare_local(lreg, 8 * PIECE).unwrap_err());
     assert!(why.contains("longer than the registration"), "{why}");
     let why = prep(owner.prepare_local(lreg, 4096).unwrap_err());
     assert!(why.contains("not registered with this engine"), "{why}");

@@ -30,7 +30,7 @@ fn local_registrations_added_and_removed_between_transfers() {
         two.write_from(&pattern(2, N as usize), 0).unwrap();
         let (l1, l2) = (one.as_raw() as u64, two.as_raw() as u64);
         let write = |l: u64, r: u64| {
-            b.transfer_sync(&a_addr, TransferOp::Write, &[TransferDesc::new(l, r, N)], T)
+            b.transfer_sync(&a_addr, TransferOp::Write, &[TransferDesc::raw(l, r, N)], T)
         };
         let at = |off: u64| {
             let mut v = vec![0u8; N as usize];
@@ -59,7 +59,7 @@ fn local_registrations_added_and_removed_between_transfers() {
             .transfer_async(
                 &a_addr,
                 TransferOp::Write,
-                &[TransferDesc::new(l1, ra + 2 * N, N)],
+                &[TransferDesc::raw(l1, ra + 2 * N, N)],
             )
             .unwrap();
         b.deregister(reg2).unwrap();

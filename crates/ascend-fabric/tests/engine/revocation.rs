@@ -39,7 +39,7 @@ fn pair(dev: &ascend_mem::Device) -> Pair {
 
 impl Pair {
     fn write(&self, remote: u64) -> ascend_fabric::Result<()> {
-        let d = TransferDesc::new(self.local.as_raw() as u64, remote, 4096);
+        let d = TransferDesc::raw(self.local.as_raw() as u64, remote, 4096);
         self.peer
             .transfer_sync(&self.addr, TransferOp::Write, &[d], T)
     }
@@ -75,7 +75,7 @@ fn imported_memory(dev: &ascend_mem::Device) {
     // Transfers kept in flight while `a` is revoked: one into `a`, one into `b`.
     let hold = ascend_sim::testing::hold_all_streams();
     let into = |addr: u64| {
-        let d = TransferDesc::new(p.local.as_raw() as u64, addr, 4096);
+        let d = TransferDesc::raw(p.local.as_raw() as u64, addr, 4096);
         p.peer
             .transfer_async(&p.addr, TransferOp::Write, &[d])
             .unwrap()

@@ -45,7 +45,7 @@ fn three_mappings_as_one(dev: &Device) {
         3,
         "one per mapping"
     );
-    let d = TransferDesc::new(src.as_raw() as u64, reg.addr(), 3 * PIECE as u64);
+    let d = TransferDesc::raw(src.as_raw() as u64, reg.addr(), 3 * PIECE as u64);
     peer.transfer_sync(&addr, TransferOp::Write, &[d], T)
         .unwrap();
     for (i, m) in maps.iter().enumerate() {

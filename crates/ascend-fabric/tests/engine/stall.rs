@@ -20,7 +20,7 @@ fn is_stall(r: &ascend_fabric::Result<()>) -> bool {
 fn a_stalled_request_ends_with_a_timeout_and_releases_everything() {
     let _env = setup();
     let p = Pair::new(1 << 20, options(2, 4), true);
-    let d = TransferDesc::new(p.local_addr(0), p.remote_addr(0), 4096);
+    let d = TransferDesc::raw(p.local_addr(0), p.remote_addr(0), 4096);
     let opts = TransferOptions::new().stall_timeout(STALL);
 
     let hold = ascend_sim::testing::hold_all_streams();

@@ -53,7 +53,7 @@ fn scenario(how: How) {
     let hold = ascend_sim::testing::hold_all_streams();
     let reqs: Vec<_> = (0..REQUESTS)
         .map(|i| {
-            let d = TransferDesc::new(
+            let d = TransferDesc::raw(
                 local.as_raw() as u64 + (i * BLOCK) as u64,
                 remote_buf.as_raw() as u64 + (i * BLOCK) as u64,
                 BLOCK as u64,

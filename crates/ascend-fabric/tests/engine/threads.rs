@@ -46,8 +46,8 @@ fn eight_threads_times_a_thousand_transfers() {
                         } else {
                             (((i * 4096) % AREA) as u64, 4096)
                         };
-                        let w = [TransferDesc::new(src + off, r + off, len)];
-                        let rd = [TransferDesc::new(dst_back + off, r + off, len)];
+                        let w = [TransferDesc::raw(src + off, r + off, len)];
+                        let rd = [TransferDesc::raw(dst_back + off, r + off, len)];
                         match i % 4 {
                             0 => b.transfer_sync(a_addr, TransferOp::Write, &w, T).unwrap(),
                             1 => b.transfer_sync(a_addr, TransferOp::Read, &rd, T).unwrap(),
@@ -64,8 +64,8 @@ fn eight_threads_times_a_thousand_transfers() {
                         }
                     }
                     // Final round trip of the whole area.
-                    let w = [TransferDesc::new(src, r, AREA as u64)];
-                    let rd = [TransferDesc::new(dst_back, r, AREA as u64)];
+                    let w = [TransferDesc::raw(src, r, AREA as u64)];
+                    let rd = [TransferDesc::raw(dst_back, r, AREA as u64)];
                     b.transfer_sync(a_addr, TransferOp::Write, &w, T).unwrap();
                     b.transfer_sync(a_addr, TransferOp::Read, &rd, T).unwrap();
                 });
@@ -125,7 +125,7 @@ fn synchronous_transfers_start_no_progress_thread() {
         let local = b.alloc_device(AREA).unwrap();
         let _r = (a.register(&remote).unwrap(), b.register(&local).unwrap());
         b.connect(&a_addr, T).unwrap();
-        let d = [TransferDesc::new(
+        let d = [TransferDesc::raw(
             local.as_raw() as u64,
             remote.as_raw() as u64,
             AREA as u64,

@@ -59,7 +59,7 @@ fn write_and_read_every_memory_kind_across_processes() {
                     continue;
                 }
                 let lw = "dev";
-                let d = TransferDesc::new(
+                let d = TransferDesc::raw(
                     local.addr(lw) + loff as u64,
                     remote[rw] + roff as u64,
                     len as u64,
@@ -86,7 +86,7 @@ fn write_and_read_every_memory_kind_across_processes() {
                     seed = seed.wrapping_add(1);
                     let data = pattern(seed, len);
                     local.write(lw, loff, &data);
-                    let d = TransferDesc::new(
+                    let d = TransferDesc::raw(
                         local.addr(lw) + loff as u64,
                         remote[rw] + roff as u64,
                         len as u64,
@@ -102,7 +102,7 @@ fn write_and_read_every_memory_kind_across_processes() {
                     // Read back to the other end of the local region.
                     let back = REGION - len - loff.min(REGION - len);
                     local.write(lw, back, &vec![0u8; len]);
-                    let d = TransferDesc::new(
+                    let d = TransferDesc::raw(
                         local.addr(lw) + back as u64,
                         remote[rw] + roff as u64,
                         len as u64,
@@ -128,7 +128,7 @@ fn write_and_read_every_memory_kind_across_processes() {
                 let data = pattern(s, 4096);
                 let loff = (i * 64 + j) * 4096;
                 local.write("host", loff, &data);
-                descs.push(TransferDesc::new(
+                descs.push(TransferDesc::raw(
                     local.addr("host") + loff as u64,
                     remote[*rw] + off as u64,
                     4096,

@@ -23,7 +23,7 @@ fn round_trip(
         .map(|i| (i as u8).wrapping_mul(31) ^ seed)
         .collect();
     local.write_from(&data, 0).unwrap();
-    let d = TransferDesc::new(local.as_raw() as u64, remote, LEN as u64);
+    let d = TransferDesc::raw(local.as_raw() as u64, remote, LEN as u64);
     client
         .transfer_sync(peer, TransferOp::Write, &[d], T)
         .unwrap();
