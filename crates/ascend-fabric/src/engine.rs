@@ -16,7 +16,7 @@ use crate::channel::{self, Channel, ChannelMap};
 use crate::control::{self, ControlHandler, ControlServer, ServerConfig};
 use crate::error::{Error, LostReason, Result};
 use crate::heartbeat::{spawn_heartbeats, Monitor};
-use crate::options::{EngineAddr, EngineOptions, OptionError};
+use crate::options::{EngineAddr, EngineOptions};
 use crate::pool::VaPool;
 use crate::progress::Progress;
 use crate::registry::{Registrable, Registration, Registry};
@@ -139,22 +139,8 @@ impl Engine {
     /// As [`Engine::new`].
     pub fn with_addr(dev: &Device, addr: EngineAddr, opts: EngineOptions) -> Result<Engine> {
         let _span = tracing::info_span!("engine_init", addr = %addr).entered();
-        if !(1..=8).contains(&opts.task_stream_num) {
-            return Err(OptionError::Invalid {
-                key: "task_stream_num".into(),
-                value: opts.task_stream_num.to_string(),
-                reason: "must be in 1..=8".into(),
-            }
-            .into());
-        }
-        if opts.heartbeat_interval.is_zero() {
-            return Err(OptionError::Invalid {
-                key: "heartbeat_interval".into(),
-                value: "0".into(),
-                reason: "must be positive".into(),
-            }
-            .into());
-        }
+        // The one check of every value: the builder's (the fields are public).
+        opts.validate()?;
         dev.bind()?;
         let pool = VaPool::new(dev, opts.pool_capacity, opts.pool_start)?;
         let registry = Registry::new(dev, pool.clone());

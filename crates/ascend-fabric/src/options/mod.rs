@@ -313,7 +313,20 @@ impl EngineOptionsBuilder {
     /// # Errors
     /// [`OptionError::Invalid`] for a value outside its range.
     pub fn build(self) -> Result<EngineOptions, OptionError> {
-        let o = self.opts;
+        self.opts.validate()?;
+        Ok(self.opts)
+    }
+}
+
+impl EngineOptions {
+    /// Checks every value against its range: what [`EngineOptionsBuilder::build`] checks, and
+    /// what [`Engine::new`](crate::Engine::new) checks again (the fields are public, so options
+    /// may be changed after they were built).
+    ///
+    /// # Errors
+    /// [`OptionError::Invalid`] naming the first value outside its range.
+    pub fn validate(&self) -> Result<(), OptionError> {
+        let o = self;
         if o.shared_secret.as_deref() == Some("") {
             return Err(invalid(
                 "shared_secret",
@@ -348,7 +361,7 @@ impl EngineOptionsBuilder {
                 "must be above 0 (None keeps sessions)",
             ));
         }
-        Ok(o)
+        Ok(())
     }
 }
 

@@ -418,3 +418,27 @@ fn typed_descriptors_are_checked_when_made() {
     assert!(p.remote.to_vec().unwrap()[4096..8192] == pattern(4, 4096)[..]);
     p.close();
 }
+
+/// Options are checked in one place: values changed through the public fields after the
+/// builder checked them are refused by `Engine::new` with the builder's own error (an empty
+/// shared secret never reaches the server).
+#[test]
+fn options_changed_after_the_builder_are_checked_again() {
+    let env = setup();
+    let cases: [(&str, fn(&mut ascend_fabric::EngineOptions)); 3] = [
+        ("shared_secret", |o| o.shared_secret = Some(String::new())),
+        ("pool_capacity", |o| o.pool_capacity = 0),
+        ("task_stream_num", |o| o.task_stream_num = 9),
+    ];
+    for (key, change) in cases {
+        let mut o = test_options(1);
+        change(&mut o);
+        match Engine::new(&env.dev, &listen_addr(), o) {
+            Err(Error::Option(ascend_fabric::OptionError::Invalid { key: k, .. })) => {
+                assert_eq!(k, key)
+            }
+            other => panic!("{key}: expected the option refused, got {other:?}"),
+        }
+    }
+    env.finish();
+}
