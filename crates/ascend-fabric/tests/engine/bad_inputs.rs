@@ -425,7 +425,8 @@ fn typed_descriptors_are_checked_when_made() {
 #[test]
 fn options_changed_after_the_builder_are_checked_again() {
     let env = setup();
-    let cases: [(&str, fn(&mut ascend_fabric::EngineOptions)); 3] = [
+    type Change = fn(&mut ascend_fabric::EngineOptions);
+    let cases: [(&str, Change); 3] = [
         ("shared_secret", |o| o.shared_secret = Some(String::new())),
         ("pool_capacity", |o| o.pool_capacity = 0),
         ("task_stream_num", |o| o.task_stream_num = 9),
