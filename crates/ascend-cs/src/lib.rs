@@ -39,9 +39,9 @@
 //! range inside its block of the server's list ([`Error::RemoteOutOfBounds`]); tags are looked
 //! up in the list ([`Error::UnknownTag`]). What only the library knows comes back as
 //! [`Error::Hixl`] with the C name, the [`HixlCode`] and the emulator's message when in process.
-//! [`HixlCode`] (HIXL's status codes) and [`MemKind`] (device or host memory) are defined here
-//! and shared with ascend-fabric, whose engine speaks the same statuses on its control wire and
-//! registers the same two kinds of memory (it re-exports both).
+//! [`HixlCode`] (HIXL's status codes) is defined here and shared with ascend-fabric, whose
+//! engine speaks the same statuses on its control wire (it re-exports it); [`MemKind`] (device
+//! or host memory) is ascend-mem's, the one such type of every crate.
 //!
 //! # Files
 //! `code` (HIXL's status codes), `error` (the errors and their statuses), `library` (which

@@ -8,15 +8,9 @@ use std::sync::Arc;
 use ascend_mem::{DeviceBuffer, HostBuffer, Mapping};
 use hixl_sys as hixl;
 
-/// Where registered memory lives: `CommMemType` in the HixlCS C API, and `MemType` for HIXL's
-/// engine (ascend-fabric's registrations use this type too).
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
-pub enum MemKind {
-    /// Device HBM (`COMM_MEM_TYPE_DEVICE`, `MEM_DEVICE`).
-    Device,
-    /// Host DRAM the device can reach (`COMM_MEM_TYPE_HOST`, `MEM_HOST`).
-    Host,
-}
+/// Where registered memory lives (`CommMemType`: `Device` is `COMM_MEM_TYPE_DEVICE`, `Host`
+/// `COMM_MEM_TYPE_HOST`): ascend-mem's one host-or-device type.
+pub use ascend_mem::MemKind;
 
 /// `kind` as a `CommMemType`.
 pub(crate) fn raw_kind(kind: MemKind) -> hixl::CommMemType {

@@ -86,7 +86,8 @@
 //! * run HIXL's AICPU path (an option map asking for it runs the host path, with a WARN line;
 //!   see [`EngineOptions::from_hixl`]) or implement
 //!   HIXL's HCCL engines itself (its C client/server API, HixlCS, is wrapped by the ascend-cs
-//!   crate over the runtime's own library; [`HixlCode`] and [`MemKind`] come from there);
+//!   crate over the runtime's own library; [`HixlCode`] comes from there, [`MemKind`] from
+//!   ascend-mem);
 //! * reconnect on its own unless `AutoConnect` is on: then a transfer to a peer it is not
 //!   connected to connects first (3 s timeout), and a transfer whose copies failed
 //!   disconnects its peer, as in HIXL (argument errors, caught before any copy, do not).
@@ -160,7 +161,8 @@ mod transfer;
 mod transfer_request;
 pub mod wire;
 
-pub use ascend_cs::{HixlCode, MemKind};
+pub use ascend_cs::HixlCode;
+pub use ascend_mem::MemKind;
 pub use engine::Engine;
 pub use error::{Error, LostReason, Result, Side};
 pub use future::{Connect, Post, Transfer};

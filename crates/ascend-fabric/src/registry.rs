@@ -480,11 +480,7 @@ impl Registry {
             };
             blocks.push(block);
         }
-        let kind = if blocks[0].host {
-            MemKind::Host
-        } else {
-            MemKind::Device
-        };
+        let kind = MemKind::host_if(blocks[0].host);
         Ok(self.insert(&mut st, addr, len, kind, blocks))
     }
 
@@ -523,11 +519,7 @@ impl Registry {
             blocks.push(block);
             cur = base + size;
         }
-        let kind = if blocks[0].host {
-            MemKind::Host
-        } else {
-            MemKind::Device
-        };
+        let kind = MemKind::host_if(blocks[0].host);
         Ok(self.insert(&mut st, addr, len, kind, blocks))
     }
 

@@ -193,7 +193,7 @@ pub use foreign::{MappingRef, PointerInfo};
 pub use pinned::PinnedWords;
 pub use runtime::{Backend, Runtime};
 pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDLE_BYTES};
-pub use spec::{Location, MemAttr, MemSpec};
+pub use spec::{Location, MemAttr, MemKind, MemSpec};
 pub use stream::{
     BatchCopy, Event, EventFlags, FailureMode, Stream, StreamFlags, StreamLease, StreamPool,
     ValueWord, WaitCmp,

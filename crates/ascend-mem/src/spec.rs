@@ -1,5 +1,26 @@
 //! What kind of physical memory to allocate: where it lives and its page attribute.
 
+/// Host or device memory: the one "which side" type of every crate here (a registration's
+/// kind, HixlCS's `CommMemType`, HIXL's `MemType`); [`Location::kind`] of an allocation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MemKind {
+    /// Device HBM.
+    Device,
+    /// Host DRAM the device can reach.
+    Host,
+}
+
+impl MemKind {
+    /// `Host` when `host`, else `Device`.
+    pub fn host_if(host: bool) -> MemKind {
+        if host {
+            MemKind::Host
+        } else {
+            MemKind::Device
+        }
+    }
+}
+
 /// Where a physical allocation lives.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Location {
@@ -9,6 +30,13 @@ pub enum Location {
     Host,
     /// Host DRAM on one NUMA node (`ACL_MEM_LOCATION_TYPE_HOST_NUMA`, id = node).
     HostNuma(u32),
+}
+
+impl Location {
+    /// Host or device memory.
+    pub fn kind(self) -> MemKind {
+        MemKind::host_if(!matches!(self, Location::Device))
+    }
 }
 
 /// The page attribute of a physical allocation (`aclrtMemAttr`), limited to the values
