@@ -25,6 +25,20 @@ pub(crate) fn timed_out(e: control::ClientError, what: &'static str, after: Dura
 }
 
 impl EngineInner {
+    /// The channel to `peer`, if connected.
+    ///
+    /// # Errors
+    /// [`Error::NotConnected`].
+    pub(crate) fn channel(&self, peer: &str) -> Result<Arc<Channel>> {
+        self.channels
+            .read()
+            .get(peer)
+            .cloned()
+            .ok_or_else(|| Error::NotConnected {
+                peer: peer.to_owned(),
+            })
+    }
+
     /// `AutoConnect`'s disconnect after a failed transfer on `ch` (bounded by the connect
     /// timeout; a channel made since is left alone).
     pub(crate) fn auto_disconnect(&self, ch: &Arc<Channel>) {

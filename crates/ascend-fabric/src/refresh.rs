@@ -37,15 +37,7 @@ impl Engine {
     /// [`Error::BadEntry`] or [`Error::Mem`] when a new segment cannot be imported (then
     /// none of this answer's new segments is).
     pub fn refresh_segments(&self, remote: &str, timeout: Duration) -> Result<usize> {
-        let ch = self
-            .inner
-            .channels
-            .read()
-            .get(remote)
-            .cloned()
-            .ok_or_else(|| Error::NotConnected {
-                peer: remote.to_owned(),
-            })?;
+        let ch = self.inner.channel(remote)?;
         self.refresh_channel(&ch, timeout)
     }
 

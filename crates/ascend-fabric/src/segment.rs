@@ -55,13 +55,7 @@ impl Engine {
         let not_connected = || Error::NotConnected {
             peer: peer.to_owned(),
         };
-        let ch = self
-            .inner
-            .channels
-            .read()
-            .get(peer)
-            .cloned()
-            .ok_or_else(not_connected)?;
+        let ch = self.inner.channel(peer)?;
         let find = || {
             ch.with_remote(|r| match &seg {
                 SegmentRef::Index(i) => r.live_spans().nth(*i),

@@ -45,19 +45,12 @@ impl Engine {
         let inner = &self.inner;
         let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
         let bytes = plan::check_descs(descs)?;
-        let ch =
-            match &slot_from {
-                SlotFrom::Acquire(_) => self.channel_for(remote, slot_deadline)?,
-                // A future's poll: no connect here (it blocks); the future connects on its
-                // helper thread instead.
-                SlotFrom::Given(_) => {
-                    inner.channels.read().get(remote).cloned().ok_or_else(|| {
-                        Error::NotConnected {
-                            peer: remote.to_owned(),
-                        }
-                    })?
-                }
-            };
+        let ch = match &slot_from {
+            SlotFrom::Acquire(_) => self.channel_for(remote, slot_deadline)?,
+            // A future's poll: no connect here (it blocks); the future connects on its
+            // helper thread instead.
+            SlotFrom::Given(_) => inner.channel(remote)?,
+        };
         let write = op == TransferOp::Write;
         let size = (bytes, descs.len() as u64);
         let queue = |rem: &Remote, slot: &mut SlotGuard, (regs, segs): Uses<'_>| {

@@ -284,22 +284,8 @@ pub fn connect(
     timeout: Duration,
     secret: Option<&str>,
 ) -> Result<Connected, ClientError> {
-    let wire_err = |source| ClientError::Wire { addr, source };
     let mut s = open(addr, timeout, secret)?;
-    let req = ConnectMsg::request(channel_id, timeout.as_millis() as i64);
-    wire::write_frame(
-        &mut s,
-        &Frame::new(MsgType::Connect, &req).map_err(wire_err)?,
-    )
-    .map_err(wire_err)?;
-    let frame = wire::read_frame(&mut s).map_err(wire_err)?;
-    if let Some(refused) = refusal(addr, &frame) {
-        return Err(refused);
-    }
-    let resp: ConnectMsg = frame
-        .parse(MsgType::Connect, "connect response")
-        .map_err(wire_err)?;
-    read_status(&mut s, addr)?;
+    let resp = ask_offer(&mut s, addr, MsgType::Connect, channel_id, timeout)?;
     Ok(Connected {
         entries: resp.share_handles,
         names: resp.segment_names,
@@ -321,23 +307,31 @@ pub fn segments(
     timeout: Duration,
     secret: Option<&str>,
 ) -> Result<(Vec<ShareHandleEntry>, Vec<SegmentName>), ClientError> {
-    let wire_err = |source| ClientError::Wire { addr, source };
     let mut s = open(addr, timeout, secret)?;
+    let resp = ask_offer(&mut s, addr, MsgType::Segments, channel_id, timeout)?;
+    Ok((resp.share_handles, resp.segment_names))
+}
+
+/// The exchange a connect and a segments request share on `s`: a [`ConnectMsg`] request of
+/// type `ty` under `channel_id`, the server's [`ConnectMsg`] answer (or its refusal), then its
+/// status.
+fn ask_offer(
+    s: &mut Bounded,
+    addr: SocketAddr,
+    ty: MsgType,
+    channel_id: &str,
+    timeout: Duration,
+) -> Result<ConnectMsg, ClientError> {
+    let wire_err = |source| ClientError::Wire { addr, source };
     let req = ConnectMsg::request(channel_id, timeout.as_millis() as i64);
-    wire::write_frame(
-        &mut s,
-        &Frame::new(MsgType::Segments, &req).map_err(wire_err)?,
-    )
-    .map_err(wire_err)?;
-    let frame = wire::read_frame(&mut s).map_err(wire_err)?;
+    wire::write_frame(s, &Frame::new(ty, &req).map_err(wire_err)?).map_err(wire_err)?;
+    let frame = wire::read_frame(s).map_err(wire_err)?;
     if let Some(refused) = refusal(addr, &frame) {
         return Err(refused);
     }
-    let resp: ConnectMsg = frame
-        .parse(MsgType::Segments, "segments response")
-        .map_err(wire_err)?;
-    read_status(&mut s, addr)?;
-    Ok((resp.share_handles, resp.segment_names))
+    let resp: ConnectMsg = frame.parse(ty, "the server's offer").map_err(wire_err)?;
+    read_status(s, addr)?;
+    Ok(resp)
 }
 
 /// Sends one heartbeat on a keepalive socket (3 s send timeout, as HIXL).

@@ -129,15 +129,7 @@ impl Engine {
         if segments.is_empty() {
             return Err(prep_err(CALL, "the segment list is empty".into()));
         }
-        let ch = self
-            .inner
-            .channels
-            .read()
-            .get(peer)
-            .cloned()
-            .ok_or_else(|| Error::NotConnected {
-                peer: peer.to_owned(),
-            })?;
+        let ch = self.inner.channel(peer)?;
         // A segment not known yet may be one the peer registered since we connected.
         let known = ch.with_remote(|rem| segments.iter().all(|s| knows(rem, s)));
         if known == Some(false) {

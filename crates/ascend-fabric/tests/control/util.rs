@@ -126,12 +126,7 @@ pub fn client_engine(dev: &ascend_mem::Device, secret: Option<&str>) -> Engine {
     Engine::new(dev, "127.0.0.1", b.build().unwrap()).unwrap()
 }
 
-/// A deterministic byte pattern.
-pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed)
-        .collect()
-}
+pub use ascend_testkit::pattern;
 
 /// `engine` connects to `server` and writes a pattern into `target` at `offset`; checks it
 /// arrived.

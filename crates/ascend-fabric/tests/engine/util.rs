@@ -50,9 +50,6 @@ pub fn test_options(streams: u32) -> EngineOptions {
     options(streams, 64)
 }
 
-/// A deterministic byte pattern.
-pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| ((i as u32).wrapping_mul(2_654_435_761) >> 13) as u8 ^ seed)
-        .collect()
-}
+// Not every test binary that includes this file uses it.
+#[allow(unused_imports)]
+pub use ascend_testkit::pattern;
