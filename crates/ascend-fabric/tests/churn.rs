@@ -88,15 +88,18 @@ fn connects(dev: &ascend_mem::Device) {
         client.disconnect(&addr, T).unwrap();
         assert_eq!(client.pool_usage().0, 0);
         assert_eq!(ascend_sim::counters().imports, 0);
-        let now = usage();
-        let base = *first.get_or_insert(now);
-        // The server may still be closing the last request's socket: a little slack, no
-        // growth with the number of cycles.
-        assert!(
-            now.threads == base.threads && now.fds <= base.fds + 2,
-            "cycle {i}: {now:?} against {base:?} after the first; threads {:?}",
-            process::live_threads()
-        );
+        let base = *first.get_or_insert_with(usage);
+        // The server may still be closing the last cycle's sockets (its loop runs on its own
+        // thread, later under load): a little slack, reached in the background, and no growth
+        // with the number of cycles.
+        let settled = || {
+            let now = usage();
+            now.threads == base.threads && now.fds <= base.fds + 2
+        };
+        if !settled() {
+            let what = format!("cycle {i}: descriptors and threads back near {base:?}");
+            ascend_testkit::wait_until(&what, T, settled);
+        }
     }
 }
 
