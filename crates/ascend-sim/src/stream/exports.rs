@@ -151,9 +151,10 @@ export! { Acl;
 }
 
 export! { Acl;
-    /// Discards queued work and returns: a copy already running stops at its next piece (one
-    /// held by `testing::hold_running_copies` runs to its end once released); synchronize,
-    /// query and destroy wait for it. The next synchronize returns 107023 once.
+    /// Discards queued work and returns, waking nobody: a copy already running stops at its
+    /// next piece (one held by `testing::hold_running_copies` runs to its end once released),
+    /// a blocked task (an event wait, a hold) sees the abort at its next poll; synchronize,
+    /// query and destroy wait for them. The next synchronize returns 107023 once.
     fn aclrtStreamAbort(stream: aclrtStream) {
         ensure!(!stream.is_null(), ACL_ERROR_INVALID_PARAM, "stream is NULL");
         resolve(stream, "stream")?.abort();

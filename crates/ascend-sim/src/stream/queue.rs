@@ -253,7 +253,8 @@ impl Stream {
             q.err = None;
             std::mem::take(&mut q.tasks)
         };
-        self.work_cv.notify_all();
+        // No wake-up: a worker parked for work has none to do, and a task that blocks (an
+        // event wait, a hold, a value wait) polls the epoch.
         for t in tasks {
             t.discard();
         }
