@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
+use ascend_mem::{Addr, Device, Mapping, PhysicalMem, ReservedVa};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -111,7 +111,7 @@ impl VaPool {
         })?;
         let len = dev.granular(bytes)?;
         let fixed = match usize::try_from(start) {
-            Ok(at) if at != 0 => match ReservedVa::new_no_uc(dev, len, at) {
+            Ok(at) if at != 0 => match ReservedVa::new_no_uc(dev, len, Addr::new(start)) {
                 Ok(va) => Some(va),
                 Err(e) => {
                     if e.kind() == ascend_mem::ErrorKind::NotSupported {

@@ -5,6 +5,7 @@ use std::ops::RangeBounds;
 
 use bytemuck::Pod;
 
+use crate::addr::Addr;
 use crate::device::Device;
 use crate::error::Result;
 use crate::share::{ExportFlags, FabricHandle, ShareKind};
@@ -44,6 +45,11 @@ macro_rules! buffer_common {
             }
 
             /// The first address (device VA).
+            pub fn addr(&self) -> Addr {
+                self.map.addr()
+            }
+
+            /// The first address as the C calls take it (prefer `addr`).
             pub fn as_raw(&self) -> *mut std::ffi::c_void {
                 self.map.as_raw()
             }

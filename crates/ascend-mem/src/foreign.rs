@@ -17,6 +17,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use parking_lot::Mutex;
 
+use crate::addr::Addr;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi;
@@ -160,9 +161,10 @@ impl Device {
     /// (plain host memory), or reserved but unmapped VA; [`Error::MissingSymbol`] on runtimes
     /// without the call.
     #[doc(alias = "aclrtMemGetAddressRange")]
-    pub fn address_range(&self, addr: usize) -> Result<(usize, usize)> {
+    pub fn address_range(&self, addr: Addr) -> Result<(Addr, usize)> {
         self.enter()?;
-        ffi::ptr::address_range(self.lib(), addr)
+        let (base, size) = ffi::ptr::address_range(self.lib(), addr.get() as usize)?;
+        Ok((Addr::new(base as u64), size))
     }
 
     /// Where `addr` lives (`aclrtPointerGetAttributes`).
@@ -170,9 +172,9 @@ impl Device {
     /// # Errors
     /// `aclrtPointerGetAttributes` failures (a NULL address); [`Error::MissingSymbol`].
     #[doc(alias = "aclrtPointerGetAttributes")]
-    pub fn pointer_info(&self, addr: usize) -> Result<PointerInfo> {
+    pub fn pointer_info(&self, addr: Addr) -> Result<PointerInfo> {
         self.enter()?;
-        let a = ffi::ptr::attributes(self.lib(), addr)?;
+        let a = ffi::ptr::attributes(self.lib(), addr.get() as usize)?;
         Ok(PointerInfo {
             device: (a.location.type_ == acl::ACL_MEM_LOCATION_TYPE_DEVICE)
                 .then_some(a.location.id),
@@ -220,19 +222,19 @@ impl PhysicalMem {
     /// is not a VMM mapping, e.g. `aclrtMalloc` memory or plain host memory);
     /// [`Error::MissingSymbol`].
     #[doc(alias = "aclrtMemRetainAllocationHandle")]
-    pub fn retain(dev: &Device, block_base: usize) -> Result<PhysicalMem> {
+    pub fn retain(dev: &Device, block_base: Addr) -> Result<PhysicalMem> {
         let (base, size) = dev.address_range(block_base)?;
         if base != block_base {
             return Err(Error::InvalidArgument {
                 api: "aclrtMemRetainAllocationHandle",
                 what: "address (not the start of its block) =",
-                value: block_base as i128,
+                value: i128::from(block_base.get()),
             });
         }
         let lib = dev.lib();
         // The new handle is owned by the PhysicalMem built below (freed once, on its drop): a
         // failure below frees it through the drop.
-        let h = OwnedPhys::retain(lib, base)?;
+        let h = OwnedPhys::retain(lib, base.get() as usize)?;
         let mem = PhysicalMem::from_handle(dev, h, size, 0, Origin::Allocated(MemSpec::DEVICE_HBM));
         let prop = mem.inner.mem.properties(lib)?;
         let location = match prop.location.type_ {

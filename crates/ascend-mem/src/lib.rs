@@ -167,6 +167,7 @@
 #[allow(unsafe_code)]
 pub mod ffi;
 
+mod addr;
 mod buffer;
 mod device;
 mod error;
@@ -185,6 +186,7 @@ mod typed;
 mod vmm;
 
 pub use acl;
+pub use addr::Addr;
 pub use buffer::{DeviceBuffer, HostBuffer};
 pub use bytemuck;
 pub use device::{Device, Granular};

@@ -17,6 +17,7 @@ use std::ops::RangeBounds;
 
 use bytemuck::Pod;
 
+use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::vmm::{Mapping, MappingSlice};
 
@@ -170,6 +171,11 @@ impl<'a, T: Pod> TypedSlice<'a, T> {
     }
 
     /// The first address of the view.
+    pub fn addr(&self) -> Addr {
+        self.bytes.addr()
+    }
+
+    /// The first address of the view as the C calls take it (prefer [`TypedSlice::addr`]).
     pub fn as_raw(&self) -> *mut c_void {
         self.bytes.as_raw()
     }
@@ -259,8 +265,8 @@ impl<'a> MappingSlice<'a> {
     pub fn typed<T: Pod>(&self) -> Result<TypedSlice<'a, T>> {
         const WHAT: &str = "MappingSlice::typed";
         whole_elems::<T>(self.len(), WHAT)?;
-        let addr = self.as_raw() as usize;
-        if addr % align_of::<T>() != 0 {
+        let addr = self.addr();
+        if addr.get() % align_of::<T>() as u64 != 0 {
             return Err(Error::MisalignedElements {
                 what: WHAT,
                 addr,

@@ -2,8 +2,10 @@
 //! ([`AclCode`] for ACL, [`HcclCode`] for HCCL), the small [`ErrorKind`] every error and
 //! status maps to, and [`CloseError`] (a teardown that hands the value back).
 //!
-//! The lowest layer of the crate: it names no other module, so every other one can use it.
+//! The lowest layer of the crate: it names only the leaf `addr`, so every other module can use
+//! it.
 
+use crate::addr::Addr;
 use std::fmt;
 
 mod acl_code;
@@ -96,7 +98,7 @@ pub enum Error {
         /// The call that checked it, e.g. `"MappingSlice::typed"`.
         what: &'static str,
         /// The start address.
-        addr: usize,
+        addr: Addr,
         /// `align_of` the element type.
         align: usize,
         /// The element type's name (`std::any::type_name`).
@@ -234,7 +236,7 @@ pub enum Error {
         /// The call that checked it, e.g. `"ValueWord::new"`.
         what: &'static str,
         /// The start address given.
-        addr: usize,
+        addr: Addr,
         /// The length given.
         len: usize,
     },

@@ -21,6 +21,7 @@ use super::comm::Comm;
 use super::peer::{check_slot, PeerView};
 use super::state::WinInner;
 use super::window::SymWindow;
+use crate::addr::Addr;
 use crate::device::same_device;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ffi;
@@ -340,7 +341,7 @@ impl StreamQueue {
         if addr % 8 != 0 {
             return Err(Error::BadValueWord {
                 what: API,
-                addr,
+                addr: Addr::new(addr as u64),
                 len: 8,
             });
         }

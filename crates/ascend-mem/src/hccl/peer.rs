@@ -14,6 +14,7 @@ use bytemuck::Pod;
 
 use super::state::WinInner;
 use super::window::SymWindow;
+use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::handle::PeerPart;
 use crate::stream::ValueWord;
@@ -82,6 +83,11 @@ impl<T> PeerView<T> {
 
     /// The peer's first data byte in this process (only for passing to device work: the host
     /// must not read or write it directly).
+    pub fn addr(&self) -> Addr {
+        Addr::from_ptr(self.as_raw())
+    }
+
+    /// [`PeerView::addr`] as the C calls take it.
     pub fn as_raw(&self) -> *mut c_void {
         self.part.addr() as *mut c_void
     }
@@ -134,7 +140,7 @@ impl SymWindow {
         if w.addr % align != 0 {
             return Err(Error::MisalignedElements {
                 what: "SymWindow::peer",
-                addr: w.addr,
+                addr: Addr::new(w.addr as u64),
                 align,
                 elem: std::any::type_name::<T>(),
             });

@@ -9,6 +9,7 @@ use hccl_sys::HcclCommSymWindow;
 use super::comm::Comm;
 use super::state::WinInner;
 use super::HcclCode;
+use crate::addr::Addr;
 use crate::device::same_device;
 use crate::error::{CloseError, Error, Result};
 use crate::vmm::{Mapping, MappingSlice};
@@ -126,8 +127,8 @@ impl SymWindow {
     }
 
     /// The first registered address.
-    pub fn addr(&self) -> *mut c_void {
-        self.inner.addr as *mut c_void
+    pub fn addr(&self) -> Addr {
+        Addr::new(self.inner.addr as u64)
     }
 
     /// The size requested at registration (HCCL rounds the window up to the whole physical
@@ -210,7 +211,7 @@ impl Comm {
     /// outside this API (raw calls); other `HcclCommSymWinGet` failures.
     #[doc(alias = "HcclCommSymWinGet")]
     pub fn window_of(&self, range: &MappingSlice<'_>) -> Result<Option<(SymWindow, usize)>> {
-        self.window_of_raw(range.as_raw() as usize, range.len())
+        self.window_of_raw(range.addr(), range.len())
     }
 
     /// As [`Comm::window_of`] for a raw address range `[addr, addr + len)` (only looked up,
@@ -219,7 +220,7 @@ impl Comm {
     /// # Errors
     /// As [`Comm::window_of`].
     #[doc(alias = "HcclCommSymWinGet")]
-    pub fn window_of_raw(&self, addr: usize, len: usize) -> Result<Option<(SymWindow, usize)>> {
+    pub fn window_of_raw(&self, addr: Addr, len: usize) -> Result<Option<(SymWindow, usize)>> {
         const API: &str = "HcclCommSymWinGet";
         if len == 0 {
             return Err(Error::InvalidArgument {
@@ -228,15 +229,14 @@ impl Comm {
                 value: 0,
             });
         }
-        let found =
-            self.with_comm(
-                |h, c| match c.window_at(h, self.device().lib(), addr, len) {
-                    Ok((w, off)) if !w.is_null() => Ok(Some((w, off))),
-                    Ok(_) => Ok(None),
-                    Err(Error::Hccl { code, .. }) if code == HcclCode::E_NOT_FOUND => Ok(None),
-                    Err(e) => Err(e),
-                },
-            )?;
+        let found = self.with_comm(|h, c| {
+            match c.window_at(h, self.device().lib(), addr.get() as usize, len) {
+                Ok((w, off)) if !w.is_null() => Ok(Some((w, off))),
+                Ok(_) => Ok(None),
+                Err(Error::Hccl { code, .. }) if code == HcclCode::E_NOT_FOUND => Ok(None),
+                Err(e) => Err(e),
+            }
+        })?;
         let Some((w, off)) = found else {
             return Ok(None);
         };

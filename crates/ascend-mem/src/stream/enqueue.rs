@@ -37,8 +37,8 @@ enum Keep {
 /// # Errors
 /// [`Error::BadValueWord`] naming `what`.
 pub(crate) fn check_word(slice: &MappingSlice<'_>, what: &'static str) -> Result<()> {
-    let addr = slice.as_raw() as usize;
-    if slice.len() != 8 || addr % 8 != 0 {
+    let addr = slice.addr();
+    if slice.len() != 8 || addr.get() % 8 != 0 {
         return Err(Error::BadValueWord {
             what,
             addr,

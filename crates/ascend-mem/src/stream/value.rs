@@ -10,6 +10,7 @@ use std::fmt;
 
 use super::enqueue::check_word;
 use super::queue::Stream;
+use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::pinned::PinnedWords;
 use crate::vmm::{Mapping, MappingSlice};
@@ -101,6 +102,11 @@ impl<'a> ValueWord<'a> {
     }
 
     /// The word's address.
+    pub fn addr(&self) -> Addr {
+        self.slice.addr()
+    }
+
+    /// The word's address as the C calls take it (prefer [`ValueWord::addr`]).
     pub fn as_raw(&self) -> *mut std::ffi::c_void {
         self.slice.as_raw()
     }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::phys::{Origin, PhysInner, PhysicalMem};
 use super::reserve::{ReservedVa, VaInner};
+use crate::addr::Addr;
 use crate::device::{Device, Granular};
 use crate::error::{close_last, AclCode, CloseError, Error, Result};
 use crate::ffi;
@@ -84,6 +85,12 @@ impl fmt::Debug for Mapping {
 
 impl Mapping {
     /// The first mapped address.
+    pub fn addr(&self) -> Addr {
+        Addr::from_ptr(self.as_raw())
+    }
+
+    /// The first mapped address as the C calls take it (the low-level door: prefer
+    /// [`Mapping::addr`]).
     pub fn as_raw(&self) -> *mut c_void {
         self.inner.map.addr()
     }

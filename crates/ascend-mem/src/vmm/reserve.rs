@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use crate::addr::Addr;
 use crate::device::{Device, Granular};
 use crate::error::{close_last, CloseError, Error, Result};
 use crate::handle::OwnedVa;
@@ -98,8 +99,9 @@ impl ReservedVa {
     /// [`NotSupported`](crate::ErrorKind::NotSupported)) on other products; other
     /// `aclrtReserveMemAddressNoUCMemory` failures (the range is in use, ...).
     #[doc(alias = "aclrtReserveMemAddressNoUCMemory")]
-    pub fn new_no_uc(dev: &Device, len: Granular, at: usize) -> Result<ReservedVa> {
+    pub fn new_no_uc(dev: &Device, len: Granular, at: Addr) -> Result<ReservedVa> {
         const GIB: usize = 1 << 30;
+        let at = at.get() as usize;
         for (what, full, value) in [
             ("size", "aclrtReserveMemAddressNoUCMemory size", len.get()),
             (
@@ -142,6 +144,11 @@ impl ReservedVa {
     }
 
     /// The first address.
+    pub fn addr(&self) -> Addr {
+        Addr::from_ptr(self.as_raw())
+    }
+
+    /// The first address as the C calls take it (prefer [`ReservedVa::addr`]).
     pub fn as_raw(&self) -> *mut c_void {
         self.inner.va.base()
     }

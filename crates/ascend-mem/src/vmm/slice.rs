@@ -6,6 +6,7 @@ use std::ops::{Bound, RangeBounds};
 use std::sync::Arc;
 
 use super::mapping::{MapInner, Mapping};
+use crate::addr::Addr;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::handle::MappedRef;
@@ -140,6 +141,11 @@ pub(crate) fn memcpy_kind(dst_host_slice: bool, src_host_slice: bool) -> acl::ac
 
 impl<'a> MappingSlice<'a> {
     /// The first address of the view.
+    pub fn addr(&self) -> Addr {
+        Addr::from_ptr(self.as_raw())
+    }
+
+    /// The first address of the view as the C calls take it (prefer [`MappingSlice::addr`]).
     pub fn as_raw(&self) -> *mut c_void {
         (self.map.inner.map.addr() as usize + self.offset) as *mut c_void
     }

@@ -126,7 +126,7 @@ fn bad_words_are_typed_errors() {
     let e = ValueWord::new(buf.slice(0..16).unwrap()).unwrap_err();
     assert!(matches!(e, Error::BadValueWord { len: 16, .. }), "{e:?}");
     let e = ValueWord::new(buf.slice(4..12).unwrap()).unwrap_err();
-    let addr = buf.as_raw() as usize + 4;
+    let addr = buf.addr() + 4;
     assert!(
         matches!(e, Error::BadValueWord { len: 8, addr: a, .. } if a == addr),
         "{e:?}"

@@ -282,7 +282,7 @@ fn retained_memory_names_its_own_device() {
     let dev1 = env.rt.device(1).unwrap();
     let h = HostBuffer::new(&env.dev, MIB2).unwrap();
     let d1 = DeviceBuffer::new(&dev1, MIB2).unwrap();
-    let mem = ascend_mem::PhysicalMem::retain(&env.dev, d1.as_raw() as usize).unwrap();
+    let mem = ascend_mem::PhysicalMem::retain(&env.dev, d1.addr()).unwrap();
     let size = env.dev.round_up(MIB2).unwrap();
     let va = ascend_mem::ReservedVa::new(&env.dev, size).unwrap();
     let alias = va.map(&mem, size.zero()).unwrap();

@@ -62,7 +62,7 @@ fn batch_copies_land_where_addressed() {
     for (i, &(b, at, len)) in views.iter().enumerate() {
         let e = t.get(i).unwrap();
         assert_eq!(e.len(), len);
-        assert_eq!(e.as_raw() as usize, bufs[b].as_raw() as usize + at);
+        assert_eq!(e.addr(), bufs[b].addr() + at);
     }
     // A host model of the three buffers, updated copy by copy in queue order.
     let mut model: Vec<Vec<u8>> = bufs.iter().map(contents).collect();

@@ -35,10 +35,7 @@ fn round_trip<T: Pod + PartialEq + Debug>(s: MappingSlice<'_>, v: &[T]) {
     all.write_slice(v, 3).unwrap();
     let sub = all.slice(3..3 + v.len()).unwrap();
     assert_eq!(sub.len(), v.len());
-    assert_eq!(
-        sub.as_raw() as usize,
-        s.as_raw() as usize + 3 * size_of::<T>()
-    );
+    assert_eq!(sub.addr(), s.addr() + 3 * size_of::<T>());
     assert_eq!(sub.read_to_vec().unwrap(), v);
     // Element 1 onwards, into a slice.
     let mut tail = vec![T::zeroed(); v.len() - 1];
@@ -168,7 +165,7 @@ fn every_error_path_is_typed_and_names_the_call() {
             what, addr, align, ..
         } => {
             assert_eq!(*what, "MappingSlice::typed");
-            assert_eq!(*addr, d.as_raw() as usize + 1);
+            assert_eq!(*addr, d.addr() + 1);
             assert_eq!(*align, 4);
         }
         other => panic!("expected MisalignedElements, got {other:?}"),

@@ -8,7 +8,7 @@ use std::ffi::c_void;
 
 use crate::common::{assert_acl, setup};
 use ascend_mem::{
-    ffi, AclCode, Error, ErrorKind, ExportFlags, Location, MemAttr, MemSpec, PhysicalMem,
+    ffi, AclCode, Addr, Error, ErrorKind, ExportFlags, Location, MemAttr, MemSpec, PhysicalMem,
     ReservedVa, ShareKind, SharedHandle,
 };
 use ascend_testkit::{assert_ok, role, test_name, Spawn};
@@ -169,7 +169,7 @@ fn r4_no_uc_reservation() {
 
     // The safe constructor checks R4's shape on the host, with typed errors.
     let g = |n| env.dev.granular(n).unwrap();
-    let at = base as usize;
+    let at = Addr::from_ptr(base);
     for (what, len, at, field) in [
         ("size 1 GiB + 2 MiB", g(GIB + MIB2), at, "size"),
         ("expectPtr + 2 MiB", g(GIB), at + MIB2, "expectPtr"),
@@ -186,7 +186,7 @@ fn r4_no_uc_reservation() {
             e => panic!("{what}: {e:?}"),
         }
     }
-    for (what, len, at) in [("size 0", g(0), at), ("expectPtr 0", g(GIB), 0)] {
+    for (what, len, at) in [("size 0", g(0), at), ("expectPtr 0", g(GIB), Addr::NULL)] {
         let e = ReservedVa::new_no_uc(&env.dev, len, at).expect_err(what);
         assert!(
             matches!(
@@ -200,7 +200,7 @@ fn r4_no_uc_reservation() {
         );
     }
     let va = ReservedVa::new_no_uc(&env.dev, g(2 * GIB), at).unwrap();
-    assert_eq!(va.as_raw() as usize, at);
+    assert_eq!(va.addr(), at);
     assert_eq!(va.len(), 2 * GIB);
     // The same range again: the runtime refuses it.
     let e = ReservedVa::new_no_uc(&env.dev, g(GIB), at).unwrap_err();
@@ -250,7 +250,7 @@ fn child_main(role: &str) {
             );
             assert_eq!(e.code(), Some(AclCode::RT_FEATURE_NOT_SUPPORT));
             let g = dev.granular(GIB).unwrap();
-            let e = ReservedVa::new_no_uc(&dev, g, 41usize << 40).unwrap_err();
+            let e = ReservedVa::new_no_uc(&dev, g, Addr::new(41 << 40)).unwrap_err();
             assert_eq!(e.kind(), ErrorKind::NotSupported, "{e:?}");
             assert!(ascend_sim::counters().is_zero());
             println!("RESULT ok");
