@@ -108,7 +108,7 @@ fn rank_main() -> AnyResult<bool> {
         .window_of(&recv.as_bytes())?
         .ok_or("the receive half is not in the window")?;
     say(format!(
-        "8. registered a symmetric window of {:#x} bytes at {:p} (send at +0, receive at +{off:#x})",
+        "8. registered a symmetric window of {:#x} bytes at {} (send at +0, receive at +{off:#x})",
         win.len(),
         win.addr()
     ));

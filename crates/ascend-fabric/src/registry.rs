@@ -10,7 +10,7 @@
 //! pool, so copies never touch a range its owner may unmap.
 
 use ascend_cs::MemKind;
-use ascend_mem::CloseError;
+use ascend_mem::{Addr, CloseError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -502,9 +502,9 @@ impl Registry {
         while cur < end {
             let (base, size) = self
                 .dev
-                .address_range(cur as usize)
+                .address_range(Addr::new(cur))
                 .map_err(|e| not_shareable(addr, len, e))?;
-            let (base, size) = (base as u64, size as u64);
+            let (base, size) = (base.get(), size as u64);
             if size == 0 || base > cur || base + size <= cur {
                 return Err(not_shareable(addr, len, "the runtime reported no block"));
             }
@@ -524,7 +524,7 @@ impl Registry {
     }
 
     fn foreign_block(&self, base: u64, size: u64, addr: u64, len: u64) -> Result<Block> {
-        let mem = PhysicalMem::retain(&self.dev, base as usize)
+        let mem = PhysicalMem::retain(&self.dev, Addr::new(base))
             .map_err(|e| not_shareable(addr, len, e))?;
         let shared = mem.export_cached(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)?;
         let alias = self.pool.map(&self.dev, &mem)?;
