@@ -126,9 +126,9 @@ fn engine_role(a: &Args, i: usize, port: u16, prefix: &str) -> Res<()> {
     }
     for j in (0..n).filter(|&j| j != i) {
         let peer = member.connect_by_name(&name(j), T)?;
-        let slot = peer.segment("inbox").ok_or("no inbox")?.addr + (i * BLOCK) as u64;
+        let slot = peer.segment("inbox").ok_or("no inbox")?.addr + i * BLOCK;
         src.fill(byte(i, j))?;
-        let d = [TransferDesc::raw(src_reg.addr(), slot, BLOCK as u64)];
+        let d = [TransferDesc::raw(src_reg.addr(), slot, BLOCK)];
         engine.transfer_sync(&peer.addr, TransferOp::Write, &d, T)?;
     }
     println!("wrote {} blocks", n - 1);

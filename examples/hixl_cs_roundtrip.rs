@@ -94,7 +94,7 @@ fn client(rt: &Runtime, port: u16) -> Res<bool> {
     client.put(
         &[
             Op::new(&src_reg, 0, kv, 0, half),
-            Op::new(&src_reg, half, kv, half as u64, half),
+            Op::new(&src_reg, half, kv, half, half),
         ],
         Duration::from_secs(5),
     )?;

@@ -53,9 +53,12 @@ fn independent_client_receives_the_engine_share_list() {
         if let Some((ok, out)) = python_client(port, "127.0.0.1:1") {
             assert!(ok, "python client failed:\n{out}");
             assert!(out.contains("status 0 entries=2"), "{out}");
-            for (addr, len) in [(d.as_raw() as u64, MIB2), (h.as_raw() as u64, 2 * MIB2)] {
+            for (addr, len) in [(d.addr(), MIB2), (h.addr(), 2 * MIB2)] {
                 assert!(
-                    out.contains(&format!("entry va_addr={addr} len={len} handle_bytes=128")),
+                    out.contains(&format!(
+                        "entry va_addr={} len={len} handle_bytes=128",
+                        addr.get()
+                    )),
                     "{out}"
                 );
             }

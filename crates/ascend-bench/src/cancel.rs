@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use ascend_fabric::{Engine, Registration, TransferDesc, TransferOp};
+use ascend_fabric::{Addr, Engine, Registration, TransferDesc, TransferOp};
 
 use crate::Res;
 
@@ -56,20 +56,20 @@ pub(crate) struct Target<'a> {
     pub(crate) eng: &'a Engine,
     pub(crate) peer: &'a str,
     pub(crate) reg: &'a Registration,
-    pub(crate) l0: u64,
-    pub(crate) r0: u64,
+    pub(crate) l0: Addr,
+    pub(crate) r0: Addr,
     pub(crate) region: usize,
 }
 
 impl Target<'_> {
     fn descs(&self, i: usize) -> Vec<TransferDesc> {
-        let span = (PIECE * PIECES) as u64;
-        let blocks = (self.region / (PIECE * PIECES)).max(1) as u64;
-        let base = (i as u64 % blocks) * span;
-        (0..PIECES as u64)
+        let span = PIECE * PIECES;
+        let blocks = (self.region / span).max(1);
+        let base = (i % blocks) * span;
+        (0..PIECES)
             .map(|p| {
-                let off = base + p * PIECE as u64;
-                TransferDesc::raw(self.l0 + off, self.r0 + off, PIECE as u64)
+                let off = base + p * PIECE;
+                TransferDesc::raw(self.l0 + off, self.r0 + off, PIECE)
             })
             .collect()
     }

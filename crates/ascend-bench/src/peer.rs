@@ -74,7 +74,7 @@ pub(crate) fn peer_main() -> Res<()> {
         0
     };
     let mut out = std::io::stdout().lock();
-    writeln!(out, "READY {}", bufs[0].as_raw() as u64)?;
+    writeln!(out, "READY {}", bufs[0].addr())?;
     out.flush()?;
     for line in std::io::stdin().lock().lines() {
         let line = line?;

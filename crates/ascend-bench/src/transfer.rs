@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
-use ascend_mem::Runtime;
+use ascend_mem::{Addr, Runtime};
 use indicatif::ProgressBar;
 
 use crate::peer::{engine_options, start_peer, streams};
@@ -167,8 +167,8 @@ pub(crate) fn steps(_args: &Args) -> u64 {
 /// Raw addresses of the two mappings in this process.
 #[derive(Copy, Clone)]
 struct Bufs {
-    local: usize,
-    remote: usize,
+    local: Addr,
+    remote: Addr,
 }
 
 /// Copies `len` bytes for each `(src offset, dst offset)` pair, pairs dealt round-robin to
@@ -209,12 +209,12 @@ fn memcpy_run(
     });
 }
 
-fn copy(src: usize, dst: usize, n: usize) {
+fn copy(src: Addr, dst: Addr, n: usize) {
     // SAFETY: both ranges lie inside the two live mappings of `region` bytes (the local
     // registered buffer and this process's mapping of the peer's), which stay mapped for the
     // whole benchmark; the threads of one run write disjoint destination ranges, and no
     // engine transfer runs at the same time.
-    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, n) };
+    unsafe { std::ptr::copy_nonoverlapping(src.as_ptr() as *const u8, dst.as_ptr() as *mut u8, n) };
 }
 
 /// (local offset, remote offset) of each block of the walk.
@@ -228,8 +228,8 @@ fn walk_pairs(region: usize, block: usize) -> Vec<(usize, usize)> {
 struct Bench<'a> {
     eng: &'a Engine,
     peer: &'a str,
-    l0: u64,
-    r0: u64,
+    l0: Addr,
+    r0: Addr,
     bufs: Bufs,
     region: usize,
     reps: usize,
@@ -258,7 +258,7 @@ impl Bench<'_> {
         };
         let descs: Vec<TransferDesc> = pairs
             .iter()
-            .map(|&(l, r)| TransferDesc::raw(self.l0 + l as u64, self.r0 + r as u64, block as u64))
+            .map(|&(l, r)| TransferDesc::raw(self.l0 + l, self.r0 + r, block))
             .collect();
         // Transfers are pipelined (TransferAsync, WINDOW batches or WINDOW_1 single-descriptor
         // transfers in flight), so the copy streams have work while the next transfer is
@@ -318,7 +318,7 @@ impl Bench<'_> {
 
     /// Times `n` synchronous 4 KiB WRITEs one after the other (after `n / 10` untimed).
     fn latency(&self, n: usize) -> Res<Latency> {
-        let d = [TransferDesc::raw(self.l0, self.r0, LAT_BLOCK as u64)];
+        let d = [TransferDesc::raw(self.l0, self.r0, LAT_BLOCK)];
         let one = || self.eng.transfer_sync(self.peer, TransferOp::Write, &d, T);
         for _ in 0..n / 10 {
             one()?;
@@ -347,7 +347,7 @@ impl Bench<'_> {
         let pairs = walk_pairs(self.region, 64 << 10);
         let descs: Vec<TransferDesc> = pairs
             .iter()
-            .map(|&(l, r)| TransferDesc::raw(self.l0 + l as u64, self.r0 + r as u64, 64 << 10))
+            .map(|&(l, r)| TransferDesc::raw(self.l0 + l, self.r0 + r, 64 << 10))
             .collect();
         local.fill(0x3c)?;
         for c in descs.chunks(BATCH) {
@@ -393,7 +393,7 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
     let b = Bench {
         eng: &eng,
         peer: &peer_addr,
-        l0: local.as_raw() as u64,
+        l0: local.addr(),
         r0,
         bufs,
         region,
@@ -409,9 +409,9 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
     host.fill(0x5a)?;
     let _host_reg = eng.register(&host)?;
     let hb = Bench {
-        l0: host.as_raw() as u64,
+        l0: host.addr(),
         bufs: Bufs {
-            local: host.as_raw() as usize,
+            local: host.addr(),
             remote: bufs.remote,
         },
         local_host: true,
@@ -460,21 +460,21 @@ fn map_peer(
     peer_addr: &str,
     local: &ascend_mem::DeviceBuffer,
     region: usize,
-) -> Res<(u64, Bufs)> {
+) -> Res<(Addr, Bufs)> {
     eng.connect(peer_addr, T)?;
     let segs = eng
         .remote_segments(peer_addr)
         .ok_or("no segments from the peer")?;
     let (r0, rlen) = segs[0];
-    if rlen < region as u64 {
+    if rlen < region {
         return Err(format!("peer offered {rlen} bytes, expected {region}").into());
     }
     let mapped = eng
         .peer_mapped_addr(peer_addr, r0)
         .ok_or("peer segment not mapped")?;
     let bufs = Bufs {
-        local: local.as_raw() as usize,
-        remote: mapped as usize,
+        local: local.addr(),
+        remote: mapped,
     };
     // Touch both mappings in this process (the peer filled its buffer already).
     memcpy_run(bufs, true, &[(0, 0)], region, 1, true);

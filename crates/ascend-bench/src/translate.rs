@@ -38,7 +38,7 @@ const PER_PEER: usize = 2_000;
 pub(crate) const STEPS: u64 = 3;
 const SEG_BYTES: usize = 2 << 20;
 const LOCAL_BYTES: usize = 64 << 20;
-const DESC: u64 = 4096;
+const DESC: usize = 4096;
 const T: Duration = Duration::from_secs(120);
 
 /// One measurement.
@@ -213,8 +213,8 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
         segs.push(eng.remote_segments(p).ok_or("no remote segments")?);
     }
     let connect = t.elapsed();
-    let l0 = local.as_raw() as u64;
-    let per_seg = SEG_BYTES as u64 / DESC;
+    let l0 = local.addr();
+    let per_seg = SEG_BYTES / DESC;
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut rnd = move || {
         x ^= x << 13;
@@ -228,7 +228,7 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
     let mut descs = Vec::with_capacity(batches * crate::transfer::BATCH);
     // The same copies as (local block, remote block) pairs of prepared lists.
     let mut pairs = Vec::with_capacity(descs.capacity());
-    let mut prev = u64::MAX;
+    let mut prev = None;
     for k in 0..batches * crate::transfer::BATCH {
         let segs = &segs[(k / crate::transfer::BATCH) % peers.len()];
         let pick = if spread {
@@ -237,22 +237,22 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
             0
         };
         let (base, _) = segs[pick];
-        let mut r = base + rnd() % per_seg * DESC;
-        if r == prev.wrapping_add(DESC) {
+        // Offsets in the segment and in the local buffer.
+        let mut r = (rnd() % per_seg as u64) as usize * DESC;
+        if prev.and_then(|p: ascend_fabric::Addr| p.checked_add(DESC)) == Some(base + r) {
             // Never contiguous with the previous descriptor on both sides: no coalescing.
-            r = base + (r - base + 2 * DESC) % (per_seg * DESC);
+            r = (r + 2 * DESC) % (per_seg * DESC);
         }
-        prev = r;
-        let l = l0 + (k as u64 * DESC) % LOCAL_BYTES as u64;
-        descs.push(TransferDesc::raw(l, r, DESC));
-        let rb = pick * per_seg as usize + ((r - base) / DESC) as usize;
-        pairs.push((((l - l0) / DESC) as usize, rb));
+        prev = Some(base + r);
+        let l = (k * DESC) % LOCAL_BYTES;
+        descs.push(TransferDesc::raw(l0 + l, base + r, DESC));
+        pairs.push((l / DESC, pick * per_seg + r / DESC));
     }
-    let local_list = eng.prepare_local(&_reg, DESC as usize)?;
+    let local_list = eng.prepare_local(&_reg, DESC)?;
     let mut remote_lists = Vec::new();
     for (p, s) in peers.iter().zip(&segs) {
         let all: Vec<SegmentRef> = (0..s.len()).map(SegmentRef::Index).collect();
-        remote_lists.push(eng.prepare_remote(p, &all, DESC as usize)?);
+        remote_lists.push(eng.prepare_remote(p, &all, DESC)?);
     }
     let mut best = (f64::MAX, f64::MAX, f64::MAX);
     for _ in 0..reps.max(1) + 1 {

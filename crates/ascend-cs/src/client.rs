@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ascend_mem::{CloseError, Device};
+use ascend_mem::{Addr, CloseError, Device};
 use hixl_sys as hixl;
 use hixl_sys::HixlLib;
 use parking_lot::Mutex;
@@ -84,8 +84,8 @@ impl LocalMem<'_> {
         self.len == 0
     }
     /// The first address.
-    pub fn addr(&self) -> *mut c_void {
-        self.addr as *mut c_void
+    pub fn addr(&self) -> Addr {
+        Addr::new(self.addr as u64)
     }
 }
 
@@ -115,7 +115,7 @@ pub struct Op<'a> {
     local: &'a LocalMem<'a>,
     local_offset: usize,
     remote: &'a RemoteMem,
-    remote_offset: u64,
+    remote_offset: usize,
     len: usize,
 }
 
@@ -125,7 +125,7 @@ impl<'a> Op<'a> {
         local: &'a LocalMem<'a>,
         local_offset: usize,
         remote: &'a RemoteMem,
-        remote_offset: u64,
+        remote_offset: usize,
         len: usize,
     ) -> Op<'a> {
         Op {
@@ -309,19 +309,19 @@ impl Client {
             let r = op.remote;
             if op
                 .remote_offset
-                .checked_add(op.len as u64)
-                .map_or(true, |e| e > r.len)
+                .checked_add(op.len)
+                .map_or(true, |e| e > r.len())
             {
                 return Err(Error::RemoteOutOfBounds {
                     index,
                     tag: r.tag.clone(),
                     offset: op.remote_offset,
                     len: op.len,
-                    size: r.len,
+                    size: r.len(),
                 });
             }
             descs.push(hixl::HixlOneSideOpDesc {
-                remote_buf: (r.addr + op.remote_offset) as usize as *mut c_void,
+                remote_buf: (r.addr() + op.remote_offset).as_ptr(),
                 local_buf: (op.local.addr + op.local_offset) as *mut c_void,
                 len: op.len as u64,
             });

@@ -82,11 +82,11 @@ pub enum Error {
         /// The block's tag.
         tag: Box<str>,
         /// Offset in the block.
-        offset: u64,
+        offset: usize,
         /// Length.
         len: usize,
         /// The block's size.
-        size: u64,
+        size: usize,
     },
     /// A descriptor names memory registered with another client.
     #[error("descriptor {index}: the local registration belongs to another client")]

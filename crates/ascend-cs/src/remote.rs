@@ -1,5 +1,7 @@
 //! The server's memory list as a client reads it: [`RemoteMem`] blocks with their tags.
 
+use ascend_mem::Addr;
+
 use crate::error::{Error, Result};
 use crate::memory::MemKind;
 
@@ -22,12 +24,12 @@ impl RemoteMem {
         self.kind
     }
     /// Its first address in the server process.
-    pub fn addr(&self) -> u64 {
-        self.addr
+    pub fn addr(&self) -> Addr {
+        Addr::new(self.addr)
     }
     /// Its size in bytes.
-    pub fn len(&self) -> u64 {
-        self.len
+    pub fn len(&self) -> usize {
+        self.len as usize
     }
     /// Whether it is empty (never, for a real list).
     pub fn is_empty(&self) -> bool {

@@ -5,7 +5,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use ascend_mem::{CloseError, Device};
+use ascend_mem::{Addr, CloseError, Device};
 use hixl_sys as hixl;
 use hixl_sys::HixlLib;
 
@@ -203,8 +203,8 @@ impl ServerMem<'_> {
         self.kind
     }
     /// The first address (in this process).
-    pub fn addr(&self) -> *mut c_void {
-        self.addr as *mut c_void
+    pub fn addr(&self) -> Addr {
+        Addr::new(self.addr as u64)
     }
     /// The size in bytes.
     pub fn len(&self) -> usize {

@@ -10,6 +10,8 @@ use std::thread::JoinHandle;
 
 use parking_lot::{Mutex, RwLock};
 
+use ascend_mem::Addr;
+
 use crate::error::{Error, LostReason};
 use crate::remote::Remote;
 use crate::request::{fail_all, InFlight, ReqInner};
@@ -179,8 +181,8 @@ impl Channel {
         let mut wake = Vec::new();
         let err = || Error::Revoked {
             peer: self.peer.clone(),
-            addr,
-            len,
+            addr: Addr::new(addr),
+            len: len as usize,
         };
         fail_all(&reqs, err, || {
             wake = self.book.settle_all();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use ascend_mem::{Device, DeviceBuffer, HostBuffer, MappingSlice};
+use ascend_mem::{Addr, Device, DeviceBuffer, HostBuffer, MappingSlice};
 use parking_lot::{Mutex, RwLock};
 
 use crate::channel::{self, Channel, ChannelMap};
@@ -308,8 +308,8 @@ impl Engine {
     /// [`Error::NotShareable`] for plain host memory, `aclrtMalloc` memory or unmapped VA
     /// (allocate with [`Engine::alloc_device`] / [`Engine::alloc_host`] instead);
     /// [`Error::Range`] for a zero length or an overflow; as [`Engine::register`].
-    pub fn register_raw(&self, addr: u64, len: u64) -> Result<Registration> {
-        self.inner.registry.register_raw(addr, len)
+    pub fn register_raw(&self, addr: Addr, len: usize) -> Result<Registration> {
+        self.inner.registry.register_raw(addr.get(), len as u64)
     }
 
     /// Deregisters now.
@@ -365,20 +365,26 @@ impl Engine {
     /// added ([`Engine::refresh_segments`]), in address order, after them; a segment the peer
     /// revoked leaves the list. An entry's index here is what
     /// [`SegmentRef::Index`](crate::SegmentRef::Index) names.
-    pub fn remote_segments(&self, remote: &str) -> Option<Vec<(u64, u64)>> {
+    pub fn remote_segments(&self, remote: &str) -> Option<Vec<(Addr, usize)>> {
         let ch = self.inner.channels.read().get(remote)?.clone();
-        ch.with_remote(|r| r.live_spans().collect())
+        ch.with_remote(|r| {
+            r.live_spans()
+                .map(|(a, l)| (Addr::new(a), l as usize))
+                .collect()
+        })
     }
 
     /// Where `remote_addr` (an address `remote` offered) is mapped in this process, for
     /// diagnostics and benchmarks (e.g. a `memcpy` between the very buffers a transfer uses).
     /// The address stays valid while the channel is connected. `None` when not connected or
     /// the address lies in no offered segment.
-    pub fn peer_mapped_addr(&self, remote: &str, remote_addr: u64) -> Option<u64> {
+    pub fn peer_mapped_addr(&self, remote: &str, remote_addr: Addr) -> Option<Addr> {
         let ch = self.inner.channels.read().get(remote)?.clone();
+        let remote_addr = remote_addr.get();
         ch.with_remote(|r| {
             let seg = &r.map.segments()[r.map.find(remote_addr)?];
-            Some(seg.value.map.mapping().as_raw() as u64 + (remote_addr - seg.start))
+            let off = usize::try_from(remote_addr - seg.start).ok()?;
+            seg.value.map.mapping().addr().checked_add(off)
         })
         .flatten()
     }

@@ -8,6 +8,7 @@ use crate::options::OptionError;
 use crate::ranges::RangeError;
 use crate::wire::WireError;
 use ascend_cs::HixlCode;
+use ascend_mem::Addr;
 
 /// Why a channel to a peer ended.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -94,9 +95,9 @@ pub enum Error {
     )]
     NotShareable {
         /// The address.
-        addr: u64,
+        addr: Addr,
         /// The length.
-        len: u64,
+        len: usize,
         /// What the runtime said.
         reason: String,
     },
@@ -104,11 +105,11 @@ pub enum Error {
     #[error("register: [{addr:#x}, +{len:#x}) overlaps the registration at {existing:#x}")]
     RegistrationOverlap {
         /// Start.
-        addr: u64,
+        addr: Addr,
         /// Length.
-        len: u64,
+        len: usize,
         /// Start of the existing registration.
-        existing: u64,
+        existing: Addr,
     },
     /// The parts of a registration do not form one contiguous range of one reservation.
     #[error("register: part {index} at {addr:#x}: {reason}")]
@@ -116,7 +117,7 @@ pub enum Error {
         /// The part (0-based).
         index: usize,
         /// Its first address.
-        addr: u64,
+        addr: Addr,
         /// What is wrong with it.
         reason: &'static str,
     },
@@ -131,7 +132,7 @@ pub enum Error {
         /// The length asked for.
         len: usize,
         /// The registration's (local) or segment's (remote) length.
-        size: u64,
+        size: usize,
     },
     /// A transfer was given no descriptors.
     #[error("transfer: the descriptor list is empty")]
@@ -150,9 +151,9 @@ pub enum Error {
         /// Which address.
         side: Side,
         /// The address.
-        addr: u64,
+        addr: Addr,
         /// The length.
-        len: u64,
+        len: usize,
     },
     /// A descriptor's range is not (entirely) registered locally or offered by the peer.
     #[error(
@@ -165,11 +166,11 @@ pub enum Error {
         /// Which address.
         side: Side,
         /// Start of the descriptor's range on that side.
-        addr: u64,
+        addr: Addr,
         /// Its length.
-        len: u64,
+        len: usize,
         /// The first address not covered.
-        uncovered: u64,
+        uncovered: Addr,
     },
     /// The runtime refused the copy of a descriptor when it was queued (a batch call's
     /// `failIndex`, or a single copy's failing `aclrtMemcpyAsync`), mapped back through the
@@ -234,9 +235,9 @@ pub enum Error {
         /// Index of the entry.
         index: usize,
         /// Its address.
-        va_addr: u64,
+        va_addr: Addr,
         /// Its length.
-        len: u64,
+        len: usize,
         /// Why.
         reason: &'static str,
     },
@@ -306,9 +307,9 @@ pub enum Error {
         /// The peer.
         peer: String,
         /// The peer's address of the revoked segment.
-        addr: u64,
+        addr: Addr,
         /// Its length.
-        len: u64,
+        len: usize,
     },
     /// The peer offers no way to ask for its segments after the connect (a C++ HIXL
     /// engine): they are those of the connect (see

@@ -162,7 +162,7 @@ mod transfer_request;
 pub mod wire;
 
 pub use ascend_cs::HixlCode;
-pub use ascend_mem::MemKind;
+pub use ascend_mem::{Addr, MemKind};
 pub use engine::Engine;
 pub use error::{Error, LostReason, Result, Side};
 pub use future::{Connect, Post, Transfer};

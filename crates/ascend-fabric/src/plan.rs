@@ -2,7 +2,7 @@
 //! every descriptor into pieces that each lie in one local and one remote segment, and the
 //! dealing of those pieces, as table copies, to the streams of a slot.
 
-use ascend_mem::{MappingTable, TableCopy};
+use ascend_mem::{Addr, MappingTable, TableCopy};
 
 use crate::error::{Error, Result, Side};
 use crate::ranges::{RangeError, RangeMap};
@@ -74,7 +74,7 @@ pub(crate) fn check_descs(descs: &[TransferDesc]) -> Result<u64> {
                 });
             }
         }
-        bytes = bytes.saturating_add(d.len);
+        bytes = bytes.saturating_add(d.len as u64);
     }
     Ok(bytes)
 }
@@ -117,21 +117,22 @@ fn translate_in<L, R>(
     for (index, d) in descs.iter().enumerate() {
         lp.clear();
         rp.clear();
+        let (l_addr, r_addr, len) = (d.local_addr.get(), d.remote_addr.get(), d.len as u64);
         let l = local
-            .for_each_piece(d.local_addr, d.len, |p, seg| {
+            .for_each_piece(l_addr, len, |p, seg| {
                 used(&seg.value);
                 lp.push((p.index, p.offset, p.len));
             })
             .map_err(|e| (Side::Local, e));
         let r = l.and_then(|()| {
             // Fast path: the whole range inside the segment the index finds.
-            if let Some((i, start)) = seg_index.holding(d.remote_addr, d.len) {
+            if let Some((i, start)) = seg_index.holding(r_addr, len) {
                 let s = slot(i, &remote.segments()[i].value);
-                rp.push((s, d.remote_addr - start, d.len));
+                rp.push((s, r_addr - start, len));
                 return Ok(());
             }
             remote
-                .for_each_piece(d.remote_addr, d.len, |p, seg| {
+                .for_each_piece(r_addr, len, |p, seg| {
                     rp.push((slot(p.index, &seg.value), p.offset, p.len))
                 })
                 .map_err(|e| (Side::Remote, e))
@@ -142,7 +143,7 @@ fn translate_in<L, R>(
                 Side::Remote => d.remote_addr,
             };
             let uncovered = match e {
-                RangeError::Unmapped { addr } => addr,
+                RangeError::Unmapped { addr } => Addr::new(addr),
                 _ => addr,
             };
             return Err(Error::NotRegistered {

@@ -278,13 +278,13 @@ impl Eq for Registration {}
 
 impl Registration {
     /// First registered address.
-    pub fn addr(&self) -> u64 {
-        self.h.reg.addr
+    pub fn addr(&self) -> Addr {
+        Addr::new(self.h.reg.addr)
     }
 
     /// Registered length.
-    pub fn len(&self) -> u64 {
-        self.h.reg.len
+    pub fn len(&self) -> usize {
+        self.h.reg.len as usize
     }
 
     /// Always false.
@@ -310,8 +310,8 @@ impl Registration {
 
 fn not_shareable(addr: u64, len: u64, e: impl std::fmt::Display) -> Error {
     Error::NotShareable {
-        addr,
-        len,
+        addr: Addr::new(addr),
+        len: len as usize,
         reason: e.to_string(),
     }
 }
@@ -372,9 +372,9 @@ impl Registry {
         if let Some(s) = st.ranges.segments().get(i) {
             if s.start < end {
                 return Err(Error::RegistrationOverlap {
-                    addr,
-                    len,
-                    existing: s.value.reg.addr,
+                    addr: Addr::new(addr),
+                    len: len as usize,
+                    existing: Addr::new(s.value.reg.addr),
                 });
             }
         }
@@ -386,11 +386,11 @@ impl Registry {
     fn check_span(&self, parts: &[MappingSlice<'_>]) -> Result<(u64, u64)> {
         let first = parts.first().ok_or(Error::BadSpan {
             index: 0,
-            addr: 0,
+            addr: Addr::NULL,
             reason: "no memory given",
         })?;
         let (addr, va, host) = (
-            first.as_raw() as u64,
+            first.addr().get(),
             first.mapping().reservation().as_raw(),
             first.mapping().is_host(),
         );
@@ -413,10 +413,10 @@ impl Registry {
                     found,
                 }));
             }
-            let at = p.as_raw() as u64;
+            let at = p.addr().get();
             let bad = |reason| Error::BadSpan {
                 index,
-                addr: at,
+                addr: p.addr(),
                 reason,
             };
             if p.is_empty() {
@@ -658,7 +658,7 @@ impl Registry {
         reg: Registration,
     ) -> std::result::Result<(), CloseError<Registration, Error>> {
         let _span =
-            tracing::debug_span!("deregister", addr = reg.addr(), len = reg.len()).entered();
+            tracing::debug_span!("deregister", addr = %reg.addr(), len = reg.len()).entered();
         let st = self.state.write();
         let n = reg.h.reg.in_flight.load(Ordering::Acquire);
         if n > 0 {

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use ascend_mem::{Device, MappingTable, ShareKind, SharedHandle};
+use ascend_mem::{Addr, Device, MappingTable, ShareKind, SharedHandle};
 
 use crate::error::{Error, Result};
 use crate::pool::{SlotMapping, VaPool};
@@ -281,8 +281,8 @@ impl Remote {
             let bad = |reason| Error::BadEntry {
                 peer: peer.to_owned(),
                 index,
-                va_addr: e.va_addr,
-                len: e.len,
+                va_addr: Addr::new(e.va_addr),
+                len: e.len as usize,
                 reason,
             };
             let len = usize::try_from(e.len).map_err(|_| bad("length does not fit"))?;

@@ -2,6 +2,8 @@
 //! remote side of a descriptor made from what the caller holds
 //! ([`TransferDesc::between`](crate::TransferDesc::between)).
 
+use ascend_mem::Addr;
+
 use crate::engine::Engine;
 use crate::error::{Error, Result, Side};
 use crate::prepared::SegmentRef;
@@ -26,8 +28,8 @@ impl RemoteSegment {
     }
 
     /// The peer's address of the segment's first byte.
-    pub fn addr(&self) -> u64 {
-        self.addr
+    pub fn addr(&self) -> Addr {
+        Addr::new(self.addr)
     }
 
     /// Its length in bytes.
@@ -98,24 +100,17 @@ impl TransferDesc {
         if len == 0 {
             return Err(Error::ZeroLength { index: 0 });
         }
-        let fits = |offset: usize, size: u64, side| {
-            let end = offset.checked_add(len).map(|e| e as u64);
-            match end {
-                Some(e) if e <= size => Ok(offset as u64),
-                _ => Err(Error::OutOfRange {
-                    side,
-                    offset,
-                    len,
-                    size,
-                }),
-            }
+        let fits = |offset: usize, size: usize, side| match offset.checked_add(len) {
+            Some(e) if e <= size => Ok(offset),
+            _ => Err(Error::OutOfRange {
+                side,
+                offset,
+                len,
+                size,
+            }),
         };
         let l = fits(local_offset, local.len(), Side::Local)?;
-        let r = fits(remote_offset, remote.len, Side::Remote)?;
-        Ok(TransferDesc::raw(
-            local.addr() + l,
-            remote.addr + r,
-            len as u64,
-        ))
+        let r = fits(remote_offset, remote.len(), Side::Remote)?;
+        Ok(TransferDesc::raw(local.addr() + l, remote.addr() + r, len))
     }
 }

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use ascend_mem::Addr;
+
 /// Transfer direction (`hixl::TransferOp`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum TransferOp {
@@ -13,23 +15,24 @@ pub enum TransferOp {
     Write,
 }
 
-/// One copy of a transfer, laid out as HIXL's `TransferOpDesc` (local address first).
+/// One copy of a transfer, laid out as HIXL's `TransferOpDesc` (local address, remote
+/// address, length: three 64-bit words).
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct TransferDesc {
     /// Address in this engine's registered memory.
-    pub local_addr: u64,
+    pub local_addr: Addr,
     /// Address in memory the peer registered (as the peer sees it).
-    pub remote_addr: u64,
+    pub remote_addr: Addr,
     /// Bytes to copy.
-    pub len: u64,
+    pub len: usize,
 }
 
 impl TransferDesc {
     /// A descriptor from raw addresses, as HIXL's `TransferOpDesc`: the low-level door (every
     /// address is still checked against the registrations and the peer's segments when the
     /// transfer is submitted). Prefer [`TransferDesc::between`], made from what you hold.
-    pub fn raw(local_addr: u64, remote_addr: u64, len: u64) -> Self {
+    pub fn raw(local_addr: Addr, remote_addr: Addr, len: usize) -> Self {
         TransferDesc {
             local_addr,
             remote_addr,

@@ -76,11 +76,11 @@ fn connects(dev: &ascend_mem::Device) {
     let local = client.alloc_device(2 << 20).unwrap();
     let _reg = client.register(&local).unwrap();
     let mut first = None;
-    for i in 0..2_000u64 {
+    for i in 0..2_000usize {
         client.connect(&addr, T).unwrap();
         assert_eq!(client.pool_usage().0, 1);
         if i % 100 == 0 {
-            let d = TransferDesc::raw(local.as_raw() as u64, remote.as_raw() as u64 + i, 4096);
+            let d = TransferDesc::raw(local.addr(), remote.addr() + i, 4096);
             client
                 .transfer_sync(&addr, TransferOp::Write, &[d], T)
                 .unwrap();

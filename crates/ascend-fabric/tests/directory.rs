@@ -98,7 +98,7 @@ fn write(from: &Node, to: &Node, byte: u8) -> Result<(), Error> {
     let r = from.engine.transfer_sync(
         &kv.addr,
         TransferOp::Write,
-        &[TransferDesc::raw(src.as_raw() as u64, seg.addr, LEN as u64)],
+        &[TransferDesc::raw(src.addr(), seg.addr, LEN)],
         T,
     );
     drop(reg);
@@ -259,7 +259,7 @@ fn removed_in_flight(dir: &Arc<EtcdDirectory>, a: &Node, b: &Node) {
     let src = a.engine.alloc_device(LEN).unwrap();
     let reg = a.engine.register(&src).unwrap();
     let hold = ascend_sim::testing::hold_all_streams();
-    let reqs: Vec<_> = (0..4u64)
+    let reqs: Vec<_> = (0..4usize)
         .map(|i| {
             let d = TransferDesc::raw(reg.addr() + i * 4096, kv.addr + i * 4096, 4096);
             a.engine

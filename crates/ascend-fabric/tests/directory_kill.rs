@@ -77,7 +77,7 @@ fn killed_engine_leaves_within_ttl() {
         let mine = engine.alloc_host(LEN).unwrap();
         mine.fill(0).unwrap();
         let reg = engine.register(&mine).unwrap();
-        let d = [TransferDesc::raw(reg.addr(), seg.addr, LEN as u64)];
+        let d = [TransferDesc::raw(reg.addr(), seg.addr, LEN)];
         engine
             .transfer_sync(&entry.addr, TransferOp::Read, &d, T)
             .unwrap();

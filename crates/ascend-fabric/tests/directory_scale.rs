@@ -104,8 +104,8 @@ fn sixty_four_engines() {
         for (i, n) in nodes.iter().enumerate() {
             let next = (i + 1) % N;
             let e = member(n).connect_by_name(&name(next), T).unwrap();
-            let to = e.segment("kv").unwrap().addr + LEN as u64;
-            let d = TransferDesc::raw(n.reg.addr(), to, LEN as u64);
+            let to = e.segment("kv").unwrap().addr + LEN;
+            let d = TransferDesc::raw(n.reg.addr(), to, LEN);
             n.engine
                 .transfer_sync(&e.addr, TransferOp::Write, &[d], T)
                 .unwrap();

@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 use std::fmt;
-use std::ops::Add;
+use std::ops::{Add, Sub};
 
 /// An address the runtime understands: device virtual address space (HBM, or host DRAM mapped
 /// there through the VMM calls), or host memory the runtime accepts (`aclrtMallocHost`).
@@ -83,6 +83,22 @@ impl Add<usize> for Addr {
     }
 }
 
+/// `addr - bytes`.
+///
+/// # Panics
+/// When `bytes` is more than the address (use [`Addr::offset_from`] or `get` for numbers
+/// that come from outside).
+impl Sub<usize> for Addr {
+    type Output = Addr;
+
+    fn sub(self, bytes: usize) -> Addr {
+        match self.0.checked_sub(bytes as u64) {
+            Some(a) => Addr(a),
+            None => panic!("address underflow: {self} - {bytes}"),
+        }
+    }
+}
+
 impl From<Addr> for u64 {
     fn from(a: Addr) -> u64 {
         a.0
@@ -121,6 +137,7 @@ mod tests {
     fn arithmetic_is_checked_and_formats_as_hex() {
         let a = Addr::new(0x1000);
         assert_eq!((a + 0x10).get(), 0x1010);
+        assert_eq!((a + 0x10 - 0x8).get(), 0x1008);
         assert_eq!(a.checked_add(usize::MAX), None);
         assert_eq!((a + 8).offset_from(a), Some(8));
         assert_eq!(a.offset_from(a + 8), None);

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use ascend_fabric::{TransferDesc, TransferOp, TransferRequest};
+use ascend_fabric::{Addr, TransferDesc, TransferOp, TransferRequest};
 
 use super::faults::Expect;
 use super::local::LocalBuf;
@@ -73,12 +73,10 @@ impl Batch {
         self.descs
             .iter()
             .map(|d| {
-                let raddr = regions.get(&d.region).map_or(0, |r| r.addr);
-                TransferDesc::raw(
-                    locals[d.lbuf].addr() + d.loff as u64,
-                    raddr + d.roff as u64,
-                    d.len as u64,
-                )
+                let raddr = regions
+                    .get(&d.region)
+                    .map_or(Addr::NULL, |r| Addr::new(r.addr));
+                TransferDesc::raw(locals[d.lbuf].addr() + d.loff, raddr + d.roff, d.len)
             })
             .collect()
     }

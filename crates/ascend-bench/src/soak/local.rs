@@ -2,7 +2,7 @@
 //! neighbouring registrations make ranges that span registrations.
 
 use ascend_fabric::{Engine, Registration};
-use ascend_mem::{DeviceBuffer, HostBuffer, MappingSlice};
+use ascend_mem::{Addr, DeviceBuffer, HostBuffer, MappingSlice};
 
 use super::model::{fill_pattern, Shadow};
 use crate::Res;
@@ -65,10 +65,10 @@ impl LocalBuf {
         })
     }
 
-    pub(crate) fn addr(&self) -> u64 {
+    pub(crate) fn addr(&self) -> Addr {
         match &self.buf {
-            Buf::Dev(b) => b.as_raw() as u64,
-            Buf::Host(b) => b.as_raw() as u64,
+            Buf::Dev(b) => b.addr(),
+            Buf::Host(b) => b.addr(),
         }
     }
 

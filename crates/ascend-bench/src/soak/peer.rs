@@ -14,7 +14,9 @@ use std::io::{BufRead, Write};
 use std::time::Duration;
 
 use ascend_fabric::{Engine, EngineOptions, Registration};
-use ascend_mem::{Device, DeviceBuffer, HostBuffer, Mapping, PhysicalMem, ReservedVa, Runtime};
+use ascend_mem::{
+    Addr, Device, DeviceBuffer, HostBuffer, Mapping, PhysicalMem, ReservedVa, Runtime,
+};
 
 use super::model::{fill_pattern, fnv64, region_key, Shadow};
 use crate::peer::ChildProc;
@@ -57,11 +59,11 @@ impl Mem {
         })
     }
 
-    fn addr(&self) -> u64 {
+    fn addr(&self) -> Addr {
         match self {
-            Mem::Dev(b) => b.as_raw() as u64,
-            Mem::Host(b) => b.as_raw() as u64,
-            Mem::Split { maps, .. } => maps[0].as_raw() as u64,
+            Mem::Dev(b) => b.addr(),
+            Mem::Host(b) => b.addr(),
+            Mem::Split { maps, .. } => maps[0].addr(),
         }
     }
 
@@ -136,7 +138,7 @@ fn add_region(
     let reg = match &mem {
         Mem::Dev(b) => eng.register(b)?,
         Mem::Host(b) => eng.register(b)?,
-        Mem::Split { .. } => eng.register_raw(mem.addr(), mem.len() as u64)?,
+        Mem::Split { .. } => eng.register_raw(mem.addr(), mem.len())?,
     };
     Ok(PeerRegion { _reg: reg, mem })
 }
@@ -162,7 +164,7 @@ pub(crate) fn peer_main() -> Res<()> {
         };
         let id: u32 = id.parse()?;
         let r = add_region(&dev, &eng, key, id, bytes.parse()?, kind)?;
-        listed.push(format!("{id}:{}:{}", r.mem.addr(), r.mem.len()));
+        listed.push(format!("{id}:{}:{}", r.mem.addr().get(), r.mem.len()));
         regions.insert(id, r);
     }
     let mut out = std::io::stdout().lock();
@@ -201,7 +203,7 @@ fn command(
         Some("add") => {
             let id = num(1)? as u32;
             let r = add_region(dev, eng, key, id, num(2)?, w.get(3).ok_or("missing kind")?)?;
-            let reply = format!("ADDED {} {}", r.mem.addr(), r.mem.len());
+            let reply = format!("ADDED {} {}", r.mem.addr().get(), r.mem.len());
             regions.insert(id, r);
             Ok(reply)
         }

@@ -77,7 +77,7 @@ fn roundtrip_sync_and_async() {
         assert_eq!(list.len(), 2);
         let kv = list.find("kv").unwrap();
         assert_eq!((kv.len(), kv.kind()), (2 << 20, MemKind::Device));
-        assert_eq!(kv.addr(), fx.kv.as_raw() as u64);
+        assert_eq!(kv.addr(), fx.kv.addr());
         assert_eq!(list.get("host").unwrap().kind(), MemKind::Host);
 
         let src = Arc::new(DeviceBuffer::new(&dev, 1 << 20).unwrap());
@@ -93,7 +93,7 @@ fn roundtrip_sync_and_async() {
             .put(
                 &[
                     Op::new(&s, 0, kv, 4096, half),
-                    Op::new(&s, half, kv, 4096 + half as u64, half),
+                    Op::new(&s, half, kv, 4096 + half, half),
                 ],
                 SEC,
             )
@@ -303,8 +303,8 @@ fn bad_inputs_are_typed_errors() {
             let r = t.HixlCSClientQueryCompleteStatus(client.as_raw(), bogus, &mut st);
             assert_eq!(r.unwrap(), HixlCode::PARAM_INVALID.0);
             let d = ascend_cs::sys::HixlOneSideOpDesc {
-                remote_buf: (kv.addr() + kv.len()) as usize as *mut _,
-                local_buf: local.addr(),
+                remote_buf: (kv.addr() + kv.len()).as_ptr(),
+                local_buf: local.addr().as_ptr(),
                 len: 64,
             };
             let r = t.HixlCSClientBatchPutSync(client.as_raw(), 1, &d, 1000);

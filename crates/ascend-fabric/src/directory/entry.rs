@@ -1,7 +1,8 @@
 //! The directory entry format: what an engine publishes about itself, as JSON, and the checks
 //! every entry read back passes before anyone uses it.
 
-use serde::{Deserialize, Serialize};
+use ascend_mem::Addr;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::options::EngineAddr;
 
@@ -21,15 +22,25 @@ pub const MAX_ENTRY: usize = 256 << 10;
 pub struct SegmentInfo {
     /// What the segment holds (e.g. `"kv"`), unique within the entry.
     pub name: String,
-    /// The segment's address in the owner's process, as peers address it in transfers.
-    pub addr: u64,
+    /// The segment's address in the owner's process, as peers address it in transfers (a
+    /// number in the JSON).
+    #[serde(serialize_with = "addr_out", deserialize_with = "addr_in")]
+    pub addr: Addr,
     /// Its length in bytes (non-zero).
-    pub len: u64,
+    pub len: usize,
+}
+
+fn addr_out<S: Serializer>(a: &Addr, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_u64(a.get())
+}
+
+fn addr_in<'de, D: Deserializer<'de>>(d: D) -> Result<Addr, D::Error> {
+    u64::deserialize(d).map(Addr::new)
 }
 
 impl SegmentInfo {
     /// A segment named `name` at `addr`, `len` bytes.
-    pub fn new(name: impl Into<String>, addr: u64, len: u64) -> SegmentInfo {
+    pub fn new(name: impl Into<String>, addr: Addr, len: usize) -> SegmentInfo {
         SegmentInfo {
             name: name.into(),
             addr,
@@ -197,7 +208,7 @@ mod tests {
             "127.0.0.1:26000",
             0,
             "emulator",
-            vec![SegmentInfo::new("kv", 0x1000, 0x2000)],
+            vec![SegmentInfo::new("kv", Addr::new(0x1000), 0x2000)],
         )
     }
 

@@ -48,7 +48,7 @@ proptest! {
         )
     ) {
         let descs: Vec<TransferDesc> =
-            descs.iter().map(|&(l, r, n)| TransferDesc::raw(l, r, n)).collect();
+            descs.iter().map(|&(l, r, n)| TransferDesc::raw(Addr::new(l), Addr::new(r), n as usize)).collect();
         let got = check_descs(&descs);
         if descs.is_empty() {
             prop_assert!(matches!(got, Err(Error::EmptyBatch)));
@@ -76,7 +76,7 @@ proptest! {
                 return Ok(());
             }
         }
-        let total = descs.iter().fold(0u64, |t, d| t.saturating_add(d.len));
+        let total = descs.iter().fold(0u64, |t, d| t.saturating_add(d.len as u64));
         prop_assert_eq!(got.unwrap(), total);
     }
 
@@ -93,7 +93,7 @@ proptest! {
             .map(|&(la, ll, ra, rl)| {
                 let (l, n) = around(&local, la, ll);
                 let (r, m) = around(&remote, ra, rl);
-                TransferDesc::raw(l, r, n.min(m))
+                TransferDesc::raw(Addr::new(l), Addr::new(r), n.min(m) as usize)
             })
             .collect();
         let mut seen = Vec::new();
@@ -104,11 +104,11 @@ proptest! {
         prop_assert_eq!(format!("{got:?}"), format!("{slow:?}"));
 
         let gap = descs.iter().enumerate().find_map(|(index, d)| {
-            first_uncovered(&local, d.local_addr, d.len)
-                .map(|u| (index, Side::Local, d.local_addr, u))
+            first_uncovered(&local, d.local_addr.get(), d.len as u64)
+                .map(|u| (index, Side::Local, d.local_addr, Addr::new(u)))
                 .or_else(|| {
-                    first_uncovered(&remote, d.remote_addr, d.len)
-                        .map(|u| (index, Side::Remote, d.remote_addr, u))
+                    first_uncovered(&remote, d.remote_addr.get(), d.len as u64)
+                        .map(|u| (index, Side::Remote, d.remote_addr, Addr::new(u)))
                 })
         });
         if let Some((index, side, addr, uncovered)) = gap {
@@ -122,7 +122,7 @@ proptest! {
         // remote segment and continues where the last one ended, until the length is used up.
         let mut it = pieces.iter();
         for d in &descs {
-            let (mut l, mut r, mut left) = (d.local_addr, d.remote_addr, d.len);
+            let (mut l, mut r, mut left) = (d.local_addr.get(), d.remote_addr.get(), d.len as u64);
             while left > 0 {
                 let p = it.next().expect("pieces run out before the descriptor's end");
                 let (ls, rs) = (&local.segments()[p.l_idx], &remote.segments()[p.r_idx]);

@@ -11,7 +11,7 @@
 
 use std::sync::{Arc, Weak};
 
-use ascend_mem::MappingTable;
+use ascend_mem::{Addr, MappingTable};
 
 use crate::channel::Channel;
 use crate::engine::EngineInner;
@@ -120,6 +120,14 @@ impl BlockMap {
         (r, (k - r.first) * self.block_len)
     }
 
+    /// The address of block `i`, if it is in the list.
+    pub(crate) fn addr_of(&self, i: usize) -> Option<Addr> {
+        ((i as u64) < self.count).then(|| {
+            let (r, off) = self.locate(i as u64);
+            Addr::new(r.addr + off)
+        })
+    }
+
     /// Ranges in the list.
     pub(crate) fn ranges(&self) -> usize {
         self.ranges.len()
@@ -175,11 +183,8 @@ impl LocalBlocks {
     }
 
     /// The local address of block `i`, if it is in the list.
-    pub fn block_addr(&self, i: usize) -> Option<u64> {
-        ((i as u64) < self.blocks.count).then(|| {
-            let (r, off) = self.blocks.locate(i as u64);
-            r.addr + off
-        })
+    pub fn block_addr(&self, i: usize) -> Option<Addr> {
+        self.blocks.addr_of(i)
     }
 }
 
@@ -241,11 +246,8 @@ impl RemoteBlocks {
     }
 
     /// The peer's address of block `i`, if it is in the list.
-    pub fn block_addr(&self, i: usize) -> Option<u64> {
-        ((i as u64) < self.blocks.count).then(|| {
-            let (r, off) = self.blocks.locate(i as u64);
-            r.addr + off
-        })
+    pub fn block_addr(&self, i: usize) -> Option<Addr> {
+        self.blocks.addr_of(i)
     }
 }
 

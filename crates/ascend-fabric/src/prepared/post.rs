@@ -5,6 +5,8 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::{LocalBlocks, RemoteBlocks, CROSSES};
+use ascend_mem::Addr;
+
 use crate::engine::{Engine, EngineInner};
 use crate::error::{Error, Result, Side};
 use crate::plan::{self, Piece, Span};
@@ -127,8 +129,8 @@ impl Engine {
             if let Some((addr, len)) = remote.slots.iter().find_map(|&s| rem.revoked(s)) {
                 return Err(Error::Revoked {
                     peer: remote.ch.peer.clone(),
-                    addr,
-                    len,
+                    addr: Addr::new(addr),
+                    len: len as usize,
                 });
             }
             {

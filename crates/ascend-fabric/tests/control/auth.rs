@@ -395,7 +395,7 @@ fn engines_with_the_secret_work_and_without_it_do_not() {
     let data = pattern(5, 4096);
     local.write_from(&data, 0).unwrap();
     let _lreg = member.register(&local).unwrap();
-    let d = TransferDesc::raw(local.as_raw() as u64, target.as_raw() as u64, 4096);
+    let d = TransferDesc::raw(local.addr(), target.addr(), 4096);
     member
         .transfer_sync(&remote, TransferOp::Write, &[d], T)
         .unwrap();

@@ -3,6 +3,7 @@
 
 use ascend_fabric::control::{ControlHandler, ControlServer, ServerConfig};
 use ascend_fabric::wire::ShareHandleEntry;
+use ascend_fabric::Addr;
 use ascend_fabric::{Engine, EngineOptions, TransferDesc, TransferOp};
 use ascend_mem::{DeviceBuffer, ExportFlags, FabricHandle, Runtime, ShareKind};
 use parking_lot::Mutex;
@@ -96,7 +97,7 @@ pub fn exported(dev: &ascend_mem::Device, len: usize) -> Exported {
     let entry = ShareHandleEntry {
         len: buf.len() as u64,
         share_handle: *handle.shared().raw_data(),
-        va_addr: buf.as_raw() as u64,
+        va_addr: buf.addr().get(),
     };
     Exported {
         buf,
@@ -145,11 +146,7 @@ pub fn connect_and_write(
     let data = pattern(seed, len);
     local.write_from(&data, 0).unwrap();
     let _reg = engine.register(&local).unwrap();
-    let d = TransferDesc::raw(
-        local.as_raw() as u64,
-        target.entry.va_addr + offset as u64,
-        len as u64,
-    );
+    let d = TransferDesc::raw(local.addr(), Addr::new(target.entry.va_addr) + offset, len);
     engine
         .transfer_sync(&remote, TransferOp::Write, &[d], T)
         .expect("the real peer transfers");

@@ -3,6 +3,7 @@
 //! completion) and a connected pair of engines in this process.
 #![allow(dead_code)]
 
+use ascend_fabric::Addr;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -165,12 +166,12 @@ impl Pair {
         }
     }
 
-    pub fn local_addr(&self, off: usize) -> u64 {
-        self.local.as_raw() as u64 + off as u64
+    pub fn local_addr(&self, off: usize) -> Addr {
+        self.local.addr() + off
     }
 
-    pub fn remote_addr(&self, off: usize) -> u64 {
-        self.remote.as_raw() as u64 + off as u64
+    pub fn remote_addr(&self, off: usize) -> Addr {
+        self.remote.addr() + off
     }
 
     /// Drops everything in an order that releases all, the client engine first.

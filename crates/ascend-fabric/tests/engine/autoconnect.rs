@@ -2,6 +2,7 @@
 //! transfer whose copies fail disconnects the peer (the next one connects again), and an
 //! engine without the option does neither.
 
+use ascend_fabric::Addr;
 use std::time::{Duration, Instant};
 
 use crate::peer::*;
@@ -42,14 +43,14 @@ fn transfers_connect_on_demand_and_again_after_the_peer_restarts() {
         let _src_reg = b.register(&src).unwrap();
         let psrc = plain.alloc_device(MIB2).unwrap();
         let _psrc_reg = plain.register(&psrc).unwrap();
-        let l = src.as_raw() as u64;
+        let l = src.addr();
 
         // Nobody listens yet: the on-demand connect fails with the connect's error.
         let e = b
             .transfer_sync(
                 &a_addr,
                 TransferOp::Write,
-                &[TransferDesc::raw(l, 1 << 40, 64)],
+                &[TransferDesc::raw(l, Addr::new(1 << 40), 64)],
                 T,
             )
             .unwrap_err();
@@ -60,15 +61,11 @@ fn transfers_connect_on_demand_and_again_after_the_peer_restarts() {
             let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();
             let dst = a.alloc_device(MIB2).unwrap();
             let _dst_reg = a.register(&dst).unwrap();
-            let r = dst.as_raw() as u64;
+            let r = dst.addr();
             src.write_from(&pattern(seed, N), 0).unwrap();
             assert!(!b.is_connected(&a_addr), "round {round}");
             let req = b
-                .transfer_async(
-                    &a_addr,
-                    TransferOp::Write,
-                    &[TransferDesc::raw(l, r, N as u64)],
-                )
+                .transfer_async(&a_addr, TransferOp::Write, &[TransferDesc::raw(l, r, N)])
                 .unwrap();
             req.wait(T).unwrap();
             assert!(b.is_connected(&a_addr), "round {round}");
@@ -81,7 +78,7 @@ fn transfers_connect_on_demand_and_again_after_the_peer_restarts() {
                 .transfer_sync(
                     &a_addr,
                     TransferOp::Write,
-                    &[TransferDesc::raw(psrc.as_raw() as u64, r, 64)],
+                    &[TransferDesc::raw(psrc.addr(), r, 64)],
                     T,
                 )
                 .unwrap_err();
@@ -103,7 +100,7 @@ fn a_failed_copy_disconnects_only_with_auto_connect() {
         let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();
         let dst = a.alloc_device(MIB2).unwrap();
         let _dst_reg = a.register(&dst).unwrap();
-        let r = dst.as_raw() as u64;
+        let r = dst.addr();
         for auto in [true, false] {
             let opts = if auto {
                 auto_options()
@@ -113,7 +110,7 @@ fn a_failed_copy_disconnects_only_with_auto_connect() {
             let b = Engine::new(&env.dev, "127.0.0.1", opts).unwrap();
             let src = b.alloc_device(MIB2).unwrap();
             let _src_reg = b.register(&src).unwrap();
-            let d = [TransferDesc::raw(src.as_raw() as u64, r, N as u64)];
+            let d = [TransferDesc::raw(src.addr(), r, N)];
             b.connect(&a_addr, T).unwrap();
             // (symbol that fails once, how the failure surfaces)
             for (symbol, at_submit) in [
@@ -145,7 +142,12 @@ fn a_failed_copy_disconnects_only_with_auto_connect() {
             }
             // Argument errors leave the channel alone, with the option too.
             let e = b
-                .transfer_sync(&a_addr, TransferOp::Write, &[TransferDesc::raw(1, r, 8)], T)
+                .transfer_sync(
+                    &a_addr,
+                    TransferOp::Write,
+                    &[TransferDesc::raw(Addr::new(1), r, 8)],
+                    T,
+                )
                 .unwrap_err();
             assert!(matches!(e, Error::NotRegistered { .. }), "{e:?}");
             assert!(b.is_connected(&a_addr));
@@ -165,19 +167,19 @@ fn failures_and_reconnects_from_two_threads_do_not_close_new_sessions() {
         let a = Engine::new(&env.dev, &a_addr, test_options(2)).unwrap();
         let dst = a.alloc_device(2 * MIB2).unwrap();
         let _dst_reg = a.register(&dst).unwrap();
-        let r = dst.as_raw() as u64;
+        let r = dst.addr();
         let b = Engine::new(&env.dev, "127.0.0.1", auto_options()).unwrap();
         let src = b.alloc_device(MIB2).unwrap();
         let _src_reg = b.register(&src).unwrap();
-        let l = src.as_raw() as u64;
+        let l = src.addr();
         let stop = std::sync::atomic::AtomicBool::new(false);
         let (mut injected, mut failed, mut ok) = (0, 0, 0);
         std::thread::scope(|s| {
-            let workers: Vec<_> = (0..2u64)
+            let workers: Vec<_> = (0..2usize)
                 .map(|t| {
                     let (b, a_addr, stop) = (&b, &a_addr, &stop);
                     s.spawn(move || {
-                        let d = [TransferDesc::raw(l, r + t * MIB2 as u64, N as u64)];
+                        let d = [TransferDesc::raw(l, r + t * MIB2, N)];
                         let (mut ok, mut failed) = (0u32, 0u32);
                         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                             match b.transfer_sync(a_addr, TransferOp::Write, &d, T) {
@@ -224,7 +226,7 @@ fn failures_and_reconnects_from_two_threads_do_not_close_new_sessions() {
         if before.is_some() {
             assert_eq!(a.sessions().len(), 1, "{:?}", a.sessions());
         }
-        let d = [TransferDesc::raw(l, r, N as u64)];
+        let d = [TransferDesc::raw(l, r, N)];
         b.transfer_sync(&a_addr, TransferOp::Write, &d, T).unwrap();
         let after = b.peer_stats(&a_addr).expect("connected");
         if let Some(before) = before {
@@ -248,11 +250,7 @@ fn a_timed_out_transfer_disconnects_with_auto_connect() {
         let b = Engine::new(&env.dev, "127.0.0.1", auto_options()).unwrap();
         let src = b.alloc_device(2 * MIB2).unwrap();
         let _src_reg = b.register(&src).unwrap();
-        let d = [TransferDesc::raw(
-            src.as_raw() as u64,
-            dst.as_raw() as u64,
-            2 * MIB2 as u64,
-        )];
+        let d = [TransferDesc::raw(src.addr(), dst.addr(), 2 * MIB2)];
         b.connect(&a_addr, T).unwrap();
         // Every stream is held, so the copies cannot finish before the deadline whatever the
         // machine's speed; the timeout aborts them (an aborted stream stops waiting).

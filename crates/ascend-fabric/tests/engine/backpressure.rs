@@ -37,11 +37,7 @@ fn ten_thousand_transfers_wait_for_128_slots() {
     let tasks: Vec<_> = (0..N)
         .map(|i| {
             let (e, peer) = (p.client.clone(), p.peer_addr.clone());
-            let d = TransferDesc::raw(
-                p.local_addr(i * BLOCK),
-                p.remote_addr(i * BLOCK),
-                BLOCK as u64,
-            );
+            let d = TransferDesc::raw(p.local_addr(i * BLOCK), p.remote_addr(i * BLOCK), BLOCK);
             rt.spawn(async move { e.transfer(&peer, TransferOp::Write, &[d]).await })
         })
         .collect();
@@ -53,7 +49,7 @@ fn ten_thousand_transfers_wait_for_128_slots() {
     assert_eq!(p.client.stream_slots(), SLOTS);
     assert_eq!(stats().writes, 0);
     // The synchronous API fails at once, as before.
-    let d = TransferDesc::raw(p.local_addr(0), p.remote_addr(0), BLOCK as u64);
+    let d = TransferDesc::raw(p.local_addr(0), p.remote_addr(0), BLOCK);
     match p
         .client
         .transfer_async(&p.peer_addr, TransferOp::Write, &[d])
@@ -97,13 +93,8 @@ fn held_requests_give_their_slots_back_unobserved() {
     let p = Pair::new(n * BLOCK, options(STREAMS, 4), true);
     let data = pattern(9, n * BLOCK);
     p.local.write_from(&data, 0).unwrap();
-    let desc = |i: usize| {
-        TransferDesc::raw(
-            p.local_addr(i * BLOCK),
-            p.remote_addr(i * BLOCK),
-            BLOCK as u64,
-        )
-    };
+    let desc =
+        |i: usize| TransferDesc::raw(p.local_addr(i * BLOCK), p.remote_addr(i * BLOCK), BLOCK);
 
     // Every `post` resolves (a lost wake-up or a slot never given back fails `block_on`);
     // no request is polled or awaited meanwhile.

@@ -3,6 +3,7 @@
 //! this process (the emulator shares memory in-process too); malformed control frames come
 //! over raw TCP.
 
+use ascend_fabric::Addr;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         let _a_reg = a.register(&a_buf).unwrap();
         let b_buf = b.alloc_host(REGION).unwrap();
         let b_reg = b.register(&b_buf).unwrap();
-        let (ra, lb) = (a_buf.as_raw() as u64, b_buf.as_raw() as u64);
+        let (ra, lb) = (a_buf.addr(), b_buf.addr());
 
         // --- malformed control frames: each closes only its connection -------------------
         let server = a.listen_addr().unwrap();
@@ -113,7 +114,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         );
         assert!(matches!(e, Error::ZeroLength { index: 1 }));
         let e = expect_status(
-            w(&[TransferDesc::raw(u64::MAX - 10, ra, 100)]),
+            w(&[TransferDesc::raw(Addr::new(u64::MAX - 10), ra, 100)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(matches!(
@@ -125,7 +126,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
             }
         ));
         let e = expect_status(
-            w(&[ok, ok, TransferDesc::raw(lb, u64::MAX, 2)]),
+            w(&[ok, ok, TransferDesc::raw(lb, Addr::new(u64::MAX), 2)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(matches!(
@@ -139,26 +140,26 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         // Unregistered local memory: a heap buffer.
         let heap = vec![0u8; 4096];
         let e = expect_status(
-            w(&[TransferDesc::raw(heap.as_ptr() as u64, ra, 4096)]),
+            w(&[TransferDesc::raw(Addr::from_ptr(heap.as_ptr()), ra, 4096)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(
-            matches!(e, Error::NotRegistered { index: 0, side: Side::Local, addr, .. } if addr == heap.as_ptr() as u64),
+            matches!(e, Error::NotRegistered { index: 0, side: Side::Local, addr, .. } if addr == Addr::from_ptr(heap.as_ptr())),
             "{e:?}"
         );
         assert!(e.to_string().contains("descriptor 0"), "{e}");
         // Local range running past its registration.
         let e = expect_status(
-            w(&[ok, TransferDesc::raw(lb + REGION as u64 - 10, ra, 100)]),
+            w(&[ok, TransferDesc::raw(lb + REGION - 10, ra, 100)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(
-            matches!(e, Error::NotRegistered { index: 1, side: Side::Local, uncovered, .. } if uncovered == lb + REGION as u64),
+            matches!(e, Error::NotRegistered { index: 1, side: Side::Local, uncovered, .. } if uncovered == lb + REGION),
             "{e:?}"
         );
         // Remote address the peer never offered, and one running past its segment.
         let e = expect_status(
-            w(&[TransferDesc::raw(lb, 0x1000, 16)]),
+            w(&[TransferDesc::raw(lb, Addr::new(0x1000), 16)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(matches!(
@@ -166,12 +167,12 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
             Error::NotRegistered {
                 index: 0,
                 side: Side::Remote,
-                addr: 0x1000,
+                addr,
                 ..
-            }
+            } if addr == Addr::new(0x1000)
         ));
         let e = expect_status(
-            w(&[TransferDesc::raw(lb, ra + REGION as u64 - 1, 2)]),
+            w(&[TransferDesc::raw(lb, ra + REGION - 1, 2)]),
             HixlCode::PARAM_INVALID,
         );
         assert!(matches!(
@@ -196,7 +197,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
         // --- registration -----------------------------------------------------------------
         // Plain heap memory cannot be registered; the error says how to allocate.
         let e = expect_status(
-            b.register_raw(heap.as_ptr() as u64, 4096),
+            b.register_raw(Addr::from_ptr(heap.as_ptr()), 4096),
             HixlCode::PARAM_INVALID,
         );
         assert!(
@@ -204,7 +205,10 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
             "{e}"
         );
         expect_status(b.register_raw(lb, 0), HixlCode::PARAM_INVALID);
-        expect_status(b.register_raw(u64::MAX - 1, 10), HixlCode::PARAM_INVALID);
+        expect_status(
+            b.register_raw(Addr::new(u64::MAX - 1), 10),
+            HixlCode::PARAM_INVALID,
+        );
         // Same range twice: the same registration; an overlapping different range: an error.
         assert_eq!(b.register(&b_buf).unwrap(), b_reg);
         let e = expect_status(
@@ -218,7 +222,7 @@ fn bad_inputs_get_typed_errors_and_the_engine_keeps_serving() {
             .transfer_async(
                 &a_addr,
                 TransferOp::Write,
-                &[TransferDesc::raw(lb, ra, REGION as u64)],
+                &[TransferDesc::raw(lb, ra, REGION)],
             )
             .unwrap();
         assert_eq!(b_reg.in_flight(), 1);
@@ -354,7 +358,7 @@ fn failed_transfer_reports_once_then_already_reported() {
         let b_buf = b.alloc_device(REGION).unwrap();
         let _rb = b.register(&b_buf).unwrap();
         b.connect(&a_addr, T).unwrap();
-        let d = TransferDesc::raw(b_buf.as_raw() as u64, a_buf.as_raw() as u64, REGION as u64);
+        let d = TransferDesc::raw(b_buf.addr(), a_buf.addr(), REGION);
         // Held, so the copy is still queued when the channel goes (else it may finish first).
         let hold = ascend_sim::testing::hold_all_streams();
         let req = b.transfer_async(&a_addr, TransferOp::Read, &[d]).unwrap();

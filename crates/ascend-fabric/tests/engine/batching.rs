@@ -3,6 +3,7 @@
 //! `aclrtMemcpyAsync` per copy (the runtime batches host-device copies only); a copy the
 //! runtime refuses (in a batch or alone) fails the transfer with the descriptor it came from.
 
+use ascend_fabric::Addr;
 use std::time::Duration;
 
 use crate::util::*;
@@ -16,11 +17,11 @@ const BLOCK: usize = 4096;
 const N: usize = 64;
 
 /// `N` 4 KiB descriptors, local blocks in order, remote blocks scattered (none adjacent).
-fn descs(l: u64, r: u64) -> Vec<TransferDesc> {
+fn descs(l: Addr, r: Addr) -> Vec<TransferDesc> {
     (0..N)
         .map(|i| {
             let j = (i * 37) % N;
-            TransferDesc::raw(l + (i * BLOCK) as u64, r + (j * BLOCK) as u64, BLOCK as u64)
+            TransferDesc::raw(l + (i * BLOCK), r + (j * BLOCK), BLOCK)
         })
         .collect()
 }
@@ -68,16 +69,16 @@ fn host_local_transfers_are_one_batch_call_per_stream() {
         b.connect(&addr, T).unwrap();
         let data = pattern(5, N * BLOCK);
         host.write_from(&data, 0).unwrap();
-        let r = remote.as_raw() as u64;
+        let r = remote.addr();
 
-        let write = descs(host.as_raw() as u64, r);
+        let write = descs(host.addr(), r);
         let n = copy_calls(|| {
             b.transfer_sync(&addr, TransferOp::Write, &write, T)
                 .unwrap()
         });
         assert_eq!(n, (4, 0), "WRITE from host: (batch calls, single copies)");
         assert_scattered(&remote, &data);
-        let read = descs(back.as_raw() as u64, r);
+        let read = descs(back.addr(), r);
         let n = copy_calls(|| b.transfer_sync(&addr, TransferOp::Read, &read, T).unwrap());
         assert_eq!(n, (4, 0), "READ into host: (batch calls, single copies)");
         let again = back
@@ -88,7 +89,7 @@ fn host_local_transfers_are_one_batch_call_per_stream() {
         assert_eq!(again, data);
 
         // Device to device: no batch.
-        let d2d = descs(dev.as_raw() as u64, r);
+        let d2d = descs(dev.addr(), r);
         let n = copy_calls(|| b.transfer_sync(&addr, TransferOp::Read, &d2d, T).unwrap());
         assert_eq!(
             n,
@@ -132,9 +133,9 @@ fn a_refused_copy_names_its_descriptor() {
             b.register_slice(&fake_map.slice(..).unwrap()).unwrap(),
         );
         b.connect(&addr, T).unwrap();
-        let r = remote.as_raw() as u64;
-        let mut d = descs(host.as_raw() as u64, r);
-        d[5] = TransferDesc::raw(fake_map.as_raw() as u64, r + (40 * BLOCK) as u64, 512);
+        let r = remote.addr();
+        let mut d = descs(host.addr(), r);
+        d[5] = TransferDesc::raw(fake_map.addr(), r + (40 * BLOCK), 512);
         let e = b
             .transfer_sync(&addr, TransferOp::Write, &d, T)
             .unwrap_err();
@@ -165,7 +166,7 @@ fn a_refused_single_copy_names_its_descriptor() {
         b.connect(&addr, T).unwrap();
         let data = pattern(6, N * BLOCK);
         local.write_from(&data, 0).unwrap();
-        let d = descs(local.as_raw() as u64, remote.as_raw() as u64);
+        let d = descs(local.addr(), remote.addr());
         ascend_sim::fault::fail_nth("aclrtMemcpyAsync", 6, INTERNAL);
         let e = b
             .transfer_sync(&addr, TransferOp::Write, &d, T)
@@ -206,7 +207,7 @@ fn batching_can_be_turned_off() {
         b.connect(&addr, T).unwrap();
         let data = pattern(8, N * BLOCK);
         host.write_from(&data, 0).unwrap();
-        let d = descs(host.as_raw() as u64, remote.as_raw() as u64);
+        let d = descs(host.addr(), remote.addr());
         let n = copy_calls(|| b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap());
         assert_eq!(n, (0, N as u64), "(batch calls, single copies)");
         assert_scattered(&remote, &data);

@@ -75,13 +75,7 @@ fn run(plan: &Plan) {
             Source { buf, reg }
         })
         .collect();
-    let desc = |i: usize| {
-        TransferDesc::raw(
-            sources[i].buf.as_raw() as u64,
-            p.remote_addr(i * BLOCK),
-            BLOCK as u64,
-        )
-    };
+    let desc = |i: usize| TransferDesc::raw(sources[i].buf.addr(), p.remote_addr(i * BLOCK), BLOCK);
 
     let hold = ascend_sim::testing::hold_all_streams();
     let blockers: Vec<_> = match plan.free {

@@ -3,6 +3,7 @@
 //! stream that stops on a failed copy never writes it, and the request still fails with the
 //! copy's error; on a runtime without the value call, events.
 
+use ascend_fabric::Addr;
 use std::time::{Duration, Instant};
 
 use crate::async_util::Pair;
@@ -13,17 +14,17 @@ use ascend_testkit::emulator::runtime_without;
 
 const T: Duration = Duration::from_secs(10);
 const MIB: usize = 1 << 20;
-const BLOCK: u64 = 4096;
+const BLOCK: usize = 4096;
 
 /// `n` 4 KiB descriptors from `l` to `r`, every other block (none adjacent).
-fn descs(l: u64, r: u64, n: u64) -> Vec<TransferDesc> {
+fn descs(l: Addr, r: Addr, n: usize) -> Vec<TransferDesc> {
     (0..n)
         .map(|i| TransferDesc::raw(l + 2 * i * BLOCK, r + 2 * i * BLOCK, BLOCK))
         .collect()
 }
 
 /// `n` descriptors of `p`'s client buffer to its peer's (see [`descs`]).
-fn pair_descs(p: &Pair, n: u64) -> Vec<TransferDesc> {
+fn pair_descs(p: &Pair, n: usize) -> Vec<TransferDesc> {
     descs(p.local_addr(0), p.remote_addr(0), n)
 }
 
@@ -38,7 +39,7 @@ fn counted<const N: usize>(names: [&str; N], f: impl FnOnce()) -> [u64; N] {
 /// Checks that the blocks [`descs`] names landed in `got` from `data`.
 fn assert_landed(got: &[u8], data: &[u8], n: u64) {
     for i in 0..n as usize {
-        let at = 2 * i * BLOCK as usize..(2 * i + 1) * BLOCK as usize;
+        let at = 2 * i * BLOCK..(2 * i + 1) * BLOCK;
         assert_eq!(got[at.clone()], data[at], "block {i}");
     }
 }
@@ -179,7 +180,7 @@ fn without_the_value_call_streams_record_events() {
         b.connect(&addr, T).unwrap();
         let data = pattern(9, MIB);
         local.write_from(&data, 0).unwrap();
-        let d = descs(local.as_raw() as u64, remote.as_raw() as u64, 8);
+        let d = descs(local.addr(), remote.addr(), 8);
         let names = ["aclrtValueWrite", "aclrtRecordEvent"];
         let n = counted(names, || {
             b.transfer_sync(&addr, TransferOp::Write, &d, T).unwrap();

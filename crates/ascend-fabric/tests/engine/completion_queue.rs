@@ -47,7 +47,7 @@ fn eight_producers_and_eight_consumers_share_one_queue() {
                     let d = TransferDesc::raw(
                         p.local_addr(block * BLOCK),
                         p.remote_addr(block * BLOCK),
-                        BLOCK as u64,
+                        BLOCK,
                     );
                     // Back-pressure through the async submission: waits for a free slot.
                     let post = p.client.post(
@@ -123,7 +123,7 @@ fn listing_cancel_and_failures() {
     let _env = setup();
     let p = Pair::new(1 << 20, options(2, 4), true);
     let queue: CompletionQueue<&'static str> = CompletionQueue::new();
-    let d = TransferDesc::raw(p.local_addr(0), p.remote_addr(0), BLOCK as u64);
+    let d = TransferDesc::raw(p.local_addr(0), p.remote_addr(0), BLOCK);
     let a = queue.push(
         p.client
             .transfer_async(&p.peer_addr, TransferOp::Write, &[d])
@@ -232,8 +232,8 @@ fn two_engines_share_one_queue() {
     let _env = setup();
     let a = Pair::new(1 << 20, options(2, 4), true);
     let b = Pair::new(1 << 20, options(2, 4), true);
-    let da = TransferDesc::raw(a.local_addr(0), a.remote_addr(0), BLOCK as u64);
-    let db = TransferDesc::raw(b.local_addr(0), b.remote_addr(0), BLOCK as u64);
+    let da = TransferDesc::raw(a.local_addr(0), a.remote_addr(0), BLOCK);
+    let db = TransferDesc::raw(b.local_addr(0), b.remote_addr(0), BLOCK);
     // Both pending while pushed: a replaced entry would be cancelled.
     let hold = ascend_sim::testing::hold_all_streams();
     let ra = a

@@ -39,7 +39,7 @@ fn a_failed_connect_leaves_no_session_behind_and_a_retry_works() {
         );
         assert_eq!(client.pool_usage().0, 0);
         client.connect(&addr, T).unwrap();
-        let d = TransferDesc::raw(local.as_raw() as u64, remote.as_raw() as u64, 4096);
+        let d = TransferDesc::raw(local.addr(), remote.addr(), 4096);
         client
             .transfer_sync(&addr, TransferOp::Write, &[d], T)
             .unwrap();

@@ -40,13 +40,8 @@ fn dropping_futures_in_flight_never_waits_and_frees_nothing_under_a_copy() {
     let src = p.client.alloc_device(FUTURES * BLOCK).unwrap();
     src.write_from(&pattern(7, FUTURES * BLOCK), 0).unwrap();
     let reg = p.client.register(&src).unwrap();
-    let desc = |i: usize| {
-        TransferDesc::raw(
-            src.as_raw() as u64 + (i * BLOCK) as u64,
-            p.remote_addr(i * BLOCK),
-            BLOCK as u64,
-        )
-    };
+    let desc =
+        |i: usize| TransferDesc::raw(src.addr() + (i * BLOCK), p.remote_addr(i * BLOCK), BLOCK);
 
     let hold = ascend_sim::testing::hold_running_copies();
     let waker = Waker::from(Flag::new());

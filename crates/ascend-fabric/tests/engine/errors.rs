@@ -81,7 +81,7 @@ fn engines_are_addressed_by_host_name() {
     client
         .connect(&name, std::time::Duration::from_secs(10))
         .unwrap();
-    let d = ascend_fabric::TransferDesc::raw(local.as_raw() as u64, remote.as_raw() as u64, 7);
+    let d = ascend_fabric::TransferDesc::raw(local.addr(), remote.addr(), 7);
     client
         .transfer_sync(
             &name,

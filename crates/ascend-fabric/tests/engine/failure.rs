@@ -60,9 +60,9 @@ fn client_role(rt: &ascend_mem::Runtime) {
     let reqs: Vec<_> = (0..IN_FLIGHT)
         .map(|i| {
             let d = TransferDesc::raw(
-                local.as_raw() as u64 + (i * chunk) as u64,
-                remote["dev"] + (i * chunk) as u64,
-                chunk as u64,
+                local.addr() + (i * chunk),
+                remote["dev"] + (i * chunk),
+                chunk,
             );
             engine
                 .transfer_async(&peer, TransferOp::Write, &[d])
@@ -120,7 +120,7 @@ fn client_role(rt: &ascend_mem::Runtime) {
             Err(e) => panic!("reconnect failed: {e}"),
         }
     }
-    let d = TransferDesc::raw(local.as_raw() as u64, remote["host"] + 100, 1 << 20);
+    let d = TransferDesc::raw(local.addr(), remote["host"] + 100, 1 << 20);
     engine
         .transfer_sync(&peer, TransferOp::Write, &[d], T)
         .unwrap();

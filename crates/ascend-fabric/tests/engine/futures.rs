@@ -14,13 +14,7 @@ const BLOCKS: usize = 16;
 
 fn blocks(p: &Pair) -> Vec<TransferDesc> {
     (0..BLOCKS)
-        .map(|i| {
-            TransferDesc::raw(
-                p.local_addr(i * BLOCK),
-                p.remote_addr(i * BLOCK),
-                BLOCK as u64,
-            )
-        })
+        .map(|i| TransferDesc::raw(p.local_addr(i * BLOCK), p.remote_addr(i * BLOCK), BLOCK))
         .collect()
 }
 

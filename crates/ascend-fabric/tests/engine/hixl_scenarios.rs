@@ -32,7 +32,7 @@ fn same(got: &[u8], want: &[u8], what: &str) {
 }
 
 fn write_desc(p: &Pair, off: usize, len: usize) -> TransferDesc {
-    TransferDesc::raw(p.local_addr(off), p.remote_addr(off), len as u64)
+    TransferDesc::raw(p.local_addr(off), p.remote_addr(off), len)
 }
 
 /// The request failed with an error `want` accepts that names `peer`; asking again is
@@ -131,7 +131,7 @@ fn peer_finalize_ends_the_channel() {
     let local = client.alloc_device(LEN).unwrap();
     let local_reg = client.register(&local).unwrap();
     client.connect(&peer_addr, T).unwrap();
-    let d = TransferDesc::raw(local.as_raw() as u64, remote.as_raw() as u64, LEN as u64);
+    let d = TransferDesc::raw(local.addr(), remote.addr(), LEN);
 
     let hold = ascend_sim::testing::hold_all_streams();
     let req = client
@@ -178,8 +178,8 @@ fn two_targets_in_parallel() {
         for (i, (_, addr, remote, _)) in targets.iter().enumerate() {
             let (client, local) = (&client, &local);
             s.spawn(move || {
-                let src = local.as_raw() as u64 + (i * LEN) as u64;
-                let d = TransferDesc::raw(src, remote.as_raw() as u64, LEN as u64);
+                let src = local.addr() + (i * LEN);
+                let d = TransferDesc::raw(src, remote.addr(), LEN);
                 client
                     .transfer_sync(addr, TransferOp::Write, &[d], T)
                     .unwrap();

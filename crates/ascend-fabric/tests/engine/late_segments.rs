@@ -4,6 +4,7 @@
 //! themselves; the transfers in flight complete, a list prepared before the refresh still
 //! works, and the peer saw no new session.
 
+use ascend_fabric::Addr;
 use std::time::Duration;
 
 use crate::util::*;
@@ -54,11 +55,7 @@ fn segments_registered_after_the_connect_are_used_without_reconnecting() {
     let hold = ascend_sim::testing::hold_all_streams();
     let in_flight: Vec<_> = (0..6)
         .map(|i| {
-            let d = TransferDesc::raw(
-                p.local_addr(i * BLOCK),
-                p.remote_addr(i * BLOCK),
-                BLOCK as u64,
-            );
+            let d = TransferDesc::raw(p.local_addr(i * BLOCK), p.remote_addr(i * BLOCK), BLOCK);
             p.client
                 .transfer_async(&peer, TransferOp::Write, &[d])
                 .unwrap()
@@ -74,7 +71,7 @@ fn segments_registered_after_the_connect_are_used_without_reconnecting() {
     // Listed in the order they became known: the late one after, though it lies below.
     let segs = p.client.remote_segments(&peer).unwrap();
     assert_eq!(segs[0].0, p.remote_addr(0));
-    assert_eq!(segs[1].0, named.as_raw() as u64);
+    assert_eq!(segs[1].0, named.addr());
     let by_index = p
         .client
         .prepare_remote(&peer, &[SegmentRef::Index(1)], BLOCK)
@@ -87,7 +84,7 @@ fn segments_registered_after_the_connect_are_used_without_reconnecting() {
 
     let raw = p.peer.alloc_device(BLOCK).unwrap();
     let raw_reg = p.peer.register(&raw).unwrap();
-    let d = TransferDesc::raw(p.local_addr(4 * BLOCK), raw.as_raw() as u64, BLOCK as u64);
+    let d = TransferDesc::raw(p.local_addr(4 * BLOCK), raw.addr(), BLOCK);
     let to_raw = p
         .client
         .transfer_async(&peer, TransferOp::Write, &[d])
@@ -158,11 +155,11 @@ struct Sides {
 }
 
 impl Sides {
-    fn local_addr(&self, off: usize) -> u64 {
-        self.local.as_raw() as u64 + off as u64
+    fn local_addr(&self, off: usize) -> Addr {
+        self.local.addr() + off
     }
 
-    fn remote_addr(&self, off: usize) -> u64 {
-        self.remote.as_raw() as u64 + off as u64
+    fn remote_addr(&self, off: usize) -> Addr {
+        self.remote.addr() + off
     }
 }

@@ -1,6 +1,7 @@
 //! The "peer" child role of the multi-process engine tests (an engine that registers known
 //! data and checks what others wrote into it) and the memory it registers.
 
+use ascend_fabric::Addr;
 use ascend_fabric::{Engine, Registration};
 use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
 use ascend_testkit::role::read_stdin_line;
@@ -35,8 +36,8 @@ impl Split {
         Split { map_a, map_b, va }
     }
 
-    pub fn addr(&self) -> u64 {
-        self.va.as_raw() as u64
+    pub fn addr(&self) -> Addr {
+        self.va.addr()
     }
 
     pub fn write(&self, off: usize, data: &[u8]) {
@@ -89,7 +90,7 @@ impl Regions {
         let regs = vec![
             engine.register(&dev).unwrap(),
             engine.register(&host).unwrap(),
-            engine.register_raw(split.addr(), REGION as u64).unwrap(),
+            engine.register_raw(split.addr(), REGION).unwrap(),
         ];
         Regions {
             dev,
@@ -99,10 +100,10 @@ impl Regions {
         }
     }
 
-    pub fn addr(&self, which: &str) -> u64 {
+    pub fn addr(&self, which: &str) -> Addr {
         match which {
-            "dev" => self.dev.as_raw() as u64,
-            "host" => self.host.as_raw() as u64,
+            "dev" => self.dev.addr(),
+            "host" => self.host.addr(),
             "split" => self.split.addr(),
             w => panic!("no region {w}"),
         }
@@ -185,13 +186,13 @@ pub fn peer_role(rt: &ascend_mem::Runtime) {
 }
 
 /// Parses `READY dev=0x.. host=0x.. split=0x..`.
-pub fn parse_ready(s: &str) -> std::collections::HashMap<String, u64> {
+pub fn parse_ready(s: &str) -> std::collections::HashMap<String, Addr> {
     s.split_whitespace()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| {
             (
                 k.to_string(),
-                u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap(),
+                Addr::new(u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()),
             )
         })
         .collect()

@@ -41,7 +41,7 @@ fn throughput_against_memcpy() {
         remote.fill(1).unwrap();
         local.fill(2).unwrap();
         b.connect(&addr, T).unwrap();
-        let (l, r) = (local.as_raw() as u64, remote.as_raw() as u64);
+        let (l, r) = (local.addr(), remote.addr());
 
         let src = vec![3u8; BIG];
         let mut dst = vec![0u8; BIG];
@@ -57,7 +57,7 @@ fn throughput_against_memcpy() {
             std::hint::black_box(&mut dst);
         });
 
-        let big = [TransferDesc::raw(l, r, BIG as u64)];
+        let big = [TransferDesc::raw(l, r, BIG)];
         let w_big = best_of(10, || {
             b.transfer_sync(&addr, TransferOp::Write, &big, T).unwrap()
         });
@@ -69,7 +69,7 @@ fn throughput_against_memcpy() {
         let small: Vec<TransferDesc> = (0..n)
             .map(|i| {
                 let j = (i * 7919) % n;
-                TransferDesc::raw(l + (i * 4096) as u64, r + (j * 4096) as u64, 4096)
+                TransferDesc::raw(l + (i * 4096), r + (j * 4096), 4096)
             })
             .collect();
         let w_4k = best_of(5, || {

@@ -3,6 +3,7 @@
 //! another engine of the process holds it, when the start is 0, or on a product without
 //! fixed-address reservations (there the engine still starts).
 
+use ascend_fabric::Addr;
 use std::time::Duration;
 
 use crate::peer::*;
@@ -28,7 +29,7 @@ fn opts(start: Option<u64>) -> EngineOptions {
 }
 
 /// Where `b` mapped the one segment `a` offers.
-fn import_at(a_addr: &str, b: &Engine) -> u64 {
+fn import_at(a_addr: &str, b: &Engine) -> Addr {
     b.connect(a_addr, T).unwrap();
     let (va, _) = b.remote_segments(a_addr).unwrap()[0];
     let at = b.peer_mapped_addr(a_addr, va).unwrap();
@@ -36,8 +37,8 @@ fn import_at(a_addr: &str, b: &Engine) -> u64 {
     at
 }
 
-fn in_pool(at: u64, start: u64) -> bool {
-    (start..start + CAP).contains(&at)
+fn in_pool(at: Addr, start: u64) -> bool {
+    (start..start + CAP).contains(&at.get())
 }
 
 #[test]
@@ -55,7 +56,7 @@ fn the_pool_lies_at_its_start_when_it_can() {
         // The default start again, taken by `a`: anywhere else.
         let c = Engine::new(&env.dev, "127.0.0.1", opts(None)).unwrap();
         let at = import_at(&a_addr, &c);
-        assert!(!in_pool(at, 40 * TIB) && at != 0, "{at:#x}");
+        assert!(!in_pool(at, 40 * TIB) && !at.is_null(), "{at:#x}");
         // Start 0: anywhere.
         let d = Engine::new(&env.dev, "127.0.0.1", opts(Some(0))).unwrap();
         let at = import_at(&a_addr, &d);

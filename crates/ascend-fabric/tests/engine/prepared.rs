@@ -63,7 +63,7 @@ fn moves_blocks_by_index(dev: &Device) {
     let local = user.prepare_local(&lreg, BLOCK).unwrap();
     let n = 2 * PIECE / BLOCK;
     assert_eq!(local.len(), n);
-    assert_eq!(local.block_addr(1), Some(lreg.addr() + BLOCK as u64));
+    assert_eq!(local.block_addr(1), Some(lreg.addr() + BLOCK));
     assert_eq!(local.block_addr(n), None);
 
     user.connect(&addr, T).unwrap();
@@ -100,10 +100,7 @@ fn moves_blocks_by_index(dev: &Device) {
 
     // By index: the plain buffer is one of the peer's segments.
     let segs = user.remote_segments(&addr).unwrap();
-    let at = segs
-        .iter()
-        .position(|s| s.0 == plain.as_raw() as u64)
-        .unwrap();
+    let at = segs.iter().position(|s| s.0 == plain.addr()).unwrap();
     let both = user
         .prepare_remote(&addr, &[SegmentRef::Index(at), "kv".into()], BLOCK)
         .unwrap();

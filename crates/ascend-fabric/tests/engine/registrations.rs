@@ -3,6 +3,7 @@
 //! used the table is seen by the next one), a transfer submitted before a change completes,
 //! and nothing leaks.
 
+use ascend_fabric::Addr;
 use std::time::Duration;
 
 use crate::peer::*;
@@ -10,7 +11,7 @@ use crate::util::*;
 use ascend_fabric::{Engine, Error, Side, TransferDesc, TransferOp};
 
 const T: Duration = Duration::from_secs(5);
-const N: u64 = 64 << 10;
+const N: usize = 64 << 10;
 
 #[test]
 fn local_registrations_added_and_removed_between_transfers() {
@@ -21,26 +22,26 @@ fn local_registrations_added_and_removed_between_transfers() {
         let b = Engine::new(&env.dev, "127.0.0.1", test_options(2)).unwrap();
         let target = a.alloc_device(REGION).unwrap();
         let _t_reg = a.register(&target).unwrap();
-        let ra = target.as_raw() as u64;
+        let ra = target.addr();
         b.connect(&a_addr, T).unwrap();
 
         let one = b.alloc_device(MIB2).unwrap();
         let two = b.alloc_host(MIB2).unwrap();
-        one.write_from(&pattern(1, N as usize), 0).unwrap();
-        two.write_from(&pattern(2, N as usize), 0).unwrap();
-        let (l1, l2) = (one.as_raw() as u64, two.as_raw() as u64);
-        let write = |l: u64, r: u64| {
+        one.write_from(&pattern(1, N), 0).unwrap();
+        two.write_from(&pattern(2, N), 0).unwrap();
+        let (l1, l2) = (one.addr(), two.addr());
+        let write = |l: Addr, r: Addr| {
             b.transfer_sync(&a_addr, TransferOp::Write, &[TransferDesc::raw(l, r, N)], T)
         };
-        let at = |off: u64| {
-            let mut v = vec![0u8; N as usize];
-            target.read_into(&mut v, off as usize).unwrap();
+        let at = |off: usize| {
+            let mut v = vec![0u8; N];
+            target.read_into(&mut v, off).unwrap();
             v
         };
 
         let reg1 = b.register(&one).unwrap();
         write(l1, ra).unwrap();
-        assert!(at(0) == pattern(1, N as usize));
+        assert!(at(0) == pattern(1, N));
         // Not registered yet: refused, naming the local side.
         let e = write(l2, ra + N).unwrap_err();
         assert!(
@@ -50,11 +51,11 @@ fn local_registrations_added_and_removed_between_transfers() {
         // Registered after a transfer used the engine's table: the next transfer sees it.
         let reg2 = b.register(&two).unwrap();
         write(l2, ra + N).unwrap();
-        assert!(at(N) == pattern(2, N as usize));
+        assert!(at(N) == pattern(2, N));
 
         // A transfer in flight from `one` while `two` is deregistered and registered again:
         // it completes, and the new registration serves the next transfer.
-        two.write_from(&pattern(3, N as usize), 0).unwrap();
+        two.write_from(&pattern(3, N), 0).unwrap();
         let req = b
             .transfer_async(
                 &a_addr,
@@ -77,8 +78,8 @@ fn local_registrations_added_and_removed_between_transfers() {
         let reg2 = b.register(&two).unwrap();
         req.wait(T).unwrap();
         write(l2, ra + 3 * N).unwrap();
-        assert!(at(2 * N) == pattern(1, N as usize));
-        assert!(at(3 * N) == pattern(3, N as usize));
+        assert!(at(2 * N) == pattern(1, N));
+        assert!(at(3 * N) == pattern(3, N));
 
         // Dropping a registration removes it as well.
         drop(reg1);

@@ -6,6 +6,7 @@
 //! leaves the peer alone. (A client that does not take single revocations, as a C++ HIXL
 //! engine, has its session closed instead: see the control tests.) It holds the test lock: the emulator's counters are process-wide.
 
+use ascend_fabric::Addr;
 use std::time::Duration;
 
 use crate::util::*;
@@ -38,8 +39,8 @@ fn pair(dev: &ascend_mem::Device) -> Pair {
 }
 
 impl Pair {
-    fn write(&self, remote: u64) -> ascend_fabric::Result<()> {
-        let d = TransferDesc::raw(self.local.as_raw() as u64, remote, 4096);
+    fn write(&self, remote: Addr) -> ascend_fabric::Result<()> {
+        let d = TransferDesc::raw(self.local.addr(), remote, 4096);
         self.peer
             .transfer_sync(&self.addr, TransferOp::Write, &[d], T)
     }
@@ -57,14 +58,14 @@ fn imported_memory(dev: &ascend_mem::Device) {
     let reg_b = p.owner.register(&b).unwrap();
     p.peer.connect(&p.addr, T).unwrap();
     assert_eq!(ascend_sim::counters().imports, 2);
-    p.write(a.as_raw() as u64).unwrap();
+    p.write(a.addr()).unwrap();
     let sessions = p.owner.sessions();
     let seg_a = p
         .peer
         .remote_segments(&p.addr)
         .unwrap()
         .iter()
-        .position(|s| s.0 == a.as_raw() as u64)
+        .position(|s| s.0 == a.addr())
         .unwrap();
     let list_a = p
         .peer
@@ -74,20 +75,20 @@ fn imported_memory(dev: &ascend_mem::Device) {
 
     // Transfers kept in flight while `a` is revoked: one into `a`, one into `b`.
     let hold = ascend_sim::testing::hold_all_streams();
-    let into = |addr: u64| {
-        let d = TransferDesc::raw(p.local.as_raw() as u64, addr, 4096);
+    let into = |addr: Addr| {
+        let d = TransferDesc::raw(p.local.addr(), addr, 4096);
         p.peer
             .transfer_async(&p.addr, TransferOp::Write, &[d])
             .unwrap()
     };
-    let (req_a, req_b) = (into(a.as_raw() as u64), into(b.as_raw() as u64));
+    let (req_a, req_b) = (into(a.addr()), into(b.addr()));
     p.owner.deregister(reg_a).unwrap();
     // Returned: the peer has let go of `a`; the channel and `b` stay.
     assert!(p.peer.is_connected(&p.addr));
     assert_eq!(p.owner.sessions(), sessions, "the session stays");
     match req_a.wait(T) {
         Err(Error::Revoked { addr, len, .. }) => {
-            assert_eq!((addr, len), (a.as_raw() as u64, LEN as u64))
+            assert_eq!((addr, len), (a.addr(), LEN))
         }
         other => panic!("expected Revoked, got {other:?}"),
     }
@@ -98,8 +99,8 @@ fn imported_memory(dev: &ascend_mem::Device) {
         ascend_sim::counters().imports == 1
     });
     let segs = p.peer.remote_segments(&p.addr).unwrap();
-    assert_eq!(segs, vec![(b.as_raw() as u64, LEN as u64)]);
-    match p.write(a.as_raw() as u64) {
+    assert_eq!(segs, vec![(b.addr(), LEN)]);
+    match p.write(a.addr()) {
         Err(Error::NotRegistered {
             side: Side::Remote, ..
         }) => {}
@@ -112,7 +113,7 @@ fn imported_memory(dev: &ascend_mem::Device) {
         Err(e @ Error::Revoked { .. }) => assert_eq!(e.status(), ascend_fabric::HixlCode::FAILED),
         other => panic!("expected Revoked for the list over `a`, got {other:?}"),
     }
-    p.write(b.as_raw() as u64).unwrap();
+    p.write(b.addr()).unwrap();
     // Dropping the last clone revokes as well.
     drop(reg_b);
     assert!(p.peer.is_connected(&p.addr));
@@ -143,7 +144,7 @@ fn memory_the_peer_keeps(dev: &ascend_mem::Device) {
     assert_eq!(offered(), 1, "never offered: no revocation");
     p.owner.deregister(left).unwrap();
     assert_eq!(offered(), 1, "the block is still registered");
-    p.write(a.as_raw() as u64 + LEN as u64 / 2).unwrap();
+    p.write(a.addr() + LEN / 2).unwrap();
     p.owner.deregister(right).unwrap();
     assert_eq!(offered(), 0, "the block is gone");
     assert!(p.peer.is_connected(&p.addr));

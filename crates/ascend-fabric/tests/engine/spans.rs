@@ -29,8 +29,8 @@ fn three_mappings_as_one(dev: &Device) {
     let owner = Engine::new(dev, &addr, options(2, 16)).unwrap();
     let (_va, maps) = pieces(dev, 3);
     let reg = owner.register(&maps).unwrap();
-    assert_eq!(reg.addr(), maps[0].as_raw() as u64);
-    assert_eq!(reg.len(), 3 * PIECE as u64);
+    assert_eq!(reg.addr(), maps[0].addr());
+    assert_eq!(reg.len(), 3 * PIECE);
     // The same range again, given as a slice of mappings, is the same registration.
     assert_eq!(owner.register(&maps[..]).unwrap(), reg);
 
@@ -45,7 +45,7 @@ fn three_mappings_as_one(dev: &Device) {
         3,
         "one per mapping"
     );
-    let d = TransferDesc::raw(src.as_raw() as u64, reg.addr(), 3 * PIECE as u64);
+    let d = TransferDesc::raw(src.addr(), reg.addr(), 3 * PIECE);
     peer.transfer_sync(&addr, TransferOp::Write, &[d], T)
         .unwrap();
     for (i, m) in maps.iter().enumerate() {
@@ -64,9 +64,7 @@ fn adjacent_registrations(dev: &Device) {
     let left = engine
         .register_slice(&buf.as_slice().slice(..PIECE).unwrap())
         .unwrap();
-    let right = engine
-        .register_raw(buf.as_raw() as u64 + PIECE as u64, PIECE as u64)
-        .unwrap();
+    let right = engine.register_raw(buf.addr() + PIECE, PIECE).unwrap();
     assert_ne!(left, right);
     assert_eq!(engine.registrations(), 2);
     drop((left, right));

@@ -54,9 +54,9 @@ fn scenario(how: How) {
     let reqs: Vec<_> = (0..REQUESTS)
         .map(|i| {
             let d = TransferDesc::raw(
-                local.as_raw() as u64 + (i * BLOCK) as u64,
-                remote_buf.as_raw() as u64 + (i * BLOCK) as u64,
-                BLOCK as u64,
+                local.addr() + (i * BLOCK),
+                remote_buf.addr() + (i * BLOCK),
+                BLOCK,
             );
             client
                 .transfer_async(&peer_addr, TransferOp::Write, &[d])

@@ -25,7 +25,7 @@ fn eight_threads_times_a_thousand_transfers() {
         let local = b.alloc_host(2 * THREADS * AREA).unwrap();
         let _rb = b.register(&local).unwrap();
         b.connect(&a_addr, T).unwrap();
-        let (l0, r0) = (local.as_raw() as u64, remote.as_raw() as u64);
+        let (l0, r0) = (local.addr(), remote.addr());
         for t in 0..THREADS {
             local
                 .write_from(&pattern(t as u8, AREA), 2 * t * AREA)
@@ -36,15 +36,15 @@ fn eight_threads_times_a_thousand_transfers() {
                 let b = &b;
                 let a_addr = &a_addr;
                 s.spawn(move || {
-                    let src = l0 + (2 * t * AREA) as u64;
-                    let dst_back = src + AREA as u64;
-                    let r = r0 + (t * AREA) as u64;
+                    let src = l0 + 2 * t * AREA;
+                    let dst_back = src + AREA;
+                    let r = r0 + t * AREA;
                     for i in 0..PER_THREAD {
                         // 4 KiB pieces at rotating offsets, plus a whole-area op now and then.
                         let (off, len) = if i % 100 == 99 {
-                            (0, AREA as u64)
+                            (0, AREA)
                         } else {
-                            (((i * 4096) % AREA) as u64, 4096)
+                            ((i * 4096) % AREA, 4096)
                         };
                         let w = [TransferDesc::raw(src + off, r + off, len)];
                         let rd = [TransferDesc::raw(dst_back + off, r + off, len)];
@@ -64,8 +64,8 @@ fn eight_threads_times_a_thousand_transfers() {
                         }
                     }
                     // Final round trip of the whole area.
-                    let w = [TransferDesc::raw(src, r, AREA as u64)];
-                    let rd = [TransferDesc::raw(dst_back, r, AREA as u64)];
+                    let w = [TransferDesc::raw(src, r, AREA)];
+                    let rd = [TransferDesc::raw(dst_back, r, AREA)];
                     b.transfer_sync(a_addr, TransferOp::Write, &w, T).unwrap();
                     b.transfer_sync(a_addr, TransferOp::Read, &rd, T).unwrap();
                 });
@@ -125,11 +125,7 @@ fn synchronous_transfers_start_no_progress_thread() {
         let local = b.alloc_device(AREA).unwrap();
         let _r = (a.register(&remote).unwrap(), b.register(&local).unwrap());
         b.connect(&a_addr, T).unwrap();
-        let d = [TransferDesc::raw(
-            local.as_raw() as u64,
-            remote.as_raw() as u64,
-            AREA as u64,
-        )];
+        let d = [TransferDesc::raw(local.addr(), remote.addr(), AREA)];
         let before = threads_named("fabric-progress");
         for op in [TransferOp::Write, TransferOp::Read] {
             for _ in 0..50 {

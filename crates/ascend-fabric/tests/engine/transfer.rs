@@ -59,11 +59,7 @@ fn write_and_read_every_memory_kind_across_processes() {
                     continue;
                 }
                 let lw = "dev";
-                let d = TransferDesc::raw(
-                    local.addr(lw) + loff as u64,
-                    remote[rw] + roff as u64,
-                    len as u64,
-                );
+                let d = TransferDesc::raw(local.addr(lw) + loff, remote[rw] + roff, len);
                 engine
                     .transfer_sync(&peer_addr, TransferOp::Read, &[d], T)
                     .unwrap();
@@ -86,11 +82,7 @@ fn write_and_read_every_memory_kind_across_processes() {
                     seed = seed.wrapping_add(1);
                     let data = pattern(seed, len);
                     local.write(lw, loff, &data);
-                    let d = TransferDesc::raw(
-                        local.addr(lw) + loff as u64,
-                        remote[rw] + roff as u64,
-                        len as u64,
-                    );
+                    let d = TransferDesc::raw(local.addr(lw) + loff, remote[rw] + roff, len);
                     engine
                         .transfer_sync(&peer_addr, TransferOp::Write, &[d], T)
                         .unwrap_or_else(|e| panic!("WRITE {lw} -> r{rw} {loff} {roff} {len}: {e}"));
@@ -102,11 +94,7 @@ fn write_and_read_every_memory_kind_across_processes() {
                     // Read back to the other end of the local region.
                     let back = REGION - len - loff.min(REGION - len);
                     local.write(lw, back, &vec![0u8; len]);
-                    let d = TransferDesc::raw(
-                        local.addr(lw) + back as u64,
-                        remote[rw] + roff as u64,
-                        len as u64,
-                    );
+                    let d = TransferDesc::raw(local.addr(lw) + back, remote[rw] + roff, len);
                     engine
                         .transfer_sync(&peer_addr, TransferOp::Read, &[d], T)
                         .unwrap();
@@ -129,8 +117,8 @@ fn write_and_read_every_memory_kind_across_processes() {
                 let loff = (i * 64 + j) * 4096;
                 local.write("host", loff, &data);
                 descs.push(TransferDesc::raw(
-                    local.addr("host") + loff as u64,
-                    remote[*rw] + off as u64,
+                    local.addr("host") + loff,
+                    remote[*rw] + off,
                     4096,
                 ));
                 checks.push((rw.to_string(), off, s));

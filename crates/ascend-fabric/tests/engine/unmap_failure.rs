@@ -3,6 +3,7 @@
 //! same peer and to others, and transferring. It holds the test lock: faults and counters
 //! are process-wide.
 
+use ascend_fabric::Addr;
 use std::time::Duration;
 
 use crate::util::*;
@@ -16,14 +17,14 @@ fn round_trip(
     client: &Engine,
     peer: &str,
     local: &ascend_mem::DeviceBuffer,
-    remote: u64,
+    remote: Addr,
     seed: u8,
 ) {
     let data: Vec<u8> = (0..LEN)
         .map(|i| (i as u8).wrapping_mul(31) ^ seed)
         .collect();
     local.write_from(&data, 0).unwrap();
-    let d = TransferDesc::raw(local.as_raw() as u64, remote, LEN as u64);
+    let d = TransferDesc::raw(local.addr(), remote, LEN);
     client
         .transfer_sync(peer, TransferOp::Write, &[d], T)
         .unwrap();
@@ -81,9 +82,9 @@ fn a_failed_unmap_quarantines_its_slot_and_the_engine_goes_on() {
 
     // The same peer again, and another one: each gets a fresh slot.
     client.connect(a, T).unwrap();
-    round_trip(&client, a, &local, abuf.as_raw() as u64, 1);
+    round_trip(&client, a, &local, abuf.addr(), 1);
     client.connect(b, T).unwrap();
-    round_trip(&client, b, &local, bbuf.as_raw() as u64, 2);
+    round_trip(&client, b, &local, bbuf.addr(), 2);
     assert_eq!(client.pool_usage().0, 3);
     client.disconnect(a, T).unwrap();
     client.disconnect(b, T).unwrap();
