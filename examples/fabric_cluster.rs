@@ -97,7 +97,7 @@ fn engine_role(a: &Args, i: usize, port: u16, prefix: &str) -> Res<()> {
     let dev = rt.device(0)?;
     let opts = EngineOptions::builder()
         .task_stream_num(2)
-        .pool_capacity((2 * n as u64 + 4) << 30)
+        .pool_capacity((2 * n + 4) << 30)
         .build()?;
     let engine = Engine::new(&dev, &format!("127.0.0.1:{port}"), opts)?;
     let inbox = engine.alloc_device(n * BLOCK)?;

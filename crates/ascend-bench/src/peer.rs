@@ -37,7 +37,7 @@ pub(crate) fn engine_options() -> Res<EngineOptions> {
     // Profiling aid: valgrind cannot reserve the default 32 TB VA pool.
     if let Some(g) = std::env::var("ASCEND_BENCH_POOL_GIB")
         .ok()
-        .and_then(|v| v.parse::<u64>().ok())
+        .and_then(|v| v.parse::<usize>().ok())
     {
         b = b.pool_capacity(g << 30);
     }

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use ascend_mem::Addr;
 use serde_json::{Map, Value};
 
 use super::{invalid, keys, EngineOptions, OptionError, TB};
@@ -131,10 +132,10 @@ fn read_map(
         ..EngineOptions::default()
     };
     if let Some(tb) = fabric.max_capacity {
-        o.pool_capacity = tb * TB;
+        o.pool_capacity = tb as usize * TB;
     }
     if let Some(tb) = fabric.start_address {
-        o.pool_start = tb * TB;
+        o.pool_start = Addr::new(tb << 40);
     }
     if let Some(n) = fabric.task_stream_num {
         o.task_stream_num = n;

@@ -6,6 +6,8 @@ mod hixl;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
+use ascend_mem::Addr;
+
 /// HIXL's keys.
 pub mod keys {
     /// `OPTION_ENABLE_USE_FABRIC_MEM`.
@@ -162,10 +164,10 @@ pub struct EngineOptions {
     /// Copy streams per transfer task (`fabric_memory.task_stream_num`, 1..=8).
     pub task_stream_num: u32,
     /// VA pool capacity in bytes (`fabric_memory.max_capacity`, given in TB).
-    pub pool_capacity: u64,
-    /// Where the VA pool is reserved, in bytes (`fabric_memory.start_address`, given in TB):
-    /// honoured on an A3 when the range is free, see [`EngineOptionsBuilder::pool_start`].
-    pub pool_start: u64,
+    pub pool_capacity: usize,
+    /// Where the VA pool is reserved (`fabric_memory.start_address`, given in TB): honoured
+    /// on an A3 when the range is free, see [`EngineOptionsBuilder::pool_start`].
+    pub pool_start: Addr,
     /// Connect on demand (3 s timeout) and disconnect a peer whose transfer's copies failed
     /// or timed out (`AutoConnect`); off by default, as in HIXL.
     pub auto_connect: bool,
@@ -197,14 +199,14 @@ pub struct EngineOptions {
     pub batch_copies: bool,
 }
 
-pub(crate) const TB: u64 = 1 << 40;
+pub(crate) const TB: usize = 1 << 40;
 
 impl Default for EngineOptions {
     fn default() -> Self {
         EngineOptions {
             task_stream_num: 4,
             pool_capacity: 32 * TB,
-            pool_start: 40 * TB,
+            pool_start: Addr::new(40 << 40),
             auto_connect: false,
             heartbeat_interval: Duration::from_secs(10),
             connect_timeout: Duration::from_millis(1000),
@@ -251,16 +253,16 @@ impl EngineOptionsBuilder {
     }
 
     /// VA pool capacity in bytes.
-    pub fn pool_capacity(mut self, bytes: u64) -> Self {
+    pub fn pool_capacity(mut self, bytes: usize) -> Self {
         self.opts.pool_capacity = bytes;
         self
     }
 
-    /// Where the VA pool is reserved, in bytes (default 40 TiB; 0: anywhere). Used where the
-    /// product has fixed-address reservations without the unified-cache path (an A3) and
+    /// Where the VA pool is reserved (default 40 TiB; [`Addr::NULL`]: anywhere). Used where
+    /// the product has fixed-address reservations without the unified-cache path (an A3) and
     /// the range is free; otherwise the pool goes anywhere.
-    pub fn pool_start(mut self, bytes: u64) -> Self {
-        self.opts.pool_start = bytes;
+    pub fn pool_start(mut self, at: Addr) -> Self {
+        self.opts.pool_start = at;
         self
     }
 
@@ -344,7 +346,7 @@ impl EngineOptions {
         if o.pool_capacity == 0 {
             return Err(invalid("pool_capacity", "0", "must be above 0"));
         }
-        if o.pool_start % (1 << 30) != 0 {
+        if o.pool_start.get() % (1 << 30) != 0 {
             return Err(invalid(
                 "pool_start",
                 format!("{:#x}", o.pool_start),

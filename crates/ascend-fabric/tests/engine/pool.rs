@@ -13,7 +13,7 @@ use ascend_testkit::{role, test_name, Spawn};
 
 const T: Duration = Duration::from_secs(5);
 const TIB: u64 = 1 << 40;
-const CAP: u64 = 64 << 30;
+const CAP: usize = 64 << 30;
 
 fn opts(start: Option<u64>) -> EngineOptions {
     let b = EngineOptions::builder()
@@ -21,7 +21,7 @@ fn opts(start: Option<u64>) -> EngineOptions {
         .heartbeat_interval(Duration::from_millis(100))
         .pool_capacity(CAP);
     match start {
-        Some(s) => b.pool_start(s),
+        Some(s) => b.pool_start(Addr::new(s)),
         None => b,
     }
     .build()
@@ -38,7 +38,7 @@ fn import_at(a_addr: &str, b: &Engine) -> Addr {
 }
 
 fn in_pool(at: Addr, start: u64) -> bool {
-    (start..start + CAP).contains(&at.get())
+    (start..start + CAP as u64).contains(&at.get())
 }
 
 #[test]
@@ -69,7 +69,7 @@ fn the_pool_lies_at_its_start_when_it_can() {
     }
     // A start that is not a whole number of GiB is refused when the options are built.
     let e = EngineOptions::builder()
-        .pool_start(40 * TIB + 4096)
+        .pool_start(Addr::new(40 * TIB + 4096))
         .build()
         .unwrap_err();
     assert!(

@@ -33,7 +33,7 @@ pub fn listening(dev: &ascend_mem::Device, opts: EngineOptions) -> (ascend_fabri
 
 /// Options with `streams` copy streams per transfer, a VA pool of `pool_gib` GiB and quick
 /// heartbeats.
-pub fn options(streams: u32, pool_gib: u64) -> EngineOptions {
+pub fn options(streams: u32, pool_gib: usize) -> EngineOptions {
     EngineOptions::builder()
         .task_stream_num(streams)
         .heartbeat_interval(Duration::from_millis(100))

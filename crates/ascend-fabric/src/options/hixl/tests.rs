@@ -39,8 +39,8 @@ fn outcome(m: &BTreeMap<String, String>, env: &[(&str, &str)]) -> Want {
     match read_map(m, lookup) {
         Ok(o) => Want::Ok(
             o.task_stream_num,
-            o.pool_start / TB,
-            o.pool_capacity / TB,
+            o.pool_start.get() >> 40,
+            (o.pool_capacity / TB) as u64,
             o.auto_connect,
         ),
         Err(e) => Want::Refused(e.status()),
