@@ -2,6 +2,7 @@
 //! data and checks what others wrote into it) and the memory it registers.
 
 use ascend_fabric::{Engine, Registration};
+use ascend_mem::prelude::*;
 use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
 use ascend_testkit::role::read_stdin_line;
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::peer::*;
 use crate::util::*;
 use ascend_fabric::{Engine, Error, Side, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(5);
 const N: u64 = 64 << 10;
