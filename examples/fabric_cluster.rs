@@ -19,6 +19,7 @@
 #[path = "../crates/ascend-fabric/tests/directory_util/etcd_server.rs"]
 mod etcd_server;
 
+use ascend::prelude::*;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
 use std::sync::Arc;

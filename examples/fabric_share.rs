@@ -10,6 +10,7 @@ mod common;
 use std::io::{BufRead, Write};
 use std::process::{Command, ExitCode, Stdio};
 
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, ExportFlags, ReservedVa, Runtime, ShareKind, SharedHandle};
 
 fn pattern(i: usize) -> u8 {

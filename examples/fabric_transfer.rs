@@ -19,6 +19,7 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use ascend::fabric::{Engine, SegmentRef, TransferDesc, TransferOp};
+use ascend::prelude::*;
 use ascend::Runtime;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ascend_cs::{Client, Endpoint, Op, Protocol, Server};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, Runtime};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;

@@ -41,6 +41,7 @@ use ascend::fabric::{
     CompletionQueue, Engine, EngineOptions, Error, LocalBlocks, RemoteBlocks, SegmentRef,
     TransferOp, TransferOptions,
 };
+use ascend::prelude::*;
 use ascend::{Backend, DeviceBuffer, Runtime};
 
 type Res<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;

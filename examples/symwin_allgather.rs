@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use ascend_launch::{RankEnv, Rendezvous};
 use ascend_mem::hccl::{Comm, CommConfig, RootInfo, SymWindow};
+use ascend_mem::prelude::*;
 use ascend_mem::{Backend, MemSpec, PhysicalMem, ReservedVa, Runtime, Stream};
 
 /// Elements each rank contributes.

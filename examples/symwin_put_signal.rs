@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use ascend_launch::{RankEnv, Rendezvous};
 use ascend_mem::hccl::{Comm, CommConfig, RootInfo, SymWindow};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, Runtime, Stream, WaitCmp};
 
 /// Elements of each all-to-all block.

@@ -9,6 +9,7 @@ mod common;
 
 use std::process::ExitCode;
 
+use ascend_mem::prelude::*;
 use ascend_mem::{Backend, MemSpec, PhysicalMem, ReservedVa, Runtime, Stream};
 
 fn run() -> ascend_mem::Result<bool> {

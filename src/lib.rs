@@ -1,7 +1,8 @@
 //! `ascend`: the facade over the ascend-mem crate family.
 //!
-//! Re-exports the safe layer ([`mem`], also glob-exported at the root), the transfer engine
-//! ([`fabric`]), the HixlCS wrapper ([`cs`]), the raw ACL bindings ([`acl_sys`]) and the
+//! Re-exports the safe layer ([`mem`], also glob-exported at the root, with its [`prelude`]:
+//! `use ascend::prelude::*;` brings the copy verbs of [`MemView`] into scope), the transfer
+//! engine ([`fabric`]), the HixlCS wrapper ([`cs`]), the raw ACL bindings ([`acl_sys`]) and the
 //! emulator ([`sim`]), and owns the workspace's examples and its cross-crate test. Library users
 //! normally depend on `ascend-mem`, `ascend-fabric` and `ascend-cs` directly.
 //!

@@ -3,6 +3,7 @@
 //! and to the `fabric_transfer` example started with `--role server`, and receives the
 //! share-handle list.
 
+use ascend_mem::prelude::*;
 use std::process::Command;
 use std::time::{Duration, Instant};
 

@@ -15,6 +15,7 @@ use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use ascend_mem::hccl::{Comm, CommConfig, RootInfo, SymWindow};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, Runtime, Stream, WaitCmp};
 use hccl_sys::{HcclComm, HcclCommSymWindow, HcclRootInfo, HCCL_DATA_TYPE_FP32, HCCL_REDUCE_SUM};
 use indicatif::ProgressBar;

@@ -11,6 +11,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
 use ascend_fabric::{Engine, EngineOptions};
+use ascend_mem::prelude::*;
 use ascend_mem::Runtime;
 
 use crate::util::proc_status_bytes;

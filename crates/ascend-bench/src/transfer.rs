@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 use ascend_mem::{Addr, Runtime};
 use indicatif::ProgressBar;
 

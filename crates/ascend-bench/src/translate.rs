@@ -19,6 +19,7 @@
 use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, SegmentRef, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 use ascend_mem::Runtime;
 use indicatif::ProgressBar;
 

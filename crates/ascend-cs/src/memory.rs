@@ -5,6 +5,7 @@ use std::any::Any;
 use std::ffi::c_void;
 use std::sync::Arc;
 
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, HostBuffer, Mapping};
 use hixl_sys as hixl;
 

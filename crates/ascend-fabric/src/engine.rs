@@ -2,6 +2,7 @@
 //! and what it tells about its peers and pools (connecting is `connect.rs`, transfers
 //! `submit.rs`).
 
+use ascend_mem::prelude::*;
 use ascend_mem::CloseError;
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;

@@ -10,6 +10,7 @@
 //! pool, so copies never touch a range its owner may unmap.
 
 use ascend_cs::MemKind;
+use ascend_mem::prelude::*;
 use ascend_mem::{Addr, CloseError};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};

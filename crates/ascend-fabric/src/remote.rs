@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use ascend_mem::prelude::*;
 use ascend_mem::{Addr, Device, MappingTable, ShareKind, SharedHandle};
 
 use crate::error::{Error, Result};

@@ -13,6 +13,7 @@ mod util;
 use std::time::Duration;
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 use ascend_testkit::process;
 use util::*;
 

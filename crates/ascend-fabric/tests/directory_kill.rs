@@ -9,6 +9,7 @@ mod directory_util;
 #[allow(dead_code, unused_imports)]
 mod engine_util;
 
+use ascend_mem::prelude::*;
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::sync::Arc;

@@ -10,6 +10,7 @@ mod directory_util;
 #[allow(dead_code, unused_imports)]
 mod engine_util;
 
+use ascend_mem::prelude::*;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -11,8 +11,8 @@ use std::ops::{Add, Sub};
 /// and proves nothing about what is there. Every call that takes one checks it against what
 /// it knows (registrations, a peer's segments, the runtime's own pointer queries) before the
 /// runtime sees it. The safe types hand theirs out with `addr()`
-/// ([`Mapping::addr`](crate::Mapping::addr), [`DeviceBuffer::addr`](crate::DeviceBuffer::addr),
-/// a view's, a window's); a foreign address (a framework tensor's data pointer) comes in
+/// ([`MemView::addr`](crate::MemView::addr) on mappings, views and buffers, a typed view's, a
+/// window's); a foreign address (a framework tensor's data pointer) comes in
 /// through [`Addr::new`] or [`Addr::from_ptr`].
 ///
 /// The layout is a `u64` (`#[repr(transparent)]`), as CANN's and HIXL's C structures carry

@@ -1,16 +1,12 @@
 //! [`DeviceBuffer`] and [`HostBuffer`]: reserve + allocate + map in one value.
 
 use std::fmt;
-use std::ops::RangeBounds;
 
-use bytemuck::Pod;
-
-use crate::addr::Addr;
 use crate::device::Device;
 use crate::error::Result;
 use crate::share::{ExportFlags, FabricHandle, ShareKind};
 use crate::spec::MemSpec;
-use crate::typed::TypedSlice;
+use crate::view::MemView;
 use crate::vmm::{Access, Mapping, MappingSlice, PhysicalMem, ReservedVa};
 
 fn make(dev: &Device, min_bytes: usize, spec: MemSpec) -> Result<Mapping> {
@@ -33,23 +29,17 @@ macro_rules! buffer_common {
             }
         }
 
+        /// The buffer's whole mapping (the length: the requested size rounded up to whole
+        /// granules).
+        impl MemView for $t {
+            fn as_slice(&self) -> MappingSlice<'_> {
+                self.map.as_slice()
+            }
+        }
+
         impl $t {
-            /// The size in bytes (the requested size rounded up to whole granules).
-            pub fn len(&self) -> usize {
-                self.map.len()
-            }
-
-            /// Always false.
-            pub fn is_empty(&self) -> bool {
-                self.map.is_empty()
-            }
-
-            /// The first address (device VA).
-            pub fn addr(&self) -> Addr {
-                self.map.addr()
-            }
-
-            /// The first address as the C calls take it (prefer `addr`).
+            /// The first address as the C calls take it (prefer
+            /// [`MemView::addr`](crate::MemView::addr)).
             pub fn as_raw(&self) -> *mut std::ffi::c_void {
                 self.map.as_raw()
             }
@@ -69,95 +59,6 @@ macro_rules! buffer_common {
                 self.map
             }
 
-            /// A view of `range`.
-            ///
-            /// # Errors
-            /// [`Error::OutOfBounds`](crate::Error::OutOfBounds).
-            pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<MappingSlice<'_>> {
-                self.map.slice(range)
-            }
-
-            /// The whole buffer as a view.
-            pub fn as_slice(&self) -> MappingSlice<'_> {
-                self.map.as_slice()
-            }
-
-            /// Copies `dst.len()` bytes at `offset` into `dst`.
-            ///
-            /// # Errors
-            /// As [`Mapping::read_into`].
-            #[doc(alias = "aclrtMemcpy")]
-            pub fn read_into(&self, dst: &mut [u8], offset: usize) -> Result<()> {
-                self.map.read_into(dst, offset)
-            }
-
-            /// Copies `src` to `offset`.
-            ///
-            /// # Errors
-            /// As [`Mapping::write_from`].
-            #[doc(alias = "aclrtMemcpy")]
-            pub fn write_from(&self, src: &[u8], offset: usize) -> Result<()> {
-                self.map.write_from(src, offset)
-            }
-
-            /// Sets every byte to `value`.
-            ///
-            /// # Errors
-            /// As [`Mapping::fill`].
-            #[doc(alias = "aclrtMemset")]
-            pub fn fill(&self, value: u8) -> Result<()> {
-                self.map.fill(value)
-            }
-
-            /// Reads the whole buffer into a new `Vec`.
-            ///
-            /// # Errors
-            /// As [`Mapping::read_into`].
-            pub fn to_vec(&self) -> Result<Vec<u8>> {
-                let mut v = vec![0u8; self.len()];
-                self.read_into(&mut v, 0)?;
-                Ok(v)
-            }
-
-            /// The whole buffer as elements of `T` (see [`TypedSlice`]).
-            ///
-            /// # Errors
-            /// As [`MappingSlice::typed`].
-            pub fn typed<T: Pod>(&self) -> Result<TypedSlice<'_, T>> {
-                self.map.typed()
-            }
-
-            /// Copies `src` to element offset `offset_elems`.
-            ///
-            /// # Errors
-            /// As [`MappingSlice::write_slice`].
-            #[doc(alias = "aclrtMemcpy")]
-            pub fn write_slice<T: Pod>(&self, src: &[T], offset_elems: usize) -> Result<()> {
-                self.map.write_slice(src, offset_elems)
-            }
-
-            /// Copies `dst.len()` elements from element offset `offset_elems` into `dst`.
-            ///
-            /// # Errors
-            /// As [`MappingSlice::read_into_slice`].
-            #[doc(alias = "aclrtMemcpy")]
-            pub fn read_into_slice<T: Pod>(
-                &self,
-                dst: &mut [T],
-                offset_elems: usize,
-            ) -> Result<()> {
-                self.map.read_into_slice(dst, offset_elems)
-            }
-
-            /// Reads the whole buffer as elements of `T`.
-            ///
-            /// # Errors
-            /// As [`MappingSlice::read_to_vec`].
-            #[doc(alias = "aclrtMemcpy")]
-            pub fn read_to_vec<T: Pod>(&self) -> Result<Vec<T>> {
-                self.map.read_to_vec()
-            }
-
             /// Exports the buffer's memory (see [`PhysicalMem::export`]).
             ///
             /// # Errors
@@ -172,13 +73,15 @@ macro_rules! buffer_common {
 
 /// Device HBM reserved, allocated and mapped in one value; all three are undone on drop.
 ///
-/// Byte access copies through `aclrtMemcpy`/`aclrtMemset`: device memory may be written by the
-/// device or a peer at any time, so no `&[u8]` over it is ever handed out.
+/// Byte access is [`MemView`]'s (`use ascend_mem::prelude::*`), copying through
+/// `aclrtMemcpy`/`aclrtMemset`: device memory may be written by the device or a peer at any
+/// time, so no `&[u8]` over it is ever handed out.
 ///
-/// A view ([`MappingSlice`], from [`slice`](DeviceBuffer::slice) or
-/// [`as_slice`](DeviceBuffer::as_slice)) borrows the buffer and cannot outlive it:
+/// A view ([`MappingSlice`], from [`slice`](MemView::slice) or
+/// [`as_slice`](MemView::as_slice)) borrows the buffer and cannot outlive it:
 ///
 /// ```compile_fail,E0505
+/// # use ascend_mem::prelude::*;
 /// # fn f(buf: ascend_mem::DeviceBuffer) {
 /// let view = buf.as_slice();
 /// drop(buf); // error[E0505]: cannot move out of `buf` because it is borrowed
@@ -222,6 +125,7 @@ buffer_common!(DeviceBuffer);
 /// Its views borrow it in the same way:
 ///
 /// ```compile_fail,E0505
+/// # use ascend_mem::prelude::*;
 /// # fn f(buf: ascend_mem::HostBuffer) {
 /// let view = buf.slice(..4096).unwrap();
 /// drop(buf); // error[E0505]: cannot move out of `buf` because it is borrowed

@@ -24,7 +24,8 @@ use crate::ffi;
 use crate::handle::OwnedPhys;
 use crate::share::{ExportFlags, ShareKind, SharedHandle};
 use crate::spec::{Location, MemAttr, MemSpec};
-use crate::vmm::{Mapping, Origin, PhysInner, PhysicalMem};
+use crate::view::MemView;
+use crate::vmm::{Mapping, MappingSlice, Origin, PhysInner, PhysicalMem};
 
 // ---------------------------------------------------------------------------------------------
 // MappingRef
@@ -68,6 +69,14 @@ impl std::ops::Deref for MappingRef {
     type Target = Mapping;
     fn deref(&self) -> &Mapping {
         &self.map
+    }
+}
+
+/// The held mapping, whole: a `MappingRef` copies and slices as the mapping does, and the
+/// stream's async verbs take it directly.
+impl MemView for MappingRef {
+    fn as_slice(&self) -> MappingSlice<'_> {
+        self.map.as_slice()
     }
 }
 

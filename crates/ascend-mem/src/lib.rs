@@ -35,9 +35,9 @@
 //! | `aclrtMemSetPidToShareableHandleV2` | [`FabricHandle::allow_pids`] |
 //! | `aclrtMemImportFromShareableHandleV2` | [`SharedHandle::import`] |
 //! | `aclrtMemSetAccess` | [`Mapping::set_device_access`] (done by [`HostBuffer::new`]) |
-//! | `aclrtMemcpy`, `aclrtMemset` | [`Mapping::read_into`], [`Mapping::write_from`], [`Mapping::fill`], [`MappingSlice::copy_from`] |
-//! | `aclrtMemcpy` by element type | [`TypedSlice`] (from `typed::<T>()` on a [`MappingSlice`], [`Mapping`] or buffer): [`TypedSlice::write_slice`], [`TypedSlice::read_into_slice`], [`TypedSlice::read_to_vec`]; the same calls on [`MappingSlice`], [`Mapping`], [`DeviceBuffer`], [`HostBuffer`] |
-//! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::copy_typed_async`], [`Stream::fill_async`]; batches over many mappings: [`Stream::copy_table_async`] with [`MappingTable`] |
+//! | `aclrtMemcpy`, `aclrtMemset` | [`MemView`], on every mapping, view and buffer: [`MemView::read_into`], [`MemView::write_from`], [`MemView::fill`], [`MemView::to_vec`], [`MemView::copy_from`] |
+//! | `aclrtMemcpy` by element type | [`MemView::write_slice`], [`MemView::read_into_slice`], [`MemView::read_to_vec`]; [`TypedSlice`] (from [`MemView::typed`]): [`TypedSlice::write_slice`], [`TypedSlice::read_into_slice`], [`TypedSlice::read_to_vec`] |
+//! | `aclrtMemcpyAsync`, `aclrtMemsetAsync` | [`Stream::copy_async`], [`Stream::fill_async`] (any [`MemView`]), [`Stream::copy_typed_async`] (typed views of one element type); batches over many mappings: [`Stream::copy_table_async`] with [`MappingTable`] |
 //! | `aclrtMemcpyBatchAsync` (falls back to `aclrtMemcpyAsync` per copy on a runtime without it) | [`Stream::copy_batch_async`] with [`BatchCopy`]s (host to device or device to host) |
 //! | `aclrtValueWrite`, `aclrtValueWait` | [`Stream::value_write`], [`Stream::value_wait`] on a [`ValueWord`] with a [`WaitCmp`]; [`Stream::value_write_pinned`] into [`PinnedWords`] |
 //! | `aclrtMallocHost` / `aclrtFreeHost` | [`PinnedWords::new`] / its drop |
@@ -45,6 +45,16 @@
 //! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime`, `aclrtDestroyEvent` | [`Event`] (drop or [`Event::close`]), [`Stream::wait_event`] |
 //! | `HcclGetRootInfo`, `HcclCommInitRootInfoConfig`, `HcclCommDestroy`, `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclBroadcast`, `HcclBarrier`, `HcclCommSymWin{Register,Deregister,Get}`, … | the [`hccl`] module: [`hccl::RootInfo`], [`hccl::CommConfig`], [`hccl::Comm`] (collectives), [`hccl::SymWindow`]; its own table there |
 //! | anything else | [`Runtime::acl`] and the [`ffi`] layer; [`Runtime::hccl`] for HCCL |
+//!
+//! # One set of copy verbs
+//!
+//! Every byte view of mapped memory is a [`MemView`]: [`Mapping`], [`MappingSlice`],
+//! [`DeviceBuffer`], [`HostBuffer`] and [`MappingRef`] lend their bytes as a [`MappingSlice`],
+//! and the synchronous verbs (`read_into`, `write_from`, `fill`, `to_vec`, `copy_from`, the
+//! typed copies, `typed`, `slice`, `len`, `addr`) are the trait's, the same on each. The
+//! stream's verbs take any of them ([`Stream::copy_async`], [`Stream::fill_async`], the
+//! `unsafe` raw-host forms), so `stream.copy_async(&dst_buf, &src_buf.slice(..4096)?)` needs
+//! no conversion. The trait is in the [`prelude`]: `use ascend_mem::prelude::*;`.
 //!
 //! # Typed views
 //!
@@ -59,6 +69,7 @@
 //! # #[cfg(not(feature = "emulator"))] fn main() {}
 //! # #[cfg(feature = "emulator")]
 //! # fn main() -> ascend_mem::Result<()> {
+//! use ascend_mem::prelude::*;
 //! use ascend_mem::{DeviceBuffer, Error, HostBuffer, Runtime, Stream};
 //!
 //! #[derive(Copy, Clone, Debug, PartialEq)]
@@ -147,6 +158,7 @@
 //!
 //! ```no_run
 //! # fn main() -> ascend_mem::Result<()> {
+//! use ascend_mem::prelude::*;
 //! use ascend_mem::{Runtime, PhysicalMem, ReservedVa};
 //! let rt = Runtime::from_env()?;
 //! let dev = rt.device(0)?;
@@ -183,7 +195,17 @@ mod spec;
 mod stream;
 mod table;
 mod typed;
+mod view;
 mod vmm;
+
+/// The traits whose methods users call: `use ascend_mem::prelude::*;`.
+///
+/// [`MemView`] holds the synchronous copy verbs (`read_into`, `write_from`, `fill`, `to_vec`,
+/// `copy_from`, the typed copies, `slice`, `len`, `addr`, …) of every byte view of mapped
+/// memory: a method call such as `buf.write_from(..)` needs it in scope.
+pub mod prelude {
+    pub use crate::view::MemView;
+}
 
 pub use acl;
 pub use addr::Addr;
@@ -202,6 +224,7 @@ pub use stream::{
 };
 pub use table::{MappingTable, TableCopy};
 pub use typed::TypedSlice;
+pub use view::MemView;
 pub use vmm::{Access, Mapping, MappingSlice, Origin, PhysicalMem, ReservedVa};
 
 /// Compile-time checks that every public handle keeps its thread-safety promises: a new raw

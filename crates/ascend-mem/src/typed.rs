@@ -1,6 +1,6 @@
-//! Element-typed access to device-visible memory: the view [`TypedSlice`], and typed copies
-//! (`write_slice`, `read_into_slice`, `read_to_vec`) on [`MappingSlice`] and [`Mapping`]
-//! (the buffers forward to their mapping).
+//! Element-typed access to device-visible memory: the view [`TypedSlice`], and the one
+//! implementation of the typed copies of a byte view (`write_slice`, `read_into_slice`,
+//! `read_to_vec`: [`MemView`](crate::MemView)'s verbs, which forward here).
 //!
 //! Everything here is built on the byte copies of [`MappingSlice`]; the element type only
 //! changes units (elements instead of bytes) and adds checks. Host slices of `T` are turned
@@ -84,17 +84,23 @@ fn resolve_elems(
 /// A borrowed view of device-visible memory as elements of `T`: a [`MappingSlice`] whose
 /// start address is aligned for `T` and whose length is a whole number of `T`.
 ///
-/// Made by [`MappingSlice::typed`] (or `typed` on a [`Mapping`] or a buffer), which checks
-/// both. Lengths, offsets and ranges are in elements; copies go through ACL as for bytes, so
-/// no `&[T]` over the memory is ever formed. [`as_bytes`](TypedSlice::as_bytes) gives the byte
-/// view back. HCCL collectives take typed views of their element type
+/// Made by [`MemView::typed`](crate::MemView::typed) on any byte view (a [`MappingSlice`], a
+/// [`Mapping`], a buffer), which checks both. Lengths, offsets and ranges are in elements;
+/// copies go through ACL as for bytes, so no `&[T]` over the memory is ever formed. The typed
+/// verbs here forward to the byte view's code, with element units.
+///
+/// It is not a [`MemView`](crate::MemView) itself, because a byte view's lengths and offsets
+/// are in bytes and these are in elements: [`as_bytes`](TypedSlice::as_bytes) gives the byte
+/// view, which is one. HCCL collectives take typed views of their element type
 /// ([`hccl::Comm::all_gather`](crate::hccl::Comm::all_gather) and the others), and
-/// [`Stream::copy_typed_async`](crate::Stream::copy_typed_async) queues typed copies.
+/// [`Stream::copy_typed_async`](crate::Stream::copy_typed_async) queues copies between views
+/// of the same element type.
 ///
 /// `T` must be [`Pod`]; a type that is not (here one holding a reference) is refused at
 /// compile time:
 ///
 /// ```compile_fail,E0277
+/// # use ascend_mem::prelude::*;
 /// # fn f(m: &ascend_mem::Mapping) {
 /// let _ = m.as_slice().typed::<&'static u8>();
 /// # }
@@ -103,6 +109,7 @@ fn resolve_elems(
 /// Like a [`MappingSlice`], it cannot outlive the mapping it views:
 ///
 /// ```compile_fail,E0505
+/// # use ascend_mem::prelude::*;
 /// # fn f(m: ascend_mem::Mapping) {
 /// let view = m.typed::<u32>().unwrap();
 /// drop(m);
@@ -114,6 +121,7 @@ fn resolve_elems(
 /// # #[cfg(not(feature = "emulator"))] fn main() {}
 /// # #[cfg(feature = "emulator")]
 /// # fn main() -> ascend_mem::Result<()> {
+/// use ascend_mem::prelude::*;
 /// use ascend_mem::{DeviceBuffer, Runtime, Stream};
 ///
 /// let rt = Runtime::emulated()?; // or Runtime::from_env()? on an NPU host
@@ -209,19 +217,19 @@ impl<'a, T: Pod> TypedSlice<'a, T> {
     /// Copies `src` to element `offset_elems` of the view (`aclrtMemcpy`).
     ///
     /// # Errors
-    /// As [`MappingSlice::write_slice`].
+    /// As [`MemView::write_slice`](crate::MemView::write_slice).
     #[doc(alias = "aclrtMemcpy")]
     pub fn write_slice(&self, src: &[T], offset_elems: usize) -> Result<()> {
-        self.bytes.write_slice(src, offset_elems)
+        self.bytes.write_elems(src, offset_elems)
     }
 
     /// Copies `dst.len()` elements starting at element `offset_elems` into `dst`.
     ///
     /// # Errors
-    /// As [`MappingSlice::read_into_slice`].
+    /// As [`MemView::read_into_slice`](crate::MemView::read_into_slice).
     #[doc(alias = "aclrtMemcpy")]
     pub fn read_into_slice(&self, dst: &mut [T], offset_elems: usize) -> Result<()> {
-        self.bytes.read_into_slice(dst, offset_elems)
+        self.bytes.read_elems(dst, offset_elems)
     }
 
     /// Reads the whole view into a new `Vec`.
@@ -230,31 +238,33 @@ impl<'a, T: Pod> TypedSlice<'a, T> {
     /// An `aclrtMemcpy` failure; a sticky error.
     #[doc(alias = "aclrtMemcpy")]
     pub fn read_to_vec(&self) -> Result<Vec<T>> {
-        self.bytes.read_to_vec()
+        self.bytes.elems_to_vec()
     }
 
     /// Copies all of `src` into the start of this view, synchronously (`aclrtMemcpy`,
     /// device to device).
     ///
     /// # Errors
-    /// As [`MappingSlice::copy_from`]: [`Error::OutOfBounds`] when `src` has more elements.
+    /// As [`MemView::copy_from`](crate::MemView::copy_from): [`Error::OutOfBounds`] when
+    /// `src` has more elements.
     #[doc(alias = "aclrtMemcpy")]
     pub fn copy_from(&self, src: &TypedSlice<'_, T>) -> Result<()> {
-        self.bytes.copy_from(&src.bytes)
+        self.bytes.copy_bytes(&src.bytes)
     }
 
     /// Sets every element to zero (all bytes 0, a valid `T` for any [`Pod`] type).
     ///
     /// # Errors
-    /// As [`MappingSlice::fill`].
+    /// As [`MemView::fill`](crate::MemView::fill).
     #[doc(alias = "aclrtMemset")]
     pub fn fill_zero(&self) -> Result<()> {
-        self.bytes.fill(0)
+        self.bytes.fill_bytes(0)
     }
 }
 
 impl<'a> MappingSlice<'a> {
-    /// This view as elements of `T`.
+    /// This view as elements of `T`, borrowing the mapping for `'a` (what
+    /// [`MemView::typed`](crate::MemView::typed) does, with the longer lifetime).
     ///
     /// # Errors
     /// Checked in this order, each naming `"MappingSlice::typed"`:
@@ -280,83 +290,27 @@ impl<'a> MappingSlice<'a> {
         })
     }
 
-    /// Copies the elements of `src` to element offset `offset_elems` of the view (byte
-    /// offset `offset_elems × size_of::<T>()`; no alignment is needed: the copy goes through
-    /// `aclrtMemcpy`, never through a `&T`).
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`] (`what` = `"write_slice"`, the range in bytes) when the
-    /// elements do not fit; [`Error::InvalidArgument`] for a zero-sized `T`; an
-    /// `aclrtMemcpy` failure; a sticky error.
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn write_slice<T: Pod>(&self, src: &[T], offset_elems: usize) -> Result<()> {
+    /// Copies the elements of `src` to element offset `offset_elems` of the view: the code of
+    /// [`MemView::write_slice`](crate::MemView::write_slice), which documents the errors.
+    pub(crate) fn write_elems<T: Pod>(&self, src: &[T], offset_elems: usize) -> Result<()> {
         let offset = elem_range::<T>(offset_elems, src.len(), self.len(), "write_slice")?;
-        self.write_from(bytemuck::cast_slice(src), offset)
+        self.write_bytes(bytemuck::cast_slice(src), offset)
     }
 
-    /// Copies `dst.len()` elements starting at element offset `offset_elems` of the view
-    /// into `dst`.
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`] (`what` = `"read_into_slice"`, the range in bytes);
-    /// [`Error::InvalidArgument`] for a zero-sized `T`; an `aclrtMemcpy` failure; a sticky
-    /// error.
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn read_into_slice<T: Pod>(&self, dst: &mut [T], offset_elems: usize) -> Result<()> {
+    /// Copies `dst.len()` elements starting at element offset `offset_elems` of the view into
+    /// `dst`: the code of [`MemView::read_into_slice`](crate::MemView::read_into_slice).
+    pub(crate) fn read_elems<T: Pod>(&self, dst: &mut [T], offset_elems: usize) -> Result<()> {
         let offset = elem_range::<T>(offset_elems, dst.len(), self.len(), "read_into_slice")?;
-        self.read_into(bytemuck::cast_slice_mut(dst), offset)
+        self.read_bytes(bytemuck::cast_slice_mut(dst), offset)
     }
 
-    /// Reads the whole view as elements of `T` into a new `Vec`.
-    ///
-    /// # Errors
-    /// [`Error::NotWholeElements`] (`what` = `"read_to_vec"`, with the length and
-    /// `size_of::<T>()`) when the view is not a whole number of `T`;
-    /// [`Error::InvalidArgument`] for a zero-sized `T`; an `aclrtMemcpy` failure; a sticky
-    /// error.
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn read_to_vec<T: Pod>(&self) -> Result<Vec<T>> {
+    /// Reads the whole view as elements of `T` into a new `Vec`: the code of
+    /// [`MemView::read_to_vec`](crate::MemView::read_to_vec).
+    pub(crate) fn elems_to_vec<T: Pod>(&self) -> Result<Vec<T>> {
         let n = whole_elems::<T>(self.len(), "read_to_vec")?;
         let mut v = vec![T::zeroed(); n];
-        self.read_into(bytemuck::cast_slice_mut(&mut v), 0)?;
+        self.read_bytes(bytemuck::cast_slice_mut(&mut v), 0)?;
         Ok(v)
-    }
-}
-
-impl Mapping {
-    /// The whole mapping as elements of `T`.
-    ///
-    /// # Errors
-    /// As [`MappingSlice::typed`].
-    pub fn typed<T: Pod>(&self) -> Result<TypedSlice<'_, T>> {
-        self.as_slice().typed()
-    }
-
-    /// Copies `src` to element offset `offset_elems`.
-    ///
-    /// # Errors
-    /// As [`MappingSlice::write_slice`].
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn write_slice<T: Pod>(&self, src: &[T], offset_elems: usize) -> Result<()> {
-        self.as_slice().write_slice(src, offset_elems)
-    }
-
-    /// Copies `dst.len()` elements from element offset `offset_elems` into `dst`.
-    ///
-    /// # Errors
-    /// As [`MappingSlice::read_into_slice`].
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn read_into_slice<T: Pod>(&self, dst: &mut [T], offset_elems: usize) -> Result<()> {
-        self.as_slice().read_into_slice(dst, offset_elems)
-    }
-
-    /// Reads the whole mapping as elements of `T`.
-    ///
-    /// # Errors
-    /// As [`MappingSlice::read_to_vec`].
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn read_to_vec<T: Pod>(&self) -> Result<Vec<T>> {
-        self.as_slice().read_to_vec()
     }
 }
 

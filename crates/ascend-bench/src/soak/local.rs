@@ -2,6 +2,7 @@
 //! neighbouring registrations make ranges that span registrations.
 
 use ascend_fabric::{Engine, Registration};
+use ascend_mem::prelude::*;
 use ascend_mem::{Addr, DeviceBuffer, HostBuffer, MappingSlice};
 
 use super::model::{fill_pattern, Shadow};

@@ -14,6 +14,7 @@ use std::io::{BufRead, Write};
 use std::time::Duration;
 
 use ascend_fabric::{Engine, EngineOptions, Registration};
+use ascend_mem::prelude::*;
 use ascend_mem::{
     Addr, Device, DeviceBuffer, HostBuffer, Mapping, PhysicalMem, ReservedVa, Runtime,
 };

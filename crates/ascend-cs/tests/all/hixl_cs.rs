@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 use ascend_cs::{Client, CompleteStatus, Endpoint, Error, HixlCode, MemKind, Op, Protocol, Server};
+use ascend_mem::prelude::*;
 use ascend_mem::{Device, DeviceBuffer, HostBuffer};
 use ascend_testkit::emulator::sim_library;
 

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::util::*;
 use ascend_cs::{Client, Endpoint, Op, Protocol, Server};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, HostBuffer};
 use ascend_testkit::{role, test_name, Spawn};
 

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use ascend_mem::prelude::*;
 use ascend_mem::MappingTable;
 
 use super::{check_name, BlockMap, LocalBlocks, RemoteBlocks, SegmentRef};

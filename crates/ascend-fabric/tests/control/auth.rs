@@ -7,6 +7,7 @@ use ascend_fabric::control::{self, status, ClientError, ServerConfig};
 use ascend_fabric::wire::{
     self, AuthChallenge, AuthHello, AuthProof, DisconnectMsg, Frame, MsgType, NotifyMsg,
 };
+use ascend_mem::prelude::*;
 use ascend_testkit::send_raw;
 use parking_lot::Mutex;
 use std::io::{Read, Write};

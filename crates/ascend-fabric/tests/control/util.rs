@@ -5,6 +5,7 @@ use ascend_fabric::control::{ControlHandler, ControlServer, ServerConfig};
 use ascend_fabric::wire::ShareHandleEntry;
 use ascend_fabric::Addr;
 use ascend_fabric::{Engine, EngineOptions, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, ExportFlags, FabricHandle, Runtime, ShareKind};
 use parking_lot::Mutex;
 use std::net::{IpAddr, SocketAddr, TcpStream};

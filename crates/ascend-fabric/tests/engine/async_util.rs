@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 use ascend_fabric::Addr;
+use ascend_mem::prelude::*;
 use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -9,6 +9,7 @@ use crate::peer::*;
 use crate::util::*;
 use acl_sys as acl;
 use ascend_fabric::{Engine, EngineOptions, Error, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(5);
 const N: usize = 64 << 10;

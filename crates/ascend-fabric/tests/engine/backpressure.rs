@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::async_util::*;
 use crate::util::*;
 use ascend_fabric::{Error, TransferDesc, TransferOp, STREAM_BUDGET};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(120);
 const N: usize = 10_000;

@@ -13,6 +13,7 @@ use ascend_fabric::wire::{self, Frame, MsgType};
 use ascend_fabric::{
     Engine, EngineOptions, Error, HixlCode, OptionError, Side, TransferDesc, TransferOp,
 };
+use ascend_mem::prelude::*;
 use ascend_testkit::send_raw;
 
 const T: Duration = Duration::from_secs(5);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::util::*;
 use ascend_fabric::{Engine, Error, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 use ascend_mem::{MemSpec, Origin, PhysicalMem, ReservedVa};
 use ascend_testkit::emulator::copy_calls;
 

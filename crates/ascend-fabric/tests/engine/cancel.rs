@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::async_util::*;
 use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp, STREAM_BUDGET};
+use ascend_mem::prelude::*;
 use proptest::prelude::*;
 
 const T: Duration = Duration::from_secs(60);

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use crate::async_util::Pair;
 use crate::util::*;
 use ascend_fabric::{Engine, Error, TransferDesc, TransferOp, TransferStatus};
+use ascend_mem::prelude::*;
 use ascend_sim::fault::calls;
 use ascend_testkit::emulator::runtime_without;
 

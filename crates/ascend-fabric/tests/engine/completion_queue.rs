@@ -13,6 +13,7 @@ use crate::util::*;
 use ascend_fabric::{
     CompletionQueue, Error, LostReason, TransferDesc, TransferOp, TransferOptions, TransferStatus,
 };
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(60);
 const THREADS: usize = 8;

@@ -3,6 +3,7 @@
 //! channel lives (it was once answered as a duplicate and closed). It holds the test lock:
 //! faults and counters are process-wide.
 
+use ascend_mem::prelude::*;
 use std::time::Duration;
 
 use crate::util::*;

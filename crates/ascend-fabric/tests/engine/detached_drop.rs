@@ -18,6 +18,7 @@ use std::time::Duration;
 use crate::async_util::*;
 use crate::util::*;
 use ascend_fabric::{TransferDesc, TransferOp, STREAM_BUDGET};
+use ascend_mem::prelude::*;
 use ascend_testkit::wait_until;
 
 const T: Duration = Duration::from_secs(60);

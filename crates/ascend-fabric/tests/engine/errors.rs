@@ -6,6 +6,7 @@ use std::net::TcpListener;
 
 use crate::util::*;
 use ascend_fabric::{Engine, EngineOptions, Error};
+use ascend_mem::prelude::*;
 
 /// The chain as `{:#}` of anyhow prints it: every level's Display, joined by ": ".
 fn chain(e: &dyn std::error::Error) -> String {

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use crate::peer::*;
 use crate::util::*;
 use ascend_fabric::{Engine, LostReason, TransferDesc, TransferOp, TransferStatus};
+use ascend_mem::prelude::*;
 use ascend_testkit::role::read_stdin_line;
 use ascend_testkit::{role, test_name, Spawn};
 

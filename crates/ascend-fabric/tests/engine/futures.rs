@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::async_util::*;
 use crate::util::*;
 use ascend_fabric::{Error, TransferDesc, TransferOp, TransferOptions};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(30);
 const BLOCK: usize = 64 << 10;

@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use ascend_fabric::{Engine, Error, LostReason, TransferDesc, TransferOp, TransferStatus};
+use ascend_mem::prelude::*;
 
 use crate::async_util::Pair;
 use crate::util::{listening, options, pattern, setup};

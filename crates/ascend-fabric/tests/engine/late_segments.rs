@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::util::*;
 use ascend_fabric::{SegmentRef, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(30);
 const BLOCK: usize = 64 << 10;

@@ -3,6 +3,7 @@
 
 use ascend_fabric::Addr;
 use ascend_fabric::{Engine, Registration};
+use ascend_mem::prelude::*;
 use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
 use ascend_testkit::role::read_stdin_line;
 

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(60);
 const BIG: usize = 64 << 20;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::util::*;
 use ascend_fabric::{Engine, Error, SegmentRef, Side, TransferOp};
+use ascend_mem::prelude::*;
 use ascend_mem::{Device, Mapping, PhysicalMem, ReservedVa};
 
 const T: Duration = Duration::from_secs(20);

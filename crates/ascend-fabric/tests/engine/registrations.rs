@@ -9,6 +9,7 @@ use std::time::Duration;
 use crate::peer::*;
 use crate::util::*;
 use ascend_fabric::{Engine, Error, Side, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(5);
 const N: usize = 64 << 10;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::util::*;
 use ascend_fabric::{Engine, Error, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 use ascend_mem::{Device, HostBuffer, Mapping, PhysicalMem, ReservedVa};
 
 const T: Duration = Duration::from_secs(20);

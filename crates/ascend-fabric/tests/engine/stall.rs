@@ -8,6 +8,7 @@ use std::time::Duration;
 use crate::async_util::*;
 use crate::util::*;
 use ascend_fabric::{Error, TransferDesc, TransferOp, TransferOptions, TransferStatus};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(30);
 const STALL: Duration = Duration::from_millis(50);

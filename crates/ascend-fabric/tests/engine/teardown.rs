@@ -8,6 +8,7 @@
 //! `wait` returns, with no further wait. It holds the test lock: the emulator's counters
 //! and the stream hold are process-wide.
 
+use ascend_mem::prelude::*;
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(20);
 const THREADS: usize = 8;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use crate::util::*;
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
+use ascend_mem::prelude::*;
 
 const T: Duration = Duration::from_secs(20);
 const LEN: usize = 2 << 20;

@@ -65,6 +65,7 @@
 //! ```no_run
 //! # fn main() -> ascend_mem::Result<()> {
 //! use ascend_mem::hccl::{Comm, CommConfig, RootInfo, SymWindow};
+//! use ascend_mem::prelude::*;
 //! use ascend_mem::{DeviceBuffer, Runtime, Stream};
 //! # let (rank, size) = (0u32, 1u32);
 //! # fn from_rank0(b: &[u8]) -> Vec<u8> { b.to_vec() }

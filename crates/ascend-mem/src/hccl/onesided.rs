@@ -28,6 +28,7 @@ use crate::ffi;
 use crate::handle::PeerPart;
 use crate::stream::{Stream, StreamQueue, WaitCmp};
 use crate::typed::TypedSlice;
+use crate::view::MemView;
 use crate::vmm::MappingSlice;
 
 /// Checks that `count` elements at element `offset` fit in the peer's data area.

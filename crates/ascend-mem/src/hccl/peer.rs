@@ -18,6 +18,7 @@ use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::handle::PeerPart;
 use crate::stream::ValueWord;
+use crate::view::MemView;
 use crate::vmm::Mapping;
 
 /// Signal words per rank's part of a window (64-bit each), kept in the part's tail.

@@ -12,6 +12,7 @@ use super::HcclCode;
 use crate::addr::Addr;
 use crate::device::same_device;
 use crate::error::{CloseError, Error, Result};
+use crate::view::MemView;
 use crate::vmm::{Mapping, MappingSlice};
 
 /// A symmetric window: a range of a VMM [`Mapping`] of device HBM registered with a

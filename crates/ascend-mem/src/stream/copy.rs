@@ -1,12 +1,14 @@
 //! Stream-ordered copies and fills between mappings: the host-side checks, then
 //! the stream's queue (`enqueue.rs`), which keeps the memory alive until the work is
-//! done. Also the async copies to and from raw host memory (`Stream::*_async_unchecked`),
-//! which are `unsafe` (the caller keeps the host memory) and share the checks here.
+//! done. Each side is any [`MemView`] (a mapping, a buffer, a view of either), or a
+//! [`TypedSlice`] for the element-typed forms. Also the async copies to and from raw host
+//! memory (`Stream::*_async_unchecked`), which are `unsafe` (the caller keeps the host memory)
+//! and share the checks here.
 
 use super::queue::Stream;
 use crate::error::{Error, Result};
 use crate::typed::TypedSlice;
-use crate::vmm::MappingSlice;
+use crate::view::MemView;
 
 /// Checks that `len` bytes fit at the start of a side of `size` bytes.
 fn fits(len: usize, size: usize, what: &'static str) -> Result<()> {
@@ -34,13 +36,15 @@ fn elems_to_bytes<T>(len: usize, size: usize, what: &'static str) -> Result<usiz
 
 impl Stream {
     /// Queues a copy of all of `src` into the start of `dst` (`aclrtMemcpyAsync`, device to
-    /// device). The stream keeps both mappings alive until it is synchronized.
+    /// device); either side is any [`MemView`]. The stream keeps both mappings alive until it
+    /// is synchronized.
     ///
     /// # Errors
     /// [`Error::OutOfBounds`] when `src` is longer than `dst`; [`Error::WrongDevice`] across
     /// runtimes; an `aclrtMemcpyAsync` failure.
     #[doc(alias = "aclrtMemcpyAsync")]
-    pub fn copy_async(&mut self, dst: &MappingSlice<'_>, src: &MappingSlice<'_>) -> Result<()> {
+    pub fn copy_async(&mut self, dst: &impl MemView, src: &impl MemView) -> Result<()> {
+        let (dst, src) = (&dst.as_slice(), &src.as_slice());
         fits(src.len(), dst.len(), "aclrtMemcpyAsync: destination")?;
         self.same_runtime(dst.mapping().device(), "aclrtMemcpyAsync dst")?;
         self.same_runtime(src.mapping().device(), "aclrtMemcpyAsync src")?;
@@ -54,6 +58,8 @@ impl Stream {
     /// Queues a copy of all of `src` into the start of `dst`, element-typed
     /// (`aclrtMemcpyAsync`, device to device): [`Stream::copy_async`] on the byte views, with
     /// the same guarantee that the stream keeps both mappings alive until it is synchronized.
+    /// Both sides have the element type `T` (checked at compile time), and the lengths are
+    /// checked in elements.
     ///
     /// # Errors
     /// [`Error::OutOfBounds`] when `src` has more elements than `dst` (`what` =
@@ -74,12 +80,13 @@ impl Stream {
         self.copy_async(&dst, &src)
     }
 
-    /// Queues setting every byte of `dst` to `value` (`aclrtMemsetAsync`).
+    /// Queues setting every byte of `dst` (any [`MemView`]) to `value` (`aclrtMemsetAsync`).
     ///
     /// # Errors
     /// [`Error::WrongDevice`] across runtimes; an `aclrtMemsetAsync` failure.
     #[doc(alias = "aclrtMemsetAsync")]
-    pub fn fill_async(&mut self, dst: &MappingSlice<'_>, value: u8) -> Result<()> {
+    pub fn fill_async(&mut self, dst: &impl MemView, value: u8) -> Result<()> {
+        let dst = &dst.as_slice();
         self.same_runtime(dst.mapping().device(), "aclrtMemsetAsync")?;
         if dst.is_empty() {
             return Ok(());
@@ -92,7 +99,7 @@ impl Stream {
 // The public `unsafe` entry points: the caller keeps the host memory valid until the stream
 // is synchronized past the copy (the queue keeps only the mapping).
 impl Stream {
-    /// Queues a copy of `len` host bytes at `src` into the start of `dst`.
+    /// Queues a copy of `len` host bytes at `src` into the start of `dst` (any [`MemView`]).
     ///
     /// # Errors
     /// [`Error::OutOfBounds`]; an `aclrtMemcpyAsync` failure.
@@ -104,10 +111,11 @@ impl Stream {
     #[allow(unsafe_code)]
     pub unsafe fn write_async_unchecked(
         &mut self,
-        dst: &MappingSlice<'_>,
+        dst: &impl MemView,
         src: *const u8,
         len: usize,
     ) -> Result<()> {
+        let dst = &dst.as_slice();
         fits(len, dst.len(), "aclrtMemcpyAsync: destination")?;
         self.dev.enter()?;
         // SAFETY: forwarded to the caller (`src..src+len` readable and unchanged until the
@@ -115,7 +123,7 @@ impl Stream {
         unsafe { self.queue.enqueue_host_write(self.dev.lib(), dst, src, len) }
     }
 
-    /// Queues a copy of the start of `src` into `len` host bytes at `dst`.
+    /// Queues a copy of the start of `src` (any [`MemView`]) into `len` host bytes at `dst`.
     ///
     /// # Errors
     /// [`Error::OutOfBounds`]; an `aclrtMemcpyAsync` failure.
@@ -129,8 +137,9 @@ impl Stream {
         &mut self,
         dst: *mut u8,
         len: usize,
-        src: &MappingSlice<'_>,
+        src: &impl MemView,
     ) -> Result<()> {
+        let src = &src.as_slice();
         fits(len, src.len(), "aclrtMemcpyAsync: source")?;
         self.dev.enter()?;
         // SAFETY: forwarded to the caller (`dst..dst+len` writable and untouched by anyone

@@ -1,9 +1,10 @@
 //! [`Stream`], [`Event`], [`StreamPool`], and stream-ordered (async) copies.
 //!
-//! Async copies only run between memory this crate owns ([`MappingSlice`]s of mappings and
-//! buffers): the stream keeps an `Arc` of every mapping it has pending work on until a
-//! synchronize (or query) proves the work done, or the stream is destroyed. Dropping a
-//! buffer while a copy into it is queued is therefore fine: the unmap waits for the stream.
+//! Async copies only run between memory this crate owns (any [`MemView`](crate::MemView):
+//! mappings, buffers, [`MappingSlice`]s of them): the stream keeps an `Arc` of every mapping
+//! it has pending work on until a synchronize (or query) proves the work done, or the stream
+//! is destroyed. Dropping a buffer while a copy into it is queued is therefore fine: the unmap
+//! waits for the stream.
 //! Copies to or from host slices (`&[u8]`, `&mut [u8]`) are synchronous, or `unsafe`: a guard
 //! that synchronizes on drop could be leaked with `mem::forget`, ending the borrow while the
 //! copy still runs.

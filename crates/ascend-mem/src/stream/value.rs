@@ -13,6 +13,7 @@ use super::queue::Stream;
 use crate::addr::Addr;
 use crate::error::{Error, Result};
 use crate::pinned::PinnedWords;
+use crate::view::MemView;
 use crate::vmm::{Mapping, MappingSlice};
 
 /// How [`Stream::value_wait`] compares the word with its value (`ACL_STREAM_WAIT_VALUE_*`).

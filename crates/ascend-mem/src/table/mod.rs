@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::device::Device;
 use crate::error::{CopySide, Error, Result};
+use crate::view::MemView;
 use crate::vmm::{Mapping, MappingSlice};
 
 mod copy;
@@ -27,6 +28,7 @@ mod copy;
 /// # #[cfg(not(feature = "emulator"))] fn main() {}
 /// # #[cfg(feature = "emulator")]
 /// # fn main() -> ascend_mem::Result<()> {
+/// use ascend_mem::prelude::*;
 /// use ascend_mem::{DeviceBuffer, MappingTable, Runtime, Stream, TableCopy};
 ///
 /// let rt = Runtime::emulated()?; // or Runtime::from_env()? on an NPU host

@@ -1,5 +1,5 @@
-//! [`Mapping`]: physical memory mapped into a reservation, its whole-mapping copies, and the
-//! access a device has to it.
+//! [`Mapping`]: physical memory mapped into a reservation, and the access a device has to it
+//! (its copies are [`MemView`](crate::MemView)'s).
 
 use std::ffi::c_void;
 use std::fmt;
@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use super::phys::{Origin, PhysInner, PhysicalMem};
 use super::reserve::{ReservedVa, VaInner};
-use crate::addr::Addr;
 use crate::device::{Device, Granular};
 use crate::error::{close_last, AclCode, CloseError, Error, Result};
 use crate::ffi;
@@ -66,8 +65,10 @@ impl Drop for MapInner {
 ///
 /// Holds `Arc`s to both the reservation and the memory, so the three can be dropped in any
 /// order: the unmap always comes first. Host access copies through `aclrtMemcpy`
-/// ([`read_into`](Mapping::read_into), [`write_from`](Mapping::write_from),
-/// [`fill`](Mapping::fill)); no `&[u8]` is ever formed over memory a device or peer may write.
+/// ([`MemView`](crate::MemView)'s [`read_into`](crate::MemView::read_into),
+/// [`write_from`](crate::MemView::write_from), [`fill`](crate::MemView::fill) and the others,
+/// `use ascend_mem::prelude::*`); no `&[u8]` is ever formed over memory a device or peer may
+/// write.
 #[must_use = "dropping a Mapping unmaps it (once no stream has work on it)"]
 pub struct Mapping {
     pub(crate) inner: Arc<MapInner>,
@@ -84,25 +85,10 @@ impl fmt::Debug for Mapping {
 }
 
 impl Mapping {
-    /// The first mapped address.
-    pub fn addr(&self) -> Addr {
-        Addr::from_ptr(self.as_raw())
-    }
-
     /// The first mapped address as the C calls take it (the low-level door: prefer
-    /// [`Mapping::addr`]).
+    /// [`MemView::addr`](crate::MemView::addr)).
     pub fn as_raw(&self) -> *mut c_void {
         self.inner.map.addr()
-    }
-
-    /// The mapped size in bytes.
-    pub fn len(&self) -> usize {
-        self.inner.len
-    }
-
-    /// Always false (mappings are never empty).
-    pub fn is_empty(&self) -> bool {
-        self.inner.len == 0
     }
 
     /// The offset in the reservation.

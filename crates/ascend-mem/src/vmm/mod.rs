@@ -14,7 +14,8 @@
 //! release (rule R20).
 //!
 //! One file per handle: [`reserve`] (the VA range and its claims), [`phys`] (physical memory),
-//! [`mapping`] (a mapping and its access rights), [`slice`] (borrowed views and their copies).
+//! [`mapping`] (a mapping and its access rights), [`slice`] (borrowed views, and the byte copies
+//! behind [`MemView`](crate::MemView)'s verbs).
 
 mod mapping;
 mod phys;

@@ -1,4 +1,6 @@
-//! [`MappingSlice`]: a borrowed byte range of a mapping, and the synchronous copies on it.
+//! [`MappingSlice`]: a borrowed byte range of a mapping, and the one implementation of the
+//! synchronous byte copies (the public verbs are [`MemView`](crate::MemView)'s, which forward
+//! here).
 
 use std::ffi::c_void;
 use std::fmt;
@@ -50,67 +52,33 @@ pub(crate) fn resolve_units(
 }
 
 impl Mapping {
-    /// A view of `range` (bytes) of the mapping, borrowing it:
-    ///
-    /// ```compile_fail,E0505
-    /// # fn f(m: ascend_mem::Mapping) {
-    /// let view = m.slice(..).unwrap();
-    /// drop(m);
-    /// view.len();
-    /// # }
-    /// ```
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`] when `range` exceeds the mapping.
-    pub fn slice(&self, range: impl RangeBounds<usize>) -> Result<MappingSlice<'_>> {
-        let (offset, len) = resolve(range, self.len(), "Mapping::slice")?;
-        Ok(MappingSlice {
-            map: self,
-            offset,
-            len,
-        })
-    }
-
-    /// The whole mapping as a view.
-    pub fn as_slice(&self) -> MappingSlice<'_> {
+    /// The whole mapping as a view (what [`MemView::as_slice`](crate::MemView::as_slice)
+    /// gives for a mapping).
+    pub(crate) fn whole(&self) -> MappingSlice<'_> {
         MappingSlice {
             map: self,
             offset: 0,
-            len: self.len(),
+            len: self.inner.len,
         }
-    }
-
-    /// Copies `dst.len()` bytes starting at `offset` into `dst` (`aclrtMemcpy`, device to host).
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`]; an `aclrtMemcpy` failure; a sticky error.
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn read_into(&self, dst: &mut [u8], offset: usize) -> Result<()> {
-        self.as_slice().read_into(dst, offset)
-    }
-
-    /// Copies `src` to `offset` (`aclrtMemcpy`, host to device).
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`]; an `aclrtMemcpy` failure; a sticky error.
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn write_from(&self, src: &[u8], offset: usize) -> Result<()> {
-        self.as_slice().write_from(src, offset)
-    }
-
-    /// Sets every byte to `value` (`aclrtMemset`).
-    ///
-    /// # Errors
-    /// An `aclrtMemset` failure; a sticky error.
-    #[doc(alias = "aclrtMemset")]
-    pub fn fill(&self, value: u8) -> Result<()> {
-        self.as_slice().fill(value)
     }
 }
 
 /// A borrowed byte range of a [`Mapping`] (or of a buffer): the unit copies work on.
 ///
-/// It cannot outlive the mapping it views (see [`Mapping::slice`]).
+/// The copies are [`MemView`](crate::MemView)'s (`use ascend_mem::prelude::*`), as on every
+/// other memory type; the methods here are what a view is: its address, length, offset and
+/// mapping, and narrower or typed views that borrow the mapping for as long as this view does
+/// (not just for as long as this value), so `buf.slice(..)?.slice(2..4)?` outlives the middle
+/// view. It cannot outlive the mapping it views:
+///
+/// ```compile_fail,E0505
+/// # use ascend_mem::prelude::*;
+/// # fn f(m: ascend_mem::Mapping) {
+/// let view = m.slice(..).unwrap();
+/// drop(m);
+/// view.len();
+/// # }
+/// ```
 #[derive(Clone, Copy)]
 pub struct MappingSlice<'a> {
     map: &'a Mapping,
@@ -174,7 +142,8 @@ impl<'a> MappingSlice<'a> {
         &self.map.inner
     }
 
-    /// A narrower view; `range` is relative to this view.
+    /// A narrower view; `range` is relative to this view. It borrows the mapping for `'a`
+    /// (what [`MemView::slice`](crate::MemView::slice) does, with the longer lifetime).
     ///
     /// # Errors
     /// [`Error::OutOfBounds`].
@@ -225,12 +194,9 @@ impl<'a> MappingSlice<'a> {
         self.map.device()
     }
 
-    /// Copies `dst.len()` bytes at `offset` of the view into `dst` (`aclrtMemcpy`).
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`]; an `aclrtMemcpy` failure; a sticky error.
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn read_into(&self, dst: &mut [u8], offset: usize) -> Result<()> {
+    /// Copies `dst.len()` bytes at `offset` of the view into `dst` (`aclrtMemcpy`): the code of
+    /// [`MemView::read_into`](crate::MemView::read_into), which documents the errors.
+    pub(crate) fn read_bytes(&self, dst: &mut [u8], offset: usize) -> Result<()> {
         self.check(offset, dst.len(), "read_into")?;
         if dst.is_empty() {
             return Ok(());
@@ -240,12 +206,9 @@ impl<'a> MappingSlice<'a> {
         src.read_into(self.dev().lib(), dst)
     }
 
-    /// Copies `src` to `offset` of the view (`aclrtMemcpy`).
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`]; an `aclrtMemcpy` failure; a sticky error.
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn write_from(&self, src: &[u8], offset: usize) -> Result<()> {
+    /// Copies `src` to `offset` of the view (`aclrtMemcpy`): the code of
+    /// [`MemView::write_from`](crate::MemView::write_from).
+    pub(crate) fn write_bytes(&self, src: &[u8], offset: usize) -> Result<()> {
         self.check(offset, src.len(), "write_from")?;
         if src.is_empty() {
             return Ok(());
@@ -255,12 +218,9 @@ impl<'a> MappingSlice<'a> {
         dst.write_from(self.dev().lib(), src)
     }
 
-    /// Sets every byte of the view to `value` (`aclrtMemset`).
-    ///
-    /// # Errors
-    /// An `aclrtMemset` failure; a sticky error.
-    #[doc(alias = "aclrtMemset")]
-    pub fn fill(&self, value: u8) -> Result<()> {
+    /// Sets every byte of the view to `value` (`aclrtMemset`): the code of
+    /// [`MemView::fill`](crate::MemView::fill).
+    pub(crate) fn fill_bytes(&self, value: u8) -> Result<()> {
         if self.len == 0 {
             return Ok(());
         }
@@ -269,14 +229,9 @@ impl<'a> MappingSlice<'a> {
         dst.fill(self.dev().lib(), value)
     }
 
-    /// Copies all of `src` into the start of this view, synchronously (`aclrtMemcpy`,
-    /// device to device).
-    ///
-    /// # Errors
-    /// [`Error::OutOfBounds`] when `src` is longer than this view; [`Error::WrongDevice`]
-    /// across runtimes; an `aclrtMemcpy` failure.
-    #[doc(alias = "aclrtMemcpy")]
-    pub fn copy_from(&self, src: &MappingSlice<'_>) -> Result<()> {
+    /// Copies all of `src` into the start of this view (`aclrtMemcpy`, device to device): the
+    /// code of [`MemView::copy_from`](crate::MemView::copy_from).
+    pub(crate) fn copy_bytes(&self, src: &MappingSlice<'_>) -> Result<()> {
         self.check(0, src.len, "copy_from")?;
         if !std::ptr::eq(src.dev().lib(), self.dev().lib()) {
             return Err(Error::WrongDevice {

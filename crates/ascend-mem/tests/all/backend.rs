@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::{pattern, run_child, setup, sim_library};
+use ascend_mem::prelude::*;
 use ascend_mem::{Backend, DeviceBuffer, ErrorKind, HostBuffer, Runtime, Stream};
 use ascend_testkit::{role, test_name};
 

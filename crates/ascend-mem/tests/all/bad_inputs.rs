@@ -8,6 +8,7 @@
 use std::ffi::c_void;
 
 use crate::common::{setup, Env};
+use ascend_mem::prelude::*;
 use ascend_mem::{
     ffi, DeviceBuffer, Error, ErrorKind, ExportFlags, MemSpec, PhysicalMem, ReservedVa, ShareKind,
     SharedHandle, Stream,

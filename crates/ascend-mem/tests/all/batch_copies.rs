@@ -6,6 +6,7 @@
 use crate::common::{
     assert_batch_refused, device1_as_device0, pattern, runtime_without_batch_call, setup,
 };
+use ascend_mem::prelude::*;
 use ascend_mem::{BatchCopy, DeviceBuffer, Error, ErrorKind, HostBuffer, Stream};
 use ascend_sim::{fault, testing::hold_stream};
 

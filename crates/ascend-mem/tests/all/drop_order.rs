@@ -6,6 +6,7 @@
 //! every public handle.
 
 use crate::common::{assert_clean, pattern, setup};
+use ascend_mem::prelude::*;
 use ascend_mem::{
     Device, DeviceBuffer, Event, ExportFlags, FabricHandle, HostBuffer, Mapping, MappingSlice,
     PhysicalMem, ReservedVa, Runtime, ShareKind, SharedHandle, Stream, StreamLease, StreamPool,

@@ -16,6 +16,7 @@
 use std::time::Duration;
 
 use crate::common::{assert_clean, setup};
+use ascend_mem::prelude::*;
 use ascend_mem::{
     AclCode, Error, Event, EventFlags, ExportFlags, FailureMode, HostBuffer, Mapping, PhysicalMem,
     ReservedVa, Runtime, ShareKind, Stream, StreamFlags,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::common::setup;
 use crate::hccl_util::*;
 use ascend_mem::hccl::{half, CommConfig, ReduceOp, SymWindow};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, MappingSlice};
 
 /// Elements per rank in the matrix (odd: no alignment luck).

@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::common::setup;
 use crate::hccl_util::*;
 use ascend_mem::hccl::{SymWindow, SIGNAL_AREA_BYTES, SIGNAL_SLOTS};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, Error, ErrorKind, TypedSlice, WaitCmp};
 
 const MIB: usize = 1 << 20;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use crate::common::setup;
 use ascend_mem::hccl::{Comm, CommConfig, HcclCode, RootInfo, SymWindow};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, Error, Runtime, Stream, WaitCmp};
 use ascend_testkit::{
     from_hex, result_numbers, role, test_name, to_hex, wait_success, watchdog, Spawn,

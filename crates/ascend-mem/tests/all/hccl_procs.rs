@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use crate::common::{run_child, setup, sim_library};
 use crate::hccl_util::*;
 use ascend_mem::hccl::{Comm, HcclCode, RootInfo, SymWindow};
+use ascend_mem::prelude::*;
 use ascend_mem::{Backend, DeviceBuffer, Error, ErrorKind, Runtime, Stream};
 use ascend_testkit::{
     assert_ok, from_hex, result_numbers, role, test_name, to_hex, wait_success, watchdog, Spawn,

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use crate::common::setup;
 use crate::hccl_util::*;
 use ascend_mem::hccl::{Comm, CommConfig, HcclCode, OpExpansion, ReduceOp, RootInfo, SymWindow};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, Error, ErrorKind, HostBuffer, Stream};
 
 const MIB: usize = 1 << 20;

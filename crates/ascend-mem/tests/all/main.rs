@@ -25,4 +25,5 @@ mod streams;
 mod table_batches;
 mod tables;
 mod typed;
+mod views;
 mod vmm_rules;

@@ -1,5 +1,6 @@
 //! The same round trip on a real Ascend NPU (ignored by default; needs CANN and a device).
 
+use ascend_mem::prelude::*;
 use ascend_mem::{
     DeviceBuffer, ErrorKind, ExportFlags, HostBuffer, PhysicalMem, ReservedVa, Runtime, ShareKind,
     Stream,

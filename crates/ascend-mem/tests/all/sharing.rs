@@ -5,6 +5,7 @@ use std::io::Write;
 use std::process::Child;
 
 use crate::common::{pattern, setup};
+use ascend_mem::prelude::*;
 use ascend_mem::{
     DeviceBuffer, ErrorKind, ExportFlags, PhysicalMem, ReservedVa, Runtime, ShareKind, SharedHandle,
 };

@@ -2,6 +2,7 @@
 //! `Stream::value_wait` with each `WaitCmp`, what the stream keeps alive, and the typed errors.
 
 use crate::common::{pattern, setup};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, Error, ErrorKind, HostBuffer, Stream, ValueWord, WaitCmp};
 use ascend_sim::{fault, testing::hold_stream};
 use ascend_testkit::emulator::runtime_without;

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::common::{pattern, setup};
+use ascend_mem::prelude::*;
 use ascend_mem::{
     DeviceBuffer, ErrorKind, Event, EventFlags, FailureMode, HostBuffer, Stream, StreamFlags,
     StreamPool,

@@ -7,6 +7,7 @@
 use crate::common::{
     assert_batch_refused, device1_as_device0, pattern, runtime_without_batch_call, setup,
 };
+use ascend_mem::prelude::*;
 use ascend_mem::{Device, DeviceBuffer, Error, HostBuffer, MappingTable, Stream, TableCopy};
 use ascend_sim::fault;
 use ascend_testkit::emulator::copy_calls;

@@ -3,6 +3,7 @@
 //! memory mapped until it is synchronized, and tables of two runtimes do not mix.
 
 use crate::common::{pattern, run_child, setup, sim_library};
+use ascend_mem::prelude::*;
 use ascend_mem::{
     CopySide, DeviceBuffer, Error, ErrorKind, MappingSlice, MappingTable, Runtime, Stream,
     TableCopy,

@@ -10,6 +10,7 @@ use std::mem::size_of;
 use crate::common::setup;
 use crate::hccl_util::{ranks, test_config};
 use ascend_mem::hccl::{half, ReduceOp, SymWindow};
+use ascend_mem::prelude::*;
 use ascend_mem::{DeviceBuffer, Error, ErrorKind, HostBuffer, MappingSlice, Stream, TypedSlice};
 use ascend_sim::testing::hold_stream;
 use bytemuck::{Pod, Zeroable};

@@ -7,6 +7,7 @@
 use std::ffi::c_void;
 
 use crate::common::{assert_acl, setup};
+use ascend_mem::prelude::*;
 use ascend_mem::{
     ffi, AclCode, Addr, Error, ErrorKind, ExportFlags, Location, MemAttr, MemSpec, PhysicalMem,
     ReservedVa, ShareKind, SharedHandle,
