@@ -22,7 +22,8 @@ impl<V> Segment<V> {
     }
 }
 
-/// Why a range could not be inserted or resolved.
+/// Why a range could not be inserted or resolved ([`Error::Range`](crate::Error::Range): a
+/// registration of zero bytes or past the end of the address space).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RangeError {
     /// A zero-length range.
@@ -102,11 +103,6 @@ impl<V> RangeMap<V> {
     /// Number of segments.
     pub fn len(&self) -> usize {
         self.segs.len()
-    }
-
-    /// Whether the map is empty.
-    pub fn is_empty(&self) -> bool {
-        self.segs.is_empty()
     }
 
     /// Index of the segment containing `addr`.
