@@ -224,7 +224,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::Control`] (unreachable peer, name or message over
-    /// [`wire::MAX_NOTIFY_FIELD`](crate::wire::MAX_NOTIFY_FIELD) bytes, HIXL's limit);
+    /// [`MAX_NOTIFY_FIELD`](crate::MAX_NOTIFY_FIELD) bytes, HIXL's limit);
     /// [`Error::Timeout`] when the peer could not be reached within `timeout`.
     pub fn send_notify(
         &self,

@@ -43,15 +43,14 @@
 //! | `SendNotify` / `GetNotifies` | [`Engine::send_notify`] / [`Engine::take_notifies`] |
 //! | `Finalize` | dropping the last [`Engine`] clone |
 //!
-//! Building blocks, usable alone:
-//! * [`wire`]: the control-plane codec (request/response framing, heartbeat framing, JSON
-//!   messages) exactly as a C++ HIXL engine writes and reads them;
-//! * [`control`]: the control server (one event-loop thread; caps on connections, per-IP
-//!   connections and request time; heartbeat reaping; revocation of sessions by offered
-//!   address) and the client calls, with an optional shared secret proven by an HMAC
-//!   challenge-response on every request (see its docs for what that does and does not protect);
-//! * [`options`]: the typed configuration and HIXL's option map read into it;
-//! * [`ranges`]: the sorted range map that checks and translates descriptor addresses.
+//! [`options`] holds the typed configuration and HIXL's option map read into it (its types
+//! are re-exported here). The control plane, the codec of HIXL's frames and messages with the
+//! control server and client calls that speak it, is the engine's own (see
+//! [below](#the-control-plane)); what a caller meets of it is here: [`ClientError`] and
+//! [`WireError`] (inside [`Error::Control`] and [`Error::Wire`]) and the limits
+//! [`MAX_NOTIFY_FIELD`] and [`MAX_SEGMENT_NAME`]. The unstable feature `protocol-internals`
+//! makes its modules, `wire` and `control`, public for this crate's own tests: nothing in
+//! them is covered by semver.
 //!
 //! # Does
 //! * check every descriptor against local registrations and the peer's offered segments
@@ -91,6 +90,34 @@
 //! * reconnect on its own unless `AutoConnect` is on: then a transfer to a peer it is not
 //!   connected to connects first (3 s timeout), and a transfer whose copies failed
 //!   disconnects its peer, as in HIXL (argument errors, caught before any copy, do not).
+//!
+//! # The control plane
+//! A listening engine serves HIXL's FabricMem control protocol on its `ip:port`, from one
+//! event-loop thread: connect requests are answered with the export list and keep their socket
+//! as the session's keepalive channel; disconnects and notifies ([`Engine::send_notify`]) each
+//! come on a connection of their own, as HIXL's do. The server bounds what peers can make it
+//! hold: at most 4,096 connections open and 256 from one address (one more is refused with a
+//! `RESOURCE_EXHAUSTED` status naming the cap, which a connect or disconnect of this crate
+//! reports as [`ClientError::Status`]; a notify reads no answer, so one over the cap is lost,
+//! as a HIXL notify is when nobody takes it), 3 s from accepting a connection to having its
+//! whole request (a silent or trickling sender is closed then), at most 4,096 notifies waiting
+//! for [`Engine::take_notifies`] (more are dropped), and a session with no heartbeat for
+//! [`EngineOptions::session_heartbeat_timeout`] is closed. Anything malformed closes that one
+//! connection.
+//!
+//! With [`EngineOptions::shared_secret`] set, every connection, whatever it asks for (connect,
+//! disconnect or notify), first runs a mutual HMAC-SHA256 challenge-response over fresh nonces
+//! of both sides: a client never sends its request to a server that cannot prove it knows the
+//! secret (it fails with [`ClientError::ServerAuth`]), and a server closes a connection without
+//! a valid proof before acting on its request. The secret itself never crosses the wire, and a
+//! recorded exchange is useless later. What the secret protects: who may open a session (and
+//! so receive the share handles), who may close one by disconnect request, who may queue a
+//! notify, and each side's proof that the other knows the secret. What it does not: the bytes
+//! after the handshake are neither encrypted nor integrity-protected. Someone on the path can
+//! read the share-handle list and notifies, and can tamper with or inject bytes into an
+//! authenticated connection. Use it on a trusted network, or under a tunnel that provides
+//! confidentiality and integrity. Without a secret the wire is HIXL's, byte for byte, and
+//! anyone who can reach the port may connect, disconnect any channel it can name, and notify.
 //!
 //! # Engine directory (feature `etcd`)
 //! [`directory`] lets engines find each other by name instead of `ip:port`: a
@@ -135,7 +162,13 @@
 
 mod channel;
 mod connect;
+// The control plane (`control`, `wire`): crate-private, public only with the unstable
+// `protocol-internals` feature (for this crate's own tests; see the module docs).
+#[cfg(feature = "protocol-internals")]
+#[cfg_attr(docsrs, doc(cfg(feature = "protocol-internals")))]
 pub mod control;
+#[cfg(not(feature = "protocol-internals"))]
+mod control;
 pub mod directory;
 mod engine;
 mod error;
@@ -148,7 +181,7 @@ mod pool;
 mod prepared;
 mod progress;
 mod queue;
-pub mod ranges;
+mod ranges;
 mod refresh;
 mod registry;
 mod remote;
@@ -159,10 +192,15 @@ mod stats;
 mod submit;
 mod transfer;
 mod transfer_request;
+#[cfg(feature = "protocol-internals")]
+#[cfg_attr(docsrs, doc(cfg(feature = "protocol-internals")))]
 pub mod wire;
+#[cfg(not(feature = "protocol-internals"))]
+mod wire;
 
 pub use ascend_cs::HixlCode;
 pub use ascend_mem::{Addr, MemKind};
+pub use control::ClientError;
 pub use engine::Engine;
 pub use error::{Error, LostReason, Result, Side};
 pub use future::{Connect, Post, Transfer};
@@ -170,12 +208,14 @@ pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
 pub use pool::SLOT as POOL_SLOT;
 pub use prepared::{LocalBlocks, RemoteBlocks, SegmentRef};
 pub use queue::{Completion, CompletionQueue, Next};
+pub use ranges::RangeError;
 pub use registry::{Registrable, Registration};
 pub use segment::RemoteSegment;
 pub use slots::STREAM_BUDGET;
 pub use stats::PeerStats;
 pub use transfer::{TransferDesc, TransferOp, TransferOptions, TransferStatus};
 pub use transfer_request::TransferRequest;
+pub use wire::{WireError, MAX_NOTIFY_FIELD, MAX_SEGMENT_NAME};
 
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}

@@ -2,7 +2,7 @@
 //! every descriptor into pieces that each lie in one local and one remote segment, and the
 //! dealing of those pieces, as table copies, to the streams of a slot.
 
-use ascend_mem::{Addr, MappingTable, TableCopy};
+use ascend_mem::{MappingTable, TableCopy};
 
 use crate::error::{Error, Result, Side};
 use crate::ranges::{RangeError, RangeMap};
@@ -143,7 +143,7 @@ fn translate_in<L, R>(
                 Side::Remote => d.remote_addr,
             };
             let uncovered = match e {
-                RangeError::Unmapped { addr } => Addr::new(addr),
+                RangeError::Unmapped { addr } => addr,
                 _ => addr,
             };
             return Err(Error::NotRegistered {

@@ -4,6 +4,8 @@
 //! Lookups are a binary search (`O(log n)`), and a range that spans several adjacent segments
 //! is split at the segment boundaries, in order. A range that touches a gap is an error.
 
+use ascend_mem::Addr;
+
 /// One segment of the map.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Segment<V> {
@@ -22,38 +24,39 @@ impl<V> Segment<V> {
     }
 }
 
-/// Why a range could not be inserted or resolved.
+/// Why a range could not be inserted or resolved ([`Error::Range`](crate::Error::Range): a
+/// registration of zero bytes or past the end of the address space).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum RangeError {
     /// A zero-length range.
     #[error("zero-length range at {addr:#x}")]
     Empty {
         /// Its start.
-        addr: u64,
+        addr: Addr,
     },
     /// `addr + len` overflows.
     #[error("range at {addr:#x} of {len:#x} bytes overflows the address space")]
     Overflow {
         /// Start.
-        addr: u64,
+        addr: Addr,
         /// Length.
-        len: u64,
+        len: usize,
     },
     /// The range overlaps an existing segment.
     #[error("range [{addr:#x}, +{len:#x}) overlaps the segment at {existing:#x}")]
     Overlap {
         /// Start.
-        addr: u64,
+        addr: Addr,
         /// Length.
-        len: u64,
+        len: usize,
         /// Start of the segment it overlaps.
-        existing: u64,
+        existing: Addr,
     },
     /// Part of the range lies in no segment.
     #[error("address {addr:#x} lies in no registered segment")]
     Unmapped {
         /// The first address not covered.
-        addr: u64,
+        addr: Addr,
     },
 }
 
@@ -80,12 +83,24 @@ impl<V> Default for RangeMap<V> {
     }
 }
 
+fn overlap(start: u64, len: u64, existing: u64) -> RangeError {
+    RangeError::Overlap {
+        addr: Addr::new(start),
+        len: len as usize,
+        existing: Addr::new(existing),
+    }
+}
+
 fn check(addr: u64, len: u64) -> Result<u64, RangeError> {
     if len == 0 {
-        return Err(RangeError::Empty { addr });
+        return Err(RangeError::Empty {
+            addr: Addr::new(addr),
+        });
     }
-    addr.checked_add(len)
-        .ok_or(RangeError::Overflow { addr, len })
+    addr.checked_add(len).ok_or(RangeError::Overflow {
+        addr: Addr::new(addr),
+        len: len as usize,
+    })
 }
 
 impl<V> RangeMap<V> {
@@ -102,11 +117,6 @@ impl<V> RangeMap<V> {
     /// Number of segments.
     pub fn len(&self) -> usize {
         self.segs.len()
-    }
-
-    /// Whether the map is empty.
-    pub fn is_empty(&self) -> bool {
-        self.segs.is_empty()
     }
 
     /// Index of the segment containing `addr`.
@@ -137,20 +147,12 @@ impl<V> RangeMap<V> {
         let i = self.segs.partition_point(|s| s.start < start);
         if let Some(prev) = i.checked_sub(1).map(|p| &self.segs[p]) {
             if prev.end() > start {
-                return Err(RangeError::Overlap {
-                    addr: start,
-                    len,
-                    existing: prev.start,
-                });
+                return Err(overlap(start, len, prev.start));
             }
         }
         if let Some(next) = self.segs.get(i) {
             if next.start < end {
-                return Err(RangeError::Overlap {
-                    addr: start,
-                    len,
-                    existing: next.start,
-                });
+                return Err(overlap(start, len, next.start));
             }
         }
         Ok(i)
@@ -176,7 +178,9 @@ impl<V> RangeMap<V> {
     ) -> Result<(), RangeError> {
         let end = check(addr, len)?;
         let mut at = addr;
-        let mut i = self.find(addr).ok_or(RangeError::Unmapped { addr })?;
+        let mut i = self.find(addr).ok_or(RangeError::Unmapped {
+            addr: Addr::new(addr),
+        })?;
         loop {
             let seg = &self.segs[i];
             let piece_end = end.min(seg.end());
@@ -195,7 +199,11 @@ impl<V> RangeMap<V> {
             i += 1;
             match self.segs.get(i) {
                 Some(next) if next.start == at => {}
-                _ => return Err(RangeError::Unmapped { addr: at }),
+                _ => {
+                    return Err(RangeError::Unmapped {
+                        addr: Addr::new(at),
+                    })
+                }
             }
         }
     }
@@ -224,22 +232,24 @@ mod tests {
         assert_eq!(
             m.insert(0x1800, 0x100, 'x'),
             Err(RangeError::Overlap {
-                addr: 0x1800,
+                addr: Addr::new(0x1800),
                 len: 0x100,
-                existing: 0x1000
+                existing: Addr::new(0x1000)
             })
         );
         assert_eq!(
             m.insert(0x0800, 0x1000, 'x'),
             Err(RangeError::Overlap {
-                addr: 0x800,
+                addr: Addr::new(0x800),
                 len: 0x1000,
-                existing: 0x1000
+                existing: Addr::new(0x1000)
             })
         );
         assert_eq!(
             m.insert(0x5000, 0, 'x'),
-            Err(RangeError::Empty { addr: 0x5000 })
+            Err(RangeError::Empty {
+                addr: Addr::new(0x5000)
+            })
         );
         assert!(matches!(
             m.insert(u64::MAX, 2, 'x'),
@@ -274,11 +284,15 @@ mod tests {
         );
         assert_eq!(
             m.for_each_piece(190, 20, |_, _| {}),
-            Err(RangeError::Unmapped { addr: 200 })
+            Err(RangeError::Unmapped {
+                addr: Addr::new(200)
+            })
         );
         assert_eq!(
             m.for_each_piece(90, 20, |_, _| {}),
-            Err(RangeError::Unmapped { addr: 90 })
+            Err(RangeError::Unmapped {
+                addr: Addr::new(90)
+            })
         );
         assert!(m.covers(300, 10));
         assert!(!m.covers(300, 11));

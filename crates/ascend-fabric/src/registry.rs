@@ -368,7 +368,10 @@ impl Registry {
         }
         let end = addr
             .checked_add(len)
-            .ok_or(Error::Range(RangeError::Overflow { addr, len }))?;
+            .ok_or(Error::Range(RangeError::Overflow {
+                addr: Addr::new(addr),
+                len: len as usize,
+            }))?;
         let i = st.ranges.segments().partition_point(|s| s.end() <= addr);
         if let Some(s) = st.ranges.segments().get(i) {
             if s.start < end {
@@ -422,7 +425,7 @@ impl Registry {
             };
             if p.is_empty() {
                 return Err(if parts.len() == 1 {
-                    Error::Range(RangeError::Empty { addr: at })
+                    Error::Range(RangeError::Empty { addr: p.addr() })
                 } else {
                     bad("empty")
                 });
@@ -488,11 +491,16 @@ impl Registry {
     /// Registers foreign VMM memory by address, block by block.
     pub(crate) fn register_raw(self: &Arc<Self>, addr: u64, len: u64) -> Result<Registration> {
         if len == 0 {
-            return Err(Error::Range(RangeError::Empty { addr }));
+            return Err(Error::Range(RangeError::Empty {
+                addr: Addr::new(addr),
+            }));
         }
         let end = addr
             .checked_add(len)
-            .ok_or(Error::Range(RangeError::Overflow { addr, len }))?;
+            .ok_or(Error::Range(RangeError::Overflow {
+                addr: Addr::new(addr),
+                len: len as usize,
+            }))?;
         let _span = tracing::debug_span!("register", addr, len, foreign = true).entered();
         let mut st = self.state.write();
         if let Some(r) = Self::existing(&mut st, addr, len)? {

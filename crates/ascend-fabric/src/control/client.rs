@@ -10,7 +10,8 @@ use std::io::{self, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-/// An error of a client exchange.
+/// A control-plane exchange with a peer failed: connect, disconnect, notify or a segments
+/// request ([`Error::Control`](crate::Error::Control)).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {

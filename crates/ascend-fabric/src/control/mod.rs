@@ -1,6 +1,12 @@
 //! The FabricMem control plane over TCP: the server an engine runs on its `ip:port`, and the
 //! client calls a connecting engine makes.
 //!
+//! Internal to the engine: public only with the `protocol-internals` feature, which is
+//! unstable and for this crate's own tests; nothing here is covered by semver. What an engine
+//! user meets of it is re-exported at the crate root ([`ClientError`]), and what the server's
+//! bounds and the shared secret mean for an engine is in the
+//! [crate docs](crate#the-control-plane).
+//!
 //! # Server
 //! One thread runs an event loop (the `polling` crate: epoll on Linux) over the listener and
 //! every connection, whether it is still in its request phase or has become a keepalive
@@ -42,15 +48,7 @@
 //! [`ServerStats::auth_failures`] ([`ServerStats::malformed`] when what it sent is not even a
 //! well-formed frame), and its request is never acted on. The secret itself never
 //! crosses the wire; fresh nonces on both sides make a recorded exchange useless later.
-//!
-//! What the secret protects: who may open a session (and so receive the share handles), who
-//! may close one by disconnect request, who may queue a notify, and each side's proof that the
-//! other knows the secret. What it does not: the bytes after the handshake are neither
-//! encrypted nor integrity-protected. Someone on the path can read the share-handle list and
-//! notifies, and can tamper with or inject bytes into an authenticated connection. Use it on a
-//! trusted network, or under a tunnel that provides confidentiality and integrity.
-//! Without a secret the wire is HIXL's, byte for byte, and anyone who can reach the port may
-//! connect, disconnect any channel it can name, and notify.
+//! What it protects and what it does not is said in the [crate docs](crate#the-control-plane).
 //!
 //! # Client
 //! [`connect`] opens a new connection, exchanges connect/response/status, and returns the
@@ -68,9 +66,10 @@ mod shared;
 mod source;
 
 pub use auth::unique_suffix;
-pub use client::{
-    connect, disconnect, segments, send_heartbeat, send_notify, ClientError, Connected,
-};
+pub use client::{connect, disconnect, segments, send_heartbeat, send_notify, ClientError};
+// The engine never names it (it takes what `connect` returns apart).
+#[cfg(feature = "protocol-internals")]
+pub use client::Connected;
 pub use server::ControlServer;
 
 use crate::wire::{SegmentName, ShareHandleEntry};
@@ -91,8 +90,6 @@ pub mod status {
     pub const NOT_CONNECTED: u32 = HixlCode::NOT_CONNECTED.0;
     /// Already connected to that peer.
     pub const ALREADY_CONNECTED: u32 = HixlCode::ALREADY_CONNECTED.0;
-    /// Option, call or feature not available.
-    pub const UNSUPPORTED: u32 = HixlCode::UNSUPPORTED.0;
     /// Out of a resource.
     pub const RESOURCE_EXHAUSTED: u32 = HixlCode::RESOURCE_EXHAUSTED.0;
     /// Generic failure.

@@ -112,6 +112,7 @@ impl ControlServer {
     }
 
     /// Time since the last heartbeat of a session (since it opened, if none came yet).
+    #[cfg(feature = "protocol-internals")]
     pub fn since_heartbeat(&self, channel_id: &str) -> Option<Duration> {
         self.shared
             .sessions

@@ -179,10 +179,11 @@ pub struct EngineOptions {
     /// request in both directions (connect, disconnect, notify) starts with a mutual
     /// HMAC-SHA256 challenge-response proving both sides know it; the secret itself never
     /// crosses the wire, and peers without it can neither connect, disconnect nor notify.
-    /// Later bytes are not encrypted (see [`crate::control`]). Both engines need the same
-    /// secret; HIXL peers cannot take part. Anyone who can reach the port can obtain a proof
-    /// over nonces of their choosing and guess offline, so use a long random secret (32 random
-    /// bytes, hex- or base64-encoded), never a password; an empty one is refused.
+    /// Later bytes are not encrypted (see [the control plane](crate#the-control-plane)). Both
+    /// engines need the same secret; HIXL peers cannot take part. Anyone who can reach the port
+    /// can obtain a proof over nonces of their choosing and guess offline, so use a long random
+    /// secret (32 random bytes, hex- or base64-encoded), never a password; an empty one is
+    /// refused.
     pub shared_secret: Option<String>,
     /// Optional allow-list of peer IPs for incoming control connections (off by default).
     pub allowed_peers: Option<Vec<IpAddr>>,

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::remote::SegIndex;
+use ascend_mem::Addr;
 use proptest::prelude::*;
 
 /// Segments laid out from `base`: each `(gap, len)` leaves `gap` bytes free (0: adjacent to

@@ -25,7 +25,7 @@ impl Engine {
     ///
     /// # Errors
     /// [`Error::BadName`] for an empty name, one over
-    /// [`wire::MAX_SEGMENT_NAME`](crate::wire::MAX_SEGMENT_NAME) bytes (256) or with control
+    /// [`MAX_SEGMENT_NAME`](crate::MAX_SEGMENT_NAME) bytes (256) or with control
     /// characters, or one that names another live registration; as [`Engine::register`].
     pub fn register_named<R: Registrable + ?Sized>(
         &self,

@@ -145,6 +145,7 @@ pub fn keepalive_bytes(msg_type: i32, json: &[u8]) -> Vec<u8> {
 ///
 /// # Errors
 /// [`WireError::BadMagic`], [`WireError::BadLength`], [`WireError::Truncated`] or I/O errors.
+#[cfg(any(test, feature = "protocol-internals"))]
 pub fn read_heartbeat(r: &mut impl Read) -> Result<i32, WireError> {
     read_keepalive(r).map(|(t, _)| t)
 }

@@ -1,5 +1,10 @@
 //! HIXL FabricMem control-plane wire format.
 //!
+//! Internal to the engine: public only with the `protocol-internals` feature, which is
+//! unstable and for this crate's own tests; nothing here is covered by semver. What an engine
+//! user meets of it is re-exported at the crate root ([`WireError`], [`MAX_NOTIFY_FIELD`],
+//! [`MAX_SEGMENT_NAME`]).
+//!
 //! Two framings share one TCP port:
 //!
 //! * **Request/response frames** (12-byte packed header): magic `0xA4B3C2D1` (u32), length
@@ -49,9 +54,12 @@ pub const KEEPALIVE_REVOKE: i32 = 1102;
 pub const KEEPALIVE_REVOKE_ACK: i32 = 1103;
 /// Bytes in a fabric share handle.
 pub const SHARE_HANDLE_LEN: usize = 128;
-/// Longest notify name or message.
+/// Longest notify name or message, in bytes (HIXL's limit;
+/// [`Engine::send_notify`](crate::Engine::send_notify) refuses longer ones).
 pub const MAX_NOTIFY_FIELD: usize = 1024;
-/// Longest registration name offered in a connect response ([`SegmentName`]).
+/// Longest registration name, in bytes
+/// ([`Engine::register_named`](crate::Engine::register_named); offered to peers with the
+/// export list).
 pub const MAX_SEGMENT_NAME: usize = 256;
 
 /// Request/response message types.
@@ -110,7 +118,9 @@ impl MsgType {
     }
 }
 
-/// A malformed or unexpected frame, or the I/O error that interrupted one.
+/// A malformed or unexpected frame, or the I/O error that interrupted one
+/// ([`Error::Wire`](crate::Error::Wire), and inside
+/// [`ClientError::Wire`](crate::ClientError::Wire)).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum WireError {
