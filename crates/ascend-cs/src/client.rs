@@ -307,11 +307,14 @@ impl Client {
                 });
             }
             let r = op.remote;
-            if op
+            // The block's address comes from the server's list: checked, never trusted.
+            let remote_buf = op
                 .remote_offset
                 .checked_add(op.len)
-                .map_or(true, |e| e > r.len())
-            {
+                .filter(|&e| e <= r.len())
+                .and_then(|e| r.addr().checked_add(e))
+                .map(|_| r.addr() + op.remote_offset);
+            let Some(remote_buf) = remote_buf else {
                 return Err(Error::RemoteOutOfBounds {
                     index,
                     tag: r.tag.clone(),
@@ -319,9 +322,9 @@ impl Client {
                     len: op.len,
                     size: r.len(),
                 });
-            }
+            };
             descs.push(hixl::HixlOneSideOpDesc {
-                remote_buf: (r.addr() + op.remote_offset).as_ptr(),
+                remote_buf: remote_buf.as_ptr(),
                 local_buf: (op.local.addr + op.local_offset) as *mut c_void,
                 len: op.len as u64,
             });

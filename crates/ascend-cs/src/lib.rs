@@ -81,6 +81,7 @@ mod memory;
 mod remote;
 mod server;
 
+pub use ascend_mem::Addr;
 pub use client::{Client, LocalMem, Op};
 pub use code::HixlCode;
 pub use completion::{CompleteStatus, Completion};

@@ -2,11 +2,10 @@
 //! writes them (`CommMemType`), and the memory a registration or batch keeps alive.
 
 use std::any::Any;
-use std::ffi::c_void;
 use std::sync::Arc;
 
 use ascend_mem::prelude::*;
-use ascend_mem::{DeviceBuffer, HostBuffer, Mapping};
+use ascend_mem::{Addr, DeviceBuffer, HostBuffer, Mapping};
 use hixl_sys as hixl;
 
 /// Where registered memory lives (`CommMemType`: `Device` is `COMM_MEM_TYPE_DEVICE`, `Host`
@@ -38,35 +37,31 @@ pub(crate) fn kind_of_raw(t: hixl::CommMemType) -> MemKind {
 #[allow(unsafe_code)]
 pub unsafe trait CommMemory: Send + Sync + 'static {
     /// Kind, first address and length in bytes.
-    fn range(&self) -> (MemKind, *mut c_void, usize);
+    fn range(&self) -> (MemKind, Addr, usize);
 }
 
 #[allow(unsafe_code)]
 // SAFETY: the buffer's mapping is device memory, unmapped only when the buffer drops.
 unsafe impl CommMemory for DeviceBuffer {
-    fn range(&self) -> (MemKind, *mut c_void, usize) {
-        (MemKind::Device, self.as_raw(), self.len())
+    fn range(&self) -> (MemKind, Addr, usize) {
+        (MemKind::Device, self.addr(), self.len())
     }
 }
 
 #[allow(unsafe_code)]
 // SAFETY: device-accessible host memory, unmapped only when the buffer drops.
 unsafe impl CommMemory for HostBuffer {
-    fn range(&self) -> (MemKind, *mut c_void, usize) {
-        (MemKind::Host, self.as_raw(), self.len())
+    fn range(&self) -> (MemKind, Addr, usize) {
+        (MemKind::Host, self.addr(), self.len())
     }
 }
 
 #[allow(unsafe_code)]
 // SAFETY: the mapping stays mapped while the value lives; its kind follows the memory.
 unsafe impl CommMemory for Mapping {
-    fn range(&self) -> (MemKind, *mut c_void, usize) {
-        let kind = if self.is_host() {
-            MemKind::Host
-        } else {
-            MemKind::Device
-        };
-        (kind, self.as_raw(), self.len())
+    fn range(&self) -> (MemKind, Addr, usize) {
+        let kind = MemKind::host_if(self.is_host());
+        (kind, self.addr(), self.len())
     }
 }
 
@@ -80,7 +75,7 @@ pub(crate) fn comm_mem<M: CommMemory>(m: &M) -> (MemKind, hixl::CommMem) {
         kind,
         hixl::CommMem {
             type_: raw_kind(kind),
-            addr,
+            addr: addr.as_ptr(),
             size: size as u64,
         },
     )

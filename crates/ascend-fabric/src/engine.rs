@@ -143,7 +143,7 @@ impl Engine {
         // The one check of every value: the builder's (the fields are public).
         opts.validate()?;
         dev.bind()?;
-        let pool = VaPool::new(dev, opts.pool_capacity as u64, opts.pool_start.get())?;
+        let pool = VaPool::new(dev, opts.pool_capacity, opts.pool_start)?;
         let registry = Registry::new(dev, pool.clone());
         let server = if addr.listens() {
             let handler = Arc::new(Handler {

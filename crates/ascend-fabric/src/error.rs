@@ -333,7 +333,7 @@ impl Error {
                 _ => HixlCode::FAILED,
             },
             Error::Option(e) => e.status(),
-            Error::Control(e) => HixlCode(e.status()),
+            Error::Control(e) => e.status(),
             Error::Wire(_) => HixlCode::PARAM_INVALID,
             Error::Range(_) => HixlCode::PARAM_INVALID,
             Error::Listen { .. } => HixlCode::FAILED,

@@ -32,6 +32,8 @@
 //! | (none: back-pressure, cancellation) | [`Engine::post`], [`Engine::transfer`]; drop to cancel |
 //! | (none: the same for prepared lists) | [`Engine::post_prepared`], [`Engine::transfer_prepared`] |
 //! | (none: a peer's registrations made since the connect) | [`Engine::refresh_segments`] |
+//! | `SendNotify` / `GetNotifies` | [`Engine::send_notify`] / [`Engine::take_notifies`] |
+//! | `Finalize` | dropping the last [`Engine`] clone |
 //!
 //! Every way to transfer comes in the same forms, named the same way for raw descriptors
 //! and prepared lists: blocking (`transfer_sync`, `transfer_prepared_sync`), a handle that
@@ -40,8 +42,6 @@
 //! handle (`post`, `post_prepared`), and a future of the outcome (`transfer[_with]`,
 //! `transfer_prepared[_with]`). The `_with` forms and the futures take the same
 //! [`TransferOptions`]; user data for completions goes with [`CompletionQueue::push`].
-//! | `SendNotify` / `GetNotifies` | [`Engine::send_notify`] / [`Engine::take_notifies`] |
-//! | `Finalize` | dropping the last [`Engine`] clone |
 //!
 //! [`options`] holds the typed configuration and HIXL's option map read into it (its types
 //! are re-exported here). The control plane, the codec of HIXL's frames and messages with the

@@ -11,7 +11,7 @@ use parking_lot::Mutex;
 use crate::error::{Error, Result};
 
 /// Slot size and alignment.
-pub const SLOT: u64 = 1 << 30;
+pub const SLOT: usize = 1 << 30;
 
 pub(crate) struct VaPool {
     va: ReservedVa,
@@ -103,21 +103,18 @@ impl VaPool {
     /// (`aclrtReserveMemAddressNoUCMemory`, A3), else anywhere. The pool is per engine here
     /// (per process in HIXL), so when `start` is taken (another engine of this process has
     /// it) or refused, the pool is reserved anywhere too, with a log line saying why.
-    pub(crate) fn new(dev: &Device, capacity: u64, start: u64) -> Result<Arc<VaPool>> {
-        let slots = (capacity / SLOT).max(1) as usize;
-        let bytes = usize::try_from(slots as u64 * SLOT).map_err(|_| Error::ResourceExhausted {
-            what: "VA pool",
-            detail: format!("capacity {capacity:#x} does not fit the address space"),
-        })?;
-        let len = dev.granular(bytes)?;
-        let fixed = match usize::try_from(start) {
-            Ok(at) if at != 0 => match ReservedVa::new_no_uc(dev, len, Addr::new(start)) {
+    pub(crate) fn new(dev: &Device, capacity: usize, start: Addr) -> Result<Arc<VaPool>> {
+        let slots = (capacity / SLOT).max(1);
+        // Whole slots of a capacity that is a usize: no overflow.
+        let len = dev.granular(slots * SLOT)?;
+        let fixed = match start {
+            at if !at.is_null() => match ReservedVa::new_no_uc(dev, len, at) {
                 Ok(va) => Some(va),
                 Err(e) => {
                     if e.kind() == ascend_mem::ErrorKind::NotSupported {
                         tracing::debug!("VA pool: no fixed-address reservation on this product");
                     } else {
-                        tracing::info!(start, error = %e, "VA pool: start address not available; reserving anywhere");
+                        tracing::info!(start = start.get(), error = %e, "VA pool: start address not available; reserving anywhere");
                     }
                     None
                 }
@@ -155,8 +152,8 @@ impl VaPool {
     }
 
     /// First fit: `len` bytes rounded up to whole slots.
-    fn alloc(self: &Arc<Self>, len: u64) -> Result<VaSlot> {
-        let n = len.div_ceil(SLOT).max(1) as usize;
+    fn alloc(self: &Arc<Self>, len: usize) -> Result<VaSlot> {
+        let n = len.div_ceil(SLOT).max(1);
         let mut bits = self.bits.lock();
         let used = |b: &Vec<u64>, i: usize| b[i / 64] & (1u64 << (i % 64)) != 0;
         let mut run = 0;
@@ -191,8 +188,8 @@ impl VaPool {
 
     /// Maps all of `mem` at a fresh slot.
     pub(crate) fn map(self: &Arc<Self>, dev: &Device, mem: &PhysicalMem) -> Result<SlotMapping> {
-        let slot = self.alloc(mem.len() as u64)?;
-        let at = dev.granular(slot.first * SLOT as usize)?;
+        let slot = self.alloc(mem.len())?;
+        let at = dev.granular(slot.first * SLOT)?;
         let map = self.va.map(mem, at)?;
         Ok(SlotMapping {
             map: Some(map),
@@ -209,7 +206,7 @@ mod tests {
     fn first_fit_reuses_freed_slots() {
         let rt = ascend_mem::Runtime::emulated().unwrap();
         let dev = rt.device(0).unwrap();
-        let pool = VaPool::new(&dev, 8 * SLOT, 0).unwrap();
+        let pool = VaPool::new(&dev, 8 * SLOT, Addr::NULL).unwrap();
         let a = pool.alloc(1).unwrap();
         let b = pool.alloc(SLOT + 1).unwrap();
         assert_eq!((a.first, b.first, b.n), (0, 1, 2));

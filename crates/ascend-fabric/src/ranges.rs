@@ -27,6 +27,7 @@ impl<V> Segment<V> {
 /// Why a range could not be inserted or resolved ([`Error::Range`](crate::Error::Range): a
 /// registration of zero bytes or past the end of the address space).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RangeError {
     /// A zero-length range.
     #[error("zero-length range at {addr:#x}")]

@@ -667,7 +667,7 @@ impl Registry {
         reg: Registration,
     ) -> std::result::Result<(), CloseError<Registration, Error>> {
         let _span =
-            tracing::debug_span!("deregister", addr = %reg.addr(), len = reg.len()).entered();
+            tracing::debug_span!("deregister", addr = reg.addr().get(), len = reg.len()).entered();
         let st = self.state.write();
         let n = reg.h.reg.in_flight.load(Ordering::Acquire);
         if n > 0 {

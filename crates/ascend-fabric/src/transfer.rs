@@ -28,6 +28,10 @@ pub struct TransferDesc {
     pub len: usize,
 }
 
+// HIXL's `TransferOpDesc` layout: three 64-bit words.
+const _: () =
+    assert!(std::mem::size_of::<TransferDesc>() == 24 && std::mem::align_of::<TransferDesc>() == 8);
+
 impl TransferDesc {
     /// A descriptor from raw addresses, as HIXL's `TransferOpDesc`: the low-level door (every
     /// address is still checked against the registrations and the peer's segments when the

@@ -51,6 +51,7 @@ impl Addr {
     }
 
     /// `self + bytes`, or `None` past the end of the address space.
+    #[must_use]
     pub const fn checked_add(self, bytes: usize) -> Option<Addr> {
         match self.0.checked_add(bytes as u64) {
             Some(a) => Some(Addr(a)),
@@ -59,6 +60,7 @@ impl Addr {
     }
 
     /// How many bytes `self` is past `base`, or `None` when it is before it.
+    #[must_use]
     pub const fn offset_from(self, base: Addr) -> Option<usize> {
         match self.0.checked_sub(base.0) {
             Some(d) if d <= usize::MAX as u64 => Some(d as usize),

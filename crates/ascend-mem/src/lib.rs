@@ -176,6 +176,12 @@
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!(
+    "ascend-mem supports 64-bit targets only: CANN's addresses and sizes are 64-bit, and an \
+     `Addr` converts to a pointer, and a u64 length to a usize, without loss only there"
+);
+
 #[allow(unsafe_code)]
 pub mod ffi;
 

@@ -63,12 +63,12 @@ impl ClientError {
     /// Whether the exchange ran out of its time (reaching the server, or waiting for its
     /// answer), as opposed to failing.
     pub fn is_timeout(&self) -> bool {
-        self.status() == status::TIMEOUT && !matches!(self, ClientError::Status { .. })
+        self.status().0 == status::TIMEOUT && !matches!(self, ClientError::Status { .. })
     }
 
     /// The HIXL status this error corresponds to.
-    pub fn status(&self) -> u32 {
-        match self {
+    pub fn status(&self) -> crate::HixlCode {
+        crate::HixlCode(match self {
             ClientError::Connect { source, .. } if source.kind() == io::ErrorKind::TimedOut => {
                 status::TIMEOUT
             }
@@ -86,7 +86,7 @@ impl ClientError {
             ClientError::Wire { .. } => status::PARAM_INVALID,
             ClientError::Status { code, .. } => *code,
             ClientError::ServerAuth { .. } => status::FAILED,
-        }
+        })
     }
 }
 

@@ -115,7 +115,7 @@ fn a_client_with_the_wrong_secret_is_refused() {
     let err = control::connect(srv.local_addr(), "w", T, Some("not-the-secret")).unwrap_err();
     // The server's proof does not verify under the client's secret, so the client stops.
     assert!(matches!(err, ClientError::ServerAuth { .. }), "{err}");
-    assert_eq!(err.status(), status::FAILED);
+    assert_eq!(err.status().0, status::FAILED);
     wait_until("auth failure counted", || srv.stats().auth_failures == 1);
     // Without any secret: the plain request is refused.
     let err = control::connect(srv.local_addr(), "w", T, None).unwrap_err();

@@ -154,7 +154,7 @@ impl Comm {
     }
 
     /// The symmetric-window maximum per rank, in bytes, from the config.
-    pub fn sym_window_max_per_rank(&self) -> u64 {
+    pub fn sym_window_max_per_rank(&self) -> usize {
         self.inner.sym_max
     }
 

@@ -267,10 +267,9 @@ impl CommConfig {
     }
 
     /// The symmetric-window maximum per rank in bytes (the default when unset).
-    pub fn sym_window_max_per_rank_bytes(&self) -> u64 {
-        self.sym_window_max_gb
-            .unwrap_or(DEFAULT_SYM_WINDOW_MAX_GB)
-            .saturating_mul(1 << 30)
+    pub fn sym_window_max_per_rank_bytes(&self) -> usize {
+        let gb = self.sym_window_max_gb.unwrap_or(DEFAULT_SYM_WINDOW_MAX_GB);
+        usize::try_from(gb.saturating_mul(1 << 30)).unwrap_or(usize::MAX)
     }
 
     /// The exec timeout set, if any.

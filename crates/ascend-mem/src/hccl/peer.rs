@@ -88,7 +88,8 @@ impl<T> PeerView<T> {
         Addr::from_ptr(self.as_raw())
     }
 
-    /// [`PeerView::addr`] as the C calls take it.
+    /// [`PeerView::addr`] as the C calls take it (only for passing to device work: the host
+    /// must not read or write it directly).
     pub fn as_raw(&self) -> *mut c_void {
         self.part.addr() as *mut c_void
     }

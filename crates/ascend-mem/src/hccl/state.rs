@@ -25,7 +25,7 @@ pub(crate) struct CommInner {
     pub(crate) rank: u32,
     pub(crate) size: u32,
     /// `hcclSymWinMaxMemSizePerRank` in bytes, as configured.
-    pub(crate) sym_max: u64,
+    pub(crate) sym_max: usize,
     /// Serialises the HCCL calls made on this communicator through the safe API.
     pub(crate) lock: Mutex<()>,
     /// The windows registered through [`SymWindow::register`](super::SymWindow::register).

@@ -81,7 +81,7 @@ impl SymWindow {
                 value: 0,
             });
         }
-        if range.len() as u64 > comm.sym_window_max_per_rank() {
+        if range.len() > comm.sym_window_max_per_rank() {
             return Err(Error::InvalidArgument {
                 api: API,
                 what: "size in bytes (above hcclSymWinMaxMemSizePerRank)",
