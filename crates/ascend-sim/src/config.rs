@@ -1,8 +1,10 @@
 //! The emulator's configuration: `ASCEND_SIM_DEVICES`, `ASCEND_SIM_SOC`,
-//! `ASCEND_SIM_HBM_BYTES`, `ASCEND_SIM_HOST_BYTES` and `ASCEND_SIM_STREAM_MODE`, read once.
+//! `ASCEND_SIM_HBM_BYTES`, `ASCEND_SIM_HOST_BYTES`, `ASCEND_SIM_STREAM_MODE` and
+//! `ASCEND_SIM_CALL_NS`, read once; the host cost of a copy call that the last one models.
 
 use std::ffi::CStr;
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 /// Product emulated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +86,8 @@ pub(crate) struct Config {
     pub hbm_bytes: u64,
     pub host_bytes: u64,
     pub mode: StreamMode,
+    /// Host cost of one runtime copy, in nanoseconds (`ASCEND_SIM_CALL_NS`, default 0).
+    pub call_ns: u64,
 }
 
 /// Upper bound of `ASCEND_SIM_DEVICES`.
@@ -128,6 +132,25 @@ fn read_config() -> Config {
         hbm_bytes: env_u64("ASCEND_SIM_HBM_BYTES", 1 << 30),
         host_bytes: env_u64("ASCEND_SIM_HOST_BYTES", 4 << 30),
         mode,
+        call_ns: env_u64("ASCEND_SIM_CALL_NS", 0),
+    }
+}
+
+/// Charges the host cost of `copies` runtime copy submissions to the calling thread, as
+/// configured by `ASCEND_SIM_CALL_NS`: a busy wait of that many nanoseconds per copy. It models
+/// the real runtime's submission cost (HIXL publishes about 5.7 µs per descriptor from one
+/// submitting thread on an A3, in its published benchmark table), so a benchmark can show the
+/// submission-bound regime; the emulator's own copies cost what they cost on top. Off (0) by
+/// default, and never turned on by the emulator itself.
+pub(crate) fn charge_copy_calls(copies: usize) {
+    let ns = config().call_ns;
+    if ns == 0 || copies == 0 {
+        return;
+    }
+    let cost = Duration::from_nanos(ns.saturating_mul(copies as u64));
+    let t0 = Instant::now();
+    while t0.elapsed() < cost {
+        std::hint::spin_loop();
     }
 }
 

@@ -66,6 +66,7 @@
 //! | `ASCEND_SIM_HBM_BYTES` | HBM capacity per device, charged by `aclrtMallocPhysical` (DEVICE) and `aclrtMalloc` | 1 GiB |
 //! | `ASCEND_SIM_HOST_BYTES` | cap for HOST/HOST_NUMA physical memory | 4 GiB |
 //! | `ASCEND_SIM_STREAM_MODE` | `threaded` or `deterministic` | `threaded` |
+//! | `ASCEND_SIM_CALL_NS` | host cost of each runtime copy submission (`aclrtMemcpyAsync`, and each copy of an `aclrtMemcpyBatchAsync`), in ns: a busy wait in the calling thread, modelling the real runtime's per-call cost for benchmarks of the submission-bound regime | 0 (none) |
 //! | `ASCEND_SIM_FAIL` | `sym:n[:code][,sym:n[:code]]`: the n-th call of `sym` (any ACL, HCCL or HIXL symbol) fails with `code` (`-2147483648`: panics) | code 507899, `HCCL_E_INTERNAL`, `HIXL_FAILED` |
 //! | `ASCEND_SIM_CALL_LOG` | `1` turns the call log on | off |
 //!

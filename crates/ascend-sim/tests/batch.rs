@@ -603,3 +603,66 @@ fn null_stream_counts_and_faults() {
     reset_device(0);
     assert_clean();
 }
+
+/// With `ASCEND_SIM_CALL_NS` set, every copy submission costs the calling thread at least that
+/// long: an `aclrtMemcpyAsync` one charge, a batch one charge per copy. Checked in a child (the
+/// configuration is read once per process); the bounds are minimums the busy wait
+/// guarantees, never a race.
+#[test]
+fn the_call_cost_knob_charges_every_copy_submission() {
+    const COST_NS: u64 = 2_000_000;
+    const KNOB_CHILD: &str = "ASCEND_SIM_CALL_COST_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        return;
+    }
+    if std::env::var_os(KNOB_CHILD).is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "the_call_cost_knob_charges_every_copy_submission",
+            ])
+            .args(["--nocapture"])
+            .env(KNOB_CHILD, "1")
+            .env("ASCEND_SIM_CALL_NS", COST_NS.to_string())
+            .output()
+            .unwrap();
+        let so = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && so.contains("CALL COST ok"),
+            "child failed:\n{so}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let _g = LOCK.lock();
+    set_device(0);
+    let s = stream();
+    let d = dev_buf(1 << 16);
+    let at = |o: usize| d.cast::<u8>().wrapping_add(o).cast::<c_void>();
+    let src = vec![7u8; 4096];
+    let sp = src.as_ptr() as *mut c_void;
+    let t0 = std::time::Instant::now();
+    for i in 0..3 {
+        ok!(aclrtMemcpyAsync(
+            at(i * 4096),
+            4096,
+            sp,
+            4096,
+            ACL_MEMCPY_HOST_TO_DEVICE,
+            s
+        ));
+    }
+    let single = t0.elapsed();
+    assert!(single.as_nanos() >= 3 * u128::from(COST_NS), "{single:?}");
+    let copies: Vec<_> = (0..4).map(|i| (at(0x8000 + i * 4096), sp, 4096)).collect();
+    let batch = Args::new(&copies, &[h2d(0)], &[0]);
+    let t1 = std::time::Instant::now();
+    let (code, fail) = batch.call(2, s);
+    let took = t1.elapsed();
+    assert_eq!((code, fail), (0, NONE), "{}", last_msg());
+    assert!(took.as_nanos() >= 4 * u128::from(COST_NS), "{took:?}");
+    ok!(aclrtSynchronizeStream(s));
+    assert_eq!(read_dev(at(0x8000), 4096), src);
+    ok!(aclrtDestroyStream(s));
+    println!("CALL COST ok");
+}

@@ -373,6 +373,7 @@ export! { Acl;
         let s = resolve(stream, "stream")?;
         validate_copy(dst as usize, src as usize, count, kind)?;
         s.push(Task::Copy { dst: dst as usize, src: src as usize, n: count, kind });
+        crate::config::charge_copy_calls(1);
         Ok(())
     }
 }
