@@ -16,7 +16,7 @@ use std::sync::{Arc, Weak};
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 use crate::registry::RegUse;
@@ -195,10 +195,6 @@ impl Pending {
         self.slot.record(self.used)
     }
 
-    fn wait_done(&mut self, slice: Duration) -> Result<bool> {
-        self.slot.wait_done(self.used, slice)
-    }
-
     fn poll_done(&mut self, ask: bool) -> Result<bool> {
         self.slot.poll_done(self.used, ask)
     }
@@ -253,10 +249,13 @@ pub(crate) struct ReqInner {
     slot_wake: Mutex<Option<Waker>>,
     /// In the progress thread's list (or was).
     pub(crate) watched: AtomicBool,
+    /// A thread is blocked on the request's streams outside the state lock (changed only
+    /// under it): until it is back, only that thread finishes the request normally, and
+    /// nobody else asks the streams (the waiter may take a failed stream's one report).
+    blocked: AtomicBool,
+    /// Signalled, under the state lock, when the blocked thread is back.
+    unblocked: Condvar,
 }
-
-/// Longest time a waiter holds a request's lock while blocked on its streams (or events).
-const SLICE: Duration = Duration::from_millis(2);
 
 /// How long a waiter polls a request's completion flags before blocking on its streams: a
 /// short transfer is seen done with no sleeping hand-off; a long one costs a few polls.
@@ -302,6 +301,8 @@ impl ReqInner {
             notify_due: AtomicBool::new(false),
             slot_wake: Mutex::new(None),
             watched: AtomicBool::new(false),
+            blocked: AtomicBool::new(false),
+            unblocked: Condvar::new(),
         });
         book.insert(id, &req);
         req
@@ -509,8 +510,15 @@ impl ReqInner {
     /// failed when a copy failed or its stall deadline passed. Returns whether it is done.
     /// Without `ask`, a stream whose completion flag is not there yet is not asked (no
     /// runtime call: a caller about to block on the streams anyway polls this way).
+    ///
+    /// While another thread is blocked on the streams ([`ReqInner::block`]) nothing is
+    /// finished here: the flags are read, and true means they all hold (the copies ended;
+    /// that thread finishes the request at once).
     fn advance(&self, st: &mut MutexGuard<'_, ReqState>, ask: bool) -> bool {
         if let ReqState::Pending(p) = &mut **st {
+            if self.blocked.load(Ordering::Relaxed) {
+                return p.poll_done(false).unwrap_or(false);
+            }
             match p.poll_done(ask) {
                 Ok(false) => {
                     if let Some(e) = self.stalled(Instant::now()) {
@@ -552,29 +560,63 @@ impl ReqInner {
         r
     }
 
-    /// Blocks up to `slice` on the request's streams or events (the progress thread's park).
-    /// Returns false at once, having done nothing, if someone else holds the request.
+    /// Blocks up to `slice` on the request's streams (the progress thread's park), outside
+    /// its lock. Returns false at once, having done nothing, if someone else holds the
+    /// request or is blocked on its streams.
     pub(crate) fn park(&self, slice: Duration) -> bool {
         let Some(mut st) = self.state.try_lock() else {
             return false;
         };
-        if let ReqState::Pending(p) = &mut *st {
-            match p.wait_done(slice) {
-                Ok(true) => {
-                    let r = p.sync_streams();
-                    self.finish(&mut st, r);
-                }
-                Ok(false) => {
-                    if let Some(e) = self.stalled(Instant::now()) {
-                        self.finish(&mut st, Err(e));
-                    }
-                }
-                Err(e) => self.finish(&mut st, Err(e)),
+        if self.blocked.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.block(&mut st, Instant::now().checked_add(slice));
+        if matches!(*st, ReqState::Pending(_)) {
+            if let Some(e) = self.stalled(Instant::now()) {
+                self.finish(&mut st, Err(e));
             }
         }
         drop(st);
         self.flush();
         true
+    }
+
+    /// Blocks on the pending request's streams until they are idle or `until` (no limit:
+    /// `None`), outside the state lock, with one blocking call per stream whose flag is not
+    /// there yet (HIXL's wait); then finishes the request if its copies ended or one failed.
+    /// Meanwhile a status call, the progress thread and a cancellation take the lock as
+    /// usual: failing the request aborts the streams, which ends the wait. When another
+    /// thread is blocked already, waits for it to be back instead (it finishes the request).
+    /// The caller calls [`ReqInner::flush`] once it has released the lock.
+    fn block(&self, st: &mut MutexGuard<'_, ReqState>, until: Option<Instant>) {
+        let ReqState::Pending(p) = &mut **st else {
+            return;
+        };
+        if self.blocked.load(Ordering::Relaxed) {
+            match until {
+                Some(d) => {
+                    self.unblocked.wait_until(st, d);
+                }
+                None => self.unblocked.wait(st),
+            }
+            return;
+        }
+        let waits = p.slot.waits(p.used);
+        self.blocked.store(true, Ordering::Relaxed);
+        let r = MutexGuard::unlocked(st, || waits.wait(until));
+        self.blocked.store(false, Ordering::Relaxed);
+        self.unblocked.notify_all();
+        // Ended meanwhile (failed from outside): the wait's error was that abort's.
+        if let ReqState::Pending(p) = &mut **st {
+            match r {
+                Ok(true) => {
+                    let r = p.sync_streams();
+                    self.finish(st, r);
+                }
+                Ok(false) => {}
+                Err(e) => self.finish(st, Err(e)),
+            }
+        }
     }
 
     fn take(o: &mut Outcome) -> Result<()> {
@@ -605,52 +647,32 @@ impl ReqInner {
     }
 
     /// Waits until done or `deadline`; `None` on timeout (the request keeps running). Polls
-    /// for a short while first ([`SPIN`]), then blocks on the streams (or events) in slices.
+    /// the completion flags for a short while first ([`SPIN`]), then blocks on the streams
+    /// outside the request's lock ([`ReqInner::block`]).
     pub(crate) fn wait(&self, deadline: Option<Instant>) -> Option<Result<()>> {
         // Completion flags only: the blocking wait below asks the streams.
         spin_until(|| self.observe(false) == Some(true));
+        let until = match (deadline, self.stall_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let mut st = self.state.lock();
         loop {
-            let mut st = self.state.lock();
-            match &mut *st {
-                ReqState::Done(o) => {
-                    let r = Self::take(o);
-                    drop(st);
-                    self.flush();
-                    return Some(r);
-                }
-                ReqState::Pending(p) => {
-                    let now = Instant::now();
-                    let until = match (deadline, self.stall_deadline()) {
-                        (Some(a), Some(b)) => Some(a.min(b)),
-                        (a, b) => a.or(b),
-                    };
-                    let slice = match until {
-                        Some(d) => SLICE.min(d.saturating_duration_since(now)),
-                        None => SLICE,
-                    };
-                    match p.wait_done(slice) {
-                        Ok(true) => {
-                            let r = p.sync_streams();
-                            self.finish(&mut st, r);
-                            continue;
-                        }
-                        Ok(false) => {}
-                        Err(e) => {
-                            self.finish(&mut st, Err(e));
-                            continue;
-                        }
-                    }
-                    let now = Instant::now();
-                    if let Some(e) = self.stalled(now) {
-                        self.finish(&mut st, Err(e));
-                        continue;
-                    }
-                    if deadline.is_some_and(|d| now >= d) {
-                        return None;
-                    }
-                }
+            if let ReqState::Done(o) = &mut *st {
+                let r = Self::take(o);
+                drop(st);
+                self.flush();
+                return Some(r);
             }
-            MutexGuard::unlock_fair(st);
+            let now = Instant::now();
+            if let Some(e) = self.stalled(now) {
+                self.finish(&mut st, Err(e));
+                continue;
+            }
+            if deadline.is_some_and(|d| now >= d) {
+                return None;
+            }
+            self.block(&mut st, until);
         }
     }
 

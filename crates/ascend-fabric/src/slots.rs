@@ -23,7 +23,9 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use ascend_mem::acl;
-use ascend_mem::{Device, Event, FailureMode, PinnedWords, StreamFlags, StreamLease, StreamPool};
+use ascend_mem::{
+    Device, Event, FailureMode, PinnedWords, StreamFlags, StreamLease, StreamPool, StreamWaiter,
+};
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -47,7 +49,7 @@ const SYNC_TIMEOUTS: [i32; 2] = [
     acl::ACL_ERROR_RT_EVENT_SYNC_TIMEOUT,
 ];
 
-/// Shortest wait given to the runtime (its waits take whole milliseconds).
+/// Shortest wait asked of the runtime (its waits take whole milliseconds).
 const MIN_WAIT: Duration = Duration::from_millis(1);
 
 /// What an engine has learned about completion flags, shared by its slots.
@@ -70,6 +72,42 @@ fn unsupported(e: &ascend_mem::Error) -> bool {
 /// The indices of the streams that bit set `used` names, among `n`.
 fn used_streams(n: usize, used: u32) -> impl Iterator<Item = usize> {
     (0..n).filter(move |i| used & (1 << i) != 0)
+}
+
+/// Streams a waiter blocks on, one blocking call each with the time left, as HIXL's
+/// synchronous transfer does; made by [`Slot::waits`] under the request's lock and waited on
+/// outside it.
+pub(crate) struct StreamWaits(Vec<StreamWaiter>);
+
+impl StreamWaits {
+    /// Waits for each stream in turn until `until` (no limit: `None`). True when all are
+    /// idle; false when time ran out first. A copy's failure (or an abort of the streams by
+    /// someone failing the request meanwhile) is the error.
+    pub(crate) fn wait(&self, until: Option<Instant>) -> Result<bool> {
+        for w in &self.0 {
+            let r = match until {
+                None => w.synchronize(),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(false);
+                    }
+                    // The runtime waits whole milliseconds: never ask it for none.
+                    w.synchronize_timeout(left.max(MIN_WAIT))
+                }
+            };
+            match r {
+                Ok(()) => {}
+                // Only the wait running out: a copy's own timeout (a task timeout) is its
+                // failure, which a stream reports once.
+                Err(e) if e.code().is_some_and(|c| SYNC_TIMEOUTS.contains(&c.0)) => {
+                    return Ok(false)
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(true)
+    }
 }
 
 /// How a slot learns that the copies queued on its streams are done.
@@ -186,34 +224,18 @@ impl Slot {
         hit
     }
 
-    /// Waits up to `slice` for the used streams' marks; true when all are reached or every
-    /// stream short of its flag is idle ([`Slot::sync_streams`] then tells why). Less than
-    /// [`MIN_WAIT`] left asks without waiting (a runtime wait takes whole milliseconds).
-    pub(crate) fn wait_done(&mut self, used: u32, slice: Duration) -> Result<bool> {
-        let until = Instant::now() + slice;
-        for i in used_streams(self.streams.len(), used) {
-            let left = until.saturating_duration_since(Instant::now());
-            let r = match &self.marks {
-                Marks::Flags { words, seq } if Self::flagged(words, *seq, i, &self.flags) => {
-                    continue
-                }
-                Marks::Flags { .. } if left < MIN_WAIT => Ok(self.streams[i].is_complete()?),
-                Marks::Flags { .. } => self.streams[i].synchronize_timeout(left).map(|()| true),
-                Marks::Events(events) if left < MIN_WAIT => Ok(events[i].is_complete()?),
-                Marks::Events(events) => events[i].synchronize_timeout(left).map(|()| true),
-            };
-            match r {
-                Ok(true) => {}
-                Ok(false) => return Ok(false),
-                // Only the wait running out: a copy's own timeout (a task timeout) is its
-                // failure, which a stream reports once.
-                Err(e) if e.code().is_some_and(|c| SYNC_TIMEOUTS.contains(&c.0)) => {
-                    return Ok(false)
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(true)
+    /// What a waiter blocks on, outside the request's lock: the used streams whose flag is
+    /// not there yet (every used stream, with events: a stream idle past its event is past
+    /// its copies too).
+    pub(crate) fn waits(&self, used: u32) -> StreamWaits {
+        let ws = used_streams(self.streams.len(), used)
+            .filter(|&i| match &self.marks {
+                Marks::Flags { words, seq } => !Self::flagged(words, *seq, i, &self.flags),
+                Marks::Events(_) => true,
+            })
+            .map(|i| self.streams[i].waiter())
+            .collect();
+        StreamWaits(ws)
     }
 
     /// Whether every used stream's mark is reached (or a stream short of its flag is idle),

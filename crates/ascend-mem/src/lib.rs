@@ -226,7 +226,7 @@ pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDL
 pub use spec::{Location, MemAttr, MemKind, MemSpec};
 pub use stream::{
     BatchCopy, Event, EventFlags, FailureMode, Stream, StreamFlags, StreamLease, StreamPool,
-    ValueWord, WaitCmp,
+    StreamWaiter, ValueWord, WaitCmp,
 };
 pub use table::{MappingTable, TableCopy};
 pub use typed::TypedSlice;

@@ -35,3 +35,4 @@ mod teardown;
 mod threads;
 mod transfer;
 mod unmap_failure;
+mod waits;

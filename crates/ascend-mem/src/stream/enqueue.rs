@@ -16,10 +16,11 @@ use std::sync::Arc;
 
 use acl::AclLib;
 
+use super::waiter::WaitGate;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
-use crate::ffi::{OwnedStream, StreamRef};
+use crate::ffi::{OwnedStream, RawHandle, StreamRef};
 use crate::pinned::PinnedInner;
 use crate::vmm::{memcpy_kind, MapInner, MappingSlice};
 
@@ -84,6 +85,8 @@ impl BatchFailure {
 pub(crate) struct StreamQueue {
     raw: Option<OwnedStream>,
     keep: Vec<Keep>,
+    /// The handle as its waiters see it, closed before the stream is destroyed.
+    gate: Arc<WaitGate>,
 }
 
 impl StreamQueue {
@@ -92,10 +95,18 @@ impl StreamQueue {
     /// # Errors
     /// As [`ffi::stream::create`].
     pub(crate) fn create(lib: &AclLib, priority: u32, flags: u32) -> Result<StreamQueue> {
+        let raw = ffi::stream::create(lib, priority, flags)?;
+        let gate = WaitGate::new(RawHandle::new(raw.as_raw()));
         Ok(StreamQueue {
-            raw: Some(ffi::stream::create(lib, priority, flags)?),
+            raw: Some(raw),
             keep: Vec::new(),
+            gate,
         })
+    }
+
+    /// The gate a [`StreamWaiter`](super::StreamWaiter) waits through.
+    pub(crate) fn gate(&self) -> &Arc<WaitGate> {
+        &self.gate
     }
 
     /// The raw handle (null once destroyed).
@@ -200,6 +211,8 @@ impl StreamQueue {
         let Some(raw) = self.raw.take() else {
             return Ok(());
         };
+        // No waiter's call may reach C with the handle once it is destroyed.
+        let shared = self.gate.close();
         match ffi::stream::destroy(lib, raw) {
             Ok(()) => {
                 // Its work is done, so nothing queued on it still uses the memory `keep` holds.
@@ -207,6 +220,9 @@ impl StreamQueue {
                 Ok(())
             }
             Err((e, raw)) => {
+                if let Some(h) = shared {
+                    self.gate.reopen(h);
+                }
                 self.raw = Some(raw);
                 Err(e)
             }

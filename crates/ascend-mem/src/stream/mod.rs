@@ -13,7 +13,8 @@
 //! stream's queue of device work: the live stream, what its work keeps alive, and the calls
 //! that queue it), [`event`] (events and
 //! waiting on them), [`copy`] (async copies and fills), [`pool`] (leased streams), [`value`]
-//! (stream-ordered value writes and waits), [`batch`] (batched async copies).
+//! (stream-ordered value writes and waits), [`batch`] (batched async copies), [`waiter`] (waiting on
+//! a stream from a thread that does not own it).
 
 mod batch;
 mod copy;
@@ -22,6 +23,7 @@ mod event;
 mod pool;
 mod queue;
 mod value;
+mod waiter;
 
 pub use batch::BatchCopy;
 pub(crate) use enqueue::{BatchFailure, StreamQueue, BATCH_API, EACH_API};
@@ -29,3 +31,4 @@ pub use event::{Event, EventFlags};
 pub use pool::{StreamLease, StreamPool};
 pub use queue::{FailureMode, Stream, StreamFlags};
 pub use value::{ValueWord, WaitCmp};
+pub use waiter::StreamWaiter;

@@ -21,6 +21,7 @@ mod npu_vmm;
 mod pinned_words;
 mod sharing;
 mod stream_values;
+mod stream_waiter;
 mod streams;
 mod table_batches;
 mod tables;
