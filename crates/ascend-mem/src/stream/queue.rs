@@ -209,6 +209,8 @@ impl Stream {
     /// An `aclrtSynchronizeStream` failure (a failed or aborted task) or an
     /// `aclrtDestroyStream` failure.
     #[doc(alias = "aclrtDestroyStream")]
+    // The error hands the stream back, as every `close` of this crate does.
+    #[allow(clippy::result_large_err)]
     pub fn close(mut self) -> std::result::Result<(), CloseError<Stream>> {
         let _span = tracing::debug_span!("destroy_stream", dev = self.dev.id()).entered();
         let lib = self.dev.lib();
