@@ -205,6 +205,7 @@ pub use engine::Engine;
 pub use error::{Error, LostReason, Result, Side};
 pub use future::{Connect, Post, Transfer};
 pub use options::{EngineAddr, EngineOptions, EngineOptionsBuilder, OptionError};
+pub use plan::SUBMIT_THREAD_MIN_COPIES;
 pub use pool::SLOT as POOL_SLOT;
 pub use prepared::{LocalBlocks, RemoteBlocks, SegmentRef};
 pub use queue::{Completion, CompletionQueue, Next};

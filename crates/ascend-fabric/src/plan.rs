@@ -2,7 +2,7 @@
 //! every descriptor into pieces that each lie in one local and one remote segment, and the
 //! dealing of those pieces, as table copies, to the streams of a slot.
 
-use ascend_mem::{MappingTable, TableCopy};
+use ascend_mem::{MappingTable, StreamLease, TableCopy};
 
 use crate::error::{Error, Result, Side};
 use crate::ranges::{RangeError, RangeMap};
@@ -265,46 +265,152 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Strea
     batches
 }
 
+/// Copies a stream is given at a time when a transfer's copies are queued: the streams are
+/// served in turn, a few copies each (HIXL alternates copy by copy), so each stream's worker
+/// starts early and a submitter and one worker do not contend for the same queue through a
+/// whole batch.
+pub(crate) const DEAL_RUN: usize = 8;
+
+/// Fewest copies per submitting thread for a transfer to use more than one (below it the
+/// calling thread queues them all: starting a helper costs tens of microseconds).
+pub const SUBMIT_THREAD_MIN_COPIES: usize = 64;
+
+/// How a transfer's copies are queued: the copy calls (host-device runs batched unless
+/// `batch` is off, see [`ascend_mem::Stream::copy_table_async`]) and the threads queuing
+/// them.
+#[derive(Copy, Clone, Debug)]
+pub(crate) struct IssueMode {
+    pub(crate) write: bool,
+    pub(crate) batch: bool,
+    /// `EngineOptions::submit_threads`.
+    pub(crate) threads: usize,
+}
+
 /// Queues each stream's batch of `batches` on the slot's streams, addressed in the peer's
 /// imports (`remote`) and the local segments (`local`): the one place copies reach the
-/// runtime (host-device runs batched unless `batch` is off, see
-/// [`ascend_mem::Stream::copy_table_async`]).
-/// Returns the first failure, a copy the runtime refused as [`Error::CopyRefused`] naming
-/// its descriptor (streams that got work are marked used in `slot`, so what was queued
-/// before it is aborted with the request).
+/// runtime. The streams are served in turn, [`DEAL_RUN`] copies at a time; with
+/// `mode.threads` above 1 (and enough copies), the streams are shared among that many
+/// threads, the calling one first, each serving its own streams in turn.
+/// Returns the first failure (by stream), a copy the runtime refused as
+/// [`Error::CopyRefused`] naming its descriptor (streams that got work are marked used in
+/// `slot`, so what was queued before it is aborted with the request).
 pub(crate) fn issue(
     slot: &mut SlotGuard,
     batches: &[StreamBatch],
     (remote, local): (&MappingTable, &MappingTable),
-    write: bool,
-    batch: bool,
+    mode: IssueMode,
 ) -> Option<Error> {
-    let (dst, src) = if write {
+    let tables = if mode.write {
         (remote, local)
     } else {
         (local, remote)
     };
-    for (i, b) in batches.iter().enumerate() {
-        if b.copies.is_empty() {
-            continue;
-        }
-        let s = slot.stream(i);
-        let r = if batch {
-            s.copy_table_async(dst, src, &b.copies)
-        } else {
-            s.copy_table_each_async(dst, src, &b.copies)
-        };
-        if let Err(e) = r {
-            return Some(match &e {
-                ascend_mem::Error::BatchCopy { copy, .. } => Error::CopyRefused {
-                    index: b.descs.get(*copy).map_or(usize::MAX, |&d| d as usize),
-                    source: e,
-                },
-                _ => e.into(),
-            });
+    let copies: usize = batches.iter().map(|b| b.copies.len()).sum();
+    let threads = mode
+        .threads
+        .min(copies / SUBMIT_THREAD_MIN_COPIES)
+        .clamp(1, batches.len().max(1));
+    let used = batches
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| !b.copies.is_empty())
+        .fold(0u32, |m, (i, _)| m | 1 << i);
+    let streams = slot.streams_mut(used);
+    if threads == 1 {
+        let mut all: Vec<_> = streams.iter_mut().enumerate().collect();
+        return serve(&mut all, batches, tables, mode.batch)
+            .err()
+            .map(|(_, e)| e);
+    }
+    // Stream i goes to thread i % threads.
+    let mut groups: Vec<Vec<(usize, &mut StreamLease)>> =
+        (0..threads).map(|_| Vec::new()).collect();
+    for (i, s) in streams.iter_mut().enumerate() {
+        groups[i % threads].push((i, s));
+    }
+    let mut groups = groups.into_iter();
+    let mut mine = groups.next().unwrap_or_default();
+    let mut errs: Vec<(usize, Error)> = std::thread::scope(|t| {
+        let helpers: Vec<_> = groups
+            .map(|mut g| t.spawn(move || serve(&mut g, batches, tables, mode.batch)))
+            .collect();
+        let first = serve(&mut mine, batches, tables, mode.batch);
+        std::iter::once(Ok(first))
+            .chain(helpers.into_iter().map(|h| h.join()))
+            .filter_map(|r| match r {
+                Ok(r) => r.err(),
+                Err(panic) => std::panic::resume_unwind(panic),
+            })
+            .collect()
+    });
+    errs.sort_by_key(|(i, _)| *i);
+    errs.into_iter().next().map(|(_, e)| e)
+}
+
+/// Queues the batches of `streams` (stream index, stream), serving them in turn
+/// [`DEAL_RUN`] copies at a time (a batch of host-device copies whole, when batching is on:
+/// one batch call); stops at a stream's first failure, returned with the stream's index.
+fn serve(
+    streams: &mut [(usize, &mut StreamLease)],
+    batches: &[StreamBatch],
+    (dst, src): (&MappingTable, &MappingTable),
+    batch: bool,
+) -> Result<(), (usize, Error)> {
+    // A stream's host-device batch goes whole: it is one batch call (one stream task).
+    let whole = |b: &StreamBatch| {
+        batch
+            && b.copies
+                .first()
+                .is_some_and(|c| dst.is_host(c.dst) != src.is_host(c.src))
+    };
+    let runs: Vec<usize> = streams
+        .iter()
+        .map(|(i, _)| {
+            let b = &batches[*i];
+            if whole(b) {
+                b.copies.len().max(1)
+            } else {
+                DEAL_RUN
+            }
+        })
+        .collect();
+    let rounds = streams
+        .iter()
+        .zip(&runs)
+        .map(|((i, _), run)| batches[*i].copies.len().div_ceil(*run))
+        .max()
+        .unwrap_or(0);
+    for r in 0..rounds {
+        for ((i, s), &n) in streams.iter_mut().zip(&runs) {
+            let b = &batches[*i];
+            let at = r * n;
+            let run = b.copies.get(at..b.copies.len().min(at + n)).unwrap_or(&[]);
+            if run.is_empty() {
+                continue;
+            }
+            let q = if batch {
+                s.copy_table_async(dst, src, run)
+            } else {
+                s.copy_table_each_async(dst, src, run)
+            };
+            if let Err(e) = q {
+                return Err((*i, refused(e, &b.descs[at..])));
+            }
         }
     }
-    None
+    Ok(())
+}
+
+/// The engine's error for `e`, a failure queuing copies whose descriptors (from the first
+/// copy of the call on) are `descs`: a copy the runtime refused names its descriptor.
+fn refused(e: ascend_mem::Error, descs: &[u32]) -> Error {
+    match &e {
+        ascend_mem::Error::BatchCopy { copy, .. } => Error::CopyRefused {
+            index: descs.get(*copy).map_or(usize::MAX, |&d| d as usize),
+            source: e,
+        },
+        _ => e.into(),
+    }
 }
 
 #[cfg(test)]

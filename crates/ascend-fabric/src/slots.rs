@@ -626,15 +626,15 @@ impl SlotGuard {
         self.slot.as_ref().map_or(0, Slot::streams)
     }
 
-    /// Stream `i`, marked used first: work queued on it, even part of it, is aborted if the
-    /// guard drops.
-    pub(crate) fn stream(&mut self, i: usize) -> &mut StreamLease {
-        self.used |= 1 << i;
+    /// The slot's streams, those of bit set `used` marked used first: work queued on them,
+    /// even part of it, is aborted if the guard drops.
+    pub(crate) fn streams_mut(&mut self, used: u32) -> &mut [StreamLease] {
+        self.used |= used;
         let slot = self
             .slot
             .as_mut()
             .expect("a guard holds its slot until consumed");
-        &mut slot.streams[i]
+        &mut slot.streams
     }
 
     /// The slot, the streams that got work, and the pool it goes back to.
@@ -682,13 +682,13 @@ mod tests {
         // Dropped with a stream marked used: aborted and destroyed, room for a new one.
         let mut g = SlotGuard::acquire(&pool, None).unwrap();
         assert_eq!((g.streams(), free(&pool)), (2, 0));
-        let _ = g.stream(1);
+        let _ = g.streams_mut(1 << 1);
         drop(g);
         assert_eq!((pool.created(), free(&pool)), (0, 0));
 
         // Handed on: the holder returns it, the guard does nothing more.
         let mut g = SlotGuard::acquire(&pool, None).unwrap();
-        let _ = g.stream(0);
+        let _ = g.streams_mut(1);
         let (slot, used, back) = g.into_parts();
         assert_eq!((used, pool.created(), free(&pool)), (0b01, 1, 0));
         back.release(slot);

@@ -60,14 +60,8 @@ impl Engine {
             plan::mark_remote(&pieces, segs);
             let ltab = reg.table(&inner.dev)?;
             let batches = plan::deal(pieces, slot.streams(), write);
-            let batch = self.options().batch_copies;
-            Ok(plan::issue(
-                slot,
-                &batches,
-                (&rem.table, ltab),
-                write,
-                batch,
-            ))
+            let mode = self.issue_mode(write);
+            Ok(plan::issue(slot, &batches, (&rem.table, ltab), mode))
         };
         let again = match &slot_from {
             SlotFrom::Acquire(d) => Some(SlotFrom::Acquire(*d)),
@@ -157,6 +151,16 @@ impl Engine {
             inner.progress.watch(&req);
         }
         Ok(req)
+    }
+
+    /// How this engine queues a transfer's copies (see [`plan::issue`]).
+    pub(crate) fn issue_mode(&self, write: bool) -> plan::IssueMode {
+        let o = self.options();
+        plan::IssueMode {
+            write,
+            batch: o.batch_copies,
+            threads: o.submit_threads as usize,
+        }
     }
 
     /// The deadline of a synchronous transfer given `timeout` from now; a timeout too long

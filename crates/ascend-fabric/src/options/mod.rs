@@ -198,6 +198,15 @@ pub struct EngineOptions {
     /// Off: one `aclrtMemcpyAsync` per copy, as HIXL issues them, for a runtime whose batch
     /// call refuses the engine's copies (for example their memory locations).
     pub batch_copies: bool,
+    /// Threads that submit a transfer's copies (1..=`task_stream_num`, default 1): with more
+    /// than one, the slot's streams are shared among that many threads, the calling one
+    /// among them, each queuing its streams' copies. For a runtime whose host cost per copy
+    /// call (microseconds on an A3 host path) makes one submitting thread the bound of a
+    /// transfer of many small copies. The helpers are started per transfer (tens of
+    /// microseconds each), and only for a transfer of at least
+    /// [`SUBMIT_THREAD_MIN_COPIES`](crate::SUBMIT_THREAD_MIN_COPIES) copies per thread; the
+    /// others are submitted by the calling thread alone.
+    pub submit_threads: u32,
 }
 
 pub(crate) const TB: usize = 1 << 40;
@@ -215,6 +224,7 @@ impl Default for EngineOptions {
             allowed_peers: None,
             session_heartbeat_timeout: Some(Duration::from_secs(120)),
             batch_copies: true,
+            submit_threads: 1,
         }
     }
 }
@@ -311,6 +321,13 @@ impl EngineOptionsBuilder {
         self
     }
 
+    /// Threads submitting a transfer's copies (default 1); see
+    /// [`EngineOptions::submit_threads`].
+    pub fn submit_threads(mut self, n: u32) -> Self {
+        self.opts.submit_threads = n;
+        self
+    }
+
     /// Checks the values and returns the options.
     ///
     /// # Errors
@@ -342,6 +359,16 @@ impl EngineOptions {
                 "task_stream_num",
                 o.task_stream_num.to_string(),
                 "must be in 1..=8",
+            ));
+        }
+        if !(1..=o.task_stream_num).contains(&o.submit_threads) {
+            return Err(invalid(
+                "submit_threads",
+                o.submit_threads.to_string(),
+                format!(
+                    "must be in 1..=task_stream_num ({}): a thread per stream at most",
+                    o.task_stream_num
+                ),
             ));
         }
         if o.pool_capacity == 0 {

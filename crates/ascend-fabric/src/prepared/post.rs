@@ -148,8 +148,7 @@ impl Engine {
             plan::mark_remote(&pieces, segs);
             let batches = plan::deal(pieces, slot.streams(), write);
             let tables = (&rem.table, &local.table);
-            let batch = self.options().batch_copies;
-            Ok(plan::issue(slot, &batches, tables, write, batch))
+            Ok(plan::issue(slot, &batches, tables, self.issue_mode(write)))
         })
     }
 }

@@ -31,6 +31,7 @@ mod revocation;
 mod sessions;
 mod spans;
 mod stall;
+mod submit_threads;
 mod teardown;
 mod threads;
 mod transfer;

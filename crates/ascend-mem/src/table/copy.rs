@@ -87,20 +87,53 @@ impl Stream {
     ) -> Result<()> {
         self.same_runtime(&dst.inner.dev, "aclrtMemcpyAsync (table batch) dst")?;
         self.same_runtime(&src.inner.dev, "aclrtMemcpyAsync (table batch) src")?;
-        let (d, s) = (&*dst.inner, &*src.inner);
-        let mut any = false;
-        for (i, c) in copies.iter().enumerate() {
-            d.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len)?;
-            s.addr(i, CopySide::Src, c.src, c.src_offset, c.len)?;
-            any |= c.len != 0;
-        }
-        if !any {
+        let Some(checked) = Checked::new(&dst.inner, &src.inner, copies)? else {
             return Ok(());
-        }
+        };
         self.dev.enter()?;
         self.queue
-            .enqueue_table_copies(self.dev.lib(), &dst.inner, &src.inner, copies, batch)
+            .enqueue_table_copies(self.dev.lib(), checked, batch)
             .map_err(|f| f.into_error(Some))
+    }
+}
+
+/// Copies between entries of two tables whose every range was checked to lie inside its
+/// entry: made only by [`Checked::new`], which does the check, so queuing them needs none.
+pub(crate) struct Checked<'a> {
+    dst: &'a Arc<TableInner>,
+    src: &'a Arc<TableInner>,
+    copies: &'a [TableCopy],
+}
+
+impl<'a> Checked<'a> {
+    /// Checks every copy of `copies` (entry and range, on both sides); `None` when none has
+    /// bytes to copy.
+    ///
+    /// # Errors
+    /// [`Error::NoTableEntry`](crate::Error::NoTableEntry) or
+    /// [`Error::TableRange`](crate::Error::TableRange) naming the first copy outside its
+    /// table.
+    pub(crate) fn new(
+        dst: &'a Arc<TableInner>,
+        src: &'a Arc<TableInner>,
+        copies: &'a [TableCopy],
+    ) -> Result<Option<Checked<'a>>> {
+        let mut any = false;
+        for (i, c) in copies.iter().enumerate() {
+            dst.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len)?;
+            src.addr(i, CopySide::Src, c.src, c.src_offset, c.len)?;
+            any |= c.len != 0;
+        }
+        Ok(any.then_some(Checked { dst, src, copies }))
+    }
+
+    /// The (destination, source) addresses of copy `c` (checked when this value was made).
+    #[inline]
+    fn addrs(&self, c: &TableCopy) -> (usize, usize) {
+        (
+            self.dst.spans[c.dst].0 + c.dst_offset,
+            self.src.spans[c.src].0 + c.src_offset,
+        )
     }
 }
 
@@ -138,14 +171,15 @@ struct Run {
 }
 
 impl Run {
-    /// An empty run with room for `n` copies.
-    fn with_capacity(n: usize) -> Run {
+    /// An empty run (allocating only once a batchable copy comes: copies between two
+    /// device-side entries never make one).
+    fn new() -> Run {
         Run {
             way: None,
-            dsts: Vec::with_capacity(n),
-            srcs: Vec::with_capacity(n),
-            sizes: Vec::with_capacity(n),
-            index: Vec::with_capacity(n),
+            dsts: Vec::new(),
+            srcs: Vec::new(),
+            sizes: Vec::new(),
+            index: Vec::new(),
         }
     }
 
@@ -167,37 +201,29 @@ impl Run {
 }
 
 impl StreamQueue {
-    /// Queues each non-empty copy between entries of `dst` and `src`, in order (with `batch`,
-    /// runs of host-to-device or device-to-host copies as one batch call each), keeping each
-    /// table once, before the first copy, so the copies queued ahead of a failure are covered
-    /// too.
+    /// Queues each non-empty copy of `checked`, in order (with `batch`, runs of host-to-device
+    /// or device-to-host copies as one batch call each), keeping each table once, before the
+    /// first copy, so the copies queued ahead of a failure are covered too.
     ///
     /// # Errors
-    /// [`Error::NoTableEntry`] or [`Error::TableRange`] for a copy outside its table (the
-    /// copies before it stay queued: check them all first); the batch call's refusal of one
-    /// copy (its index in `copies`; a refusal of the whole run is retried one copy at a time);
-    /// an `aclrtMemcpyAsync` failure, with the index of its copy (the copies before it stay
-    /// queued).
+    /// The batch call's refusal of one copy (its index in the copies; a refusal of the whole
+    /// run is retried one copy at a time); an `aclrtMemcpyAsync` failure, with the index of its
+    /// copy (the copies before it stay queued).
     #[allow(unsafe_code)]
     pub(crate) fn enqueue_table_copies(
         &mut self,
         lib: &AclLib,
-        dst: &Arc<TableInner>,
-        src: &Arc<TableInner>,
-        copies: &[TableCopy],
+        checked: Checked<'_>,
         batch: bool,
     ) -> std::result::Result<(), BatchFailure> {
+        let (dst, src, copies) = (checked.dst, checked.src, checked.copies);
         self.keep_other(dst.clone());
         if !Arc::ptr_eq(dst, src) {
             self.keep_other(src.clone());
         }
-        let mut run = Run::with_capacity(copies.len());
+        let mut run = Run::new();
         for (i, c) in copies.iter().enumerate().filter(|(_, c)| c.len != 0) {
-            let to = dst.addr(i, CopySide::Dst, c.dst, c.dst_offset, c.len);
-            let from = src.addr(i, CopySide::Src, c.src, c.src_offset, c.len);
-            let (to, from) = to
-                .and_then(|t| Ok((t, from?)))
-                .map_err(|e| BatchFailure::new(e, EACH_API, None))?;
+            let (to, from) = checked.addrs(c);
             let w = if batch {
                 way(dst.host[c.dst], src.host[c.src])
             } else {
@@ -215,7 +241,7 @@ impl StreamQueue {
                 let s = self
                     .live()
                     .map_err(|e| BatchFailure::new(e, EACH_API, None))?;
-                // SAFETY: both ranges lie inside entries of the tables (checked just above),
+                // SAFETY: both ranges lie inside entries of the tables (`Checked` proves it),
                 // whose mappings the tables own; the tables kept above keep them mapped until
                 // the stream is synchronized past this copy or destroyed.
                 unsafe { copy_one(lib, to, from, c.len, s) }

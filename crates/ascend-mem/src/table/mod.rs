@@ -162,6 +162,12 @@ impl MappingTable {
         m.slice(start..start + len).ok()
     }
 
+    /// Whether entry `index` is host DRAM (what decides whether a copy can be batched, see
+    /// [`Stream::copy_table_async`]), or `None` past the end.
+    pub fn is_host(&self, index: usize) -> Option<bool> {
+        self.inner.host.get(index).copied()
+    }
+
     /// The device the table was made on.
     pub fn device(&self) -> &Device {
         &self.inner.dev
