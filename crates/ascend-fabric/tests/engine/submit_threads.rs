@@ -50,7 +50,7 @@ fn assert_scattered(remote: &[u8], local: &[u8]) {
 
 #[test]
 fn several_submitters_queue_every_copy_once() {
-    assert!(N / 4 >= ascend_fabric::SUBMIT_THREAD_MIN_COPIES);
+    const { assert!(N / 4 >= ascend_fabric::SUBMIT_THREAD_MIN_COPIES) };
     let _env = setup();
     for threads in [2, 4] {
         let p = Pair::new(LEN, threaded(threads), true);
