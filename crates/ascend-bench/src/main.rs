@@ -71,6 +71,7 @@
 
 mod cancel;
 mod collectives;
+mod hixl;
 mod peer;
 mod progress;
 mod report;
@@ -93,6 +94,7 @@ pub(crate) type Res<T> = Result<T, BoxError>;
 enum Mode {
     Transfer,
     Translate,
+    Hixl,
     Collectives,
     All,
     Soak,
@@ -103,6 +105,10 @@ enum Mode {
 pub(crate) struct Args {
     mode: Mode,
     pub(crate) quick: bool,
+    /// The HIXL-shaped table's emulated host cost per runtime copy call, ns.
+    pub(crate) call_ns: u64,
+    /// The HIXL-shaped table's submitter count besides 1.
+    pub(crate) submit_threads: u32,
     pub(crate) out: PathBuf,
     soak: soak::SoakArgs,
 }
@@ -120,8 +126,12 @@ struct Cli {
 enum Cmd {
     /// Engine WRITE/READ between two processes against memcpy (and UCX).
     Transfer(RunOpts),
-    /// Host-side cost of a descriptor with 1 and 10,000 remote segments.
+    /// Host-side cost of a descriptor with 1 and 10,000 remote segments, against the runtime
+    /// floor.
     Translate(RunOpts),
+    /// HIXL's benchmark shape (16 KiB-2 MiB, D2rD/D2rH/rH2D, contig and scatter) and the
+    /// caller CPU of a synchronous wait against one blocking synchronize per stream.
+    Hixl(RunOpts),
     /// AllGather and AllReduce with symmetric windows against staged.
     Collectives(RunOpts),
     /// Everything above, then the RESULT line.
@@ -139,6 +149,13 @@ struct RunOpts {
     /// Where the CSV files and the plot go.
     #[arg(long, value_name = "DIR", default_value = "target/bench")]
     out: PathBuf,
+    /// HIXL-shaped table: host time the client's emulator charges per runtime copy call
+    /// (`ASCEND_SIM_CALL_NS`; HIXL's published A3 host path is about 5,700 ns per copy).
+    #[arg(long, value_name = "NS", default_value_t = 0)]
+    call_ns: u64,
+    /// HIXL-shaped table: also measure with this many submitting threads (1..=streams).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=8))]
+    submit_threads: u32,
 }
 
 #[derive(Debug, clap::Args)]
@@ -162,17 +179,22 @@ impl From<Cli> for Args {
         let run = |mode, o: RunOpts| Args {
             mode,
             quick: o.quick,
+            call_ns: o.call_ns,
+            submit_threads: o.submit_threads,
             out: o.out,
             soak: soak::SoakArgs::default(),
         };
         match cli.cmd {
             Cmd::Transfer(o) => run(Mode::Transfer, o),
             Cmd::Translate(o) => run(Mode::Translate, o),
+            Cmd::Hixl(o) => run(Mode::Hixl, o),
             Cmd::Collectives(o) => run(Mode::Collectives, o),
             Cmd::All(o) => run(Mode::All, o),
             Cmd::Soak(o) => Args {
                 mode: Mode::Soak,
                 quick: false,
+                call_ns: 0,
+                submit_threads: 1,
                 out: PathBuf::from("target/bench"),
                 soak: soak::SoakArgs {
                     seconds: o.seconds,
@@ -190,6 +212,7 @@ impl From<Cli> for Args {
 pub(crate) struct Results {
     pub(crate) transfer: Vec<transfer::Row>,
     pub(crate) translate: Vec<translate::Row>,
+    pub(crate) hixl: Option<hixl::Report>,
     pub(crate) collectives: Vec<collectives::Row>,
     pub(crate) ucx_note: Option<String>,
     pub(crate) rss: Option<transfer::RssReport>,
@@ -203,6 +226,7 @@ fn main() -> ExitCode {
     match std::env::var(peer::ROLE_VAR).as_deref() {
         Ok("peer") => return exit(peer::peer_main()),
         Ok("translate") => return exit(translate::client_main()),
+        Ok("hixl") => return exit(hixl::client_main()),
         Ok("inproc") => return exit(translate::inproc_main()),
         Ok("soak-peer") => return exit(soak::peer_main()),
         _ => {}
@@ -229,8 +253,10 @@ fn run(args: &Args) -> Res<()> {
     let do_t = matches!(args.mode, Mode::Transfer | Mode::All);
     let do_x = matches!(args.mode, Mode::Translate | Mode::All);
     let do_c = matches!(args.mode, Mode::Collectives | Mode::All);
+    let do_h = matches!(args.mode, Mode::Hixl | Mode::All);
     let steps = if do_t { transfer::steps(args) } else { 0 }
         + if do_x { translate::STEPS } else { 0 }
+        + if do_h { hixl::STEPS } else { 0 }
         + if do_c { collectives::STEPS } else { 0 };
     let pb = progress::bar(steps, "{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")?;
     let mut res = Results::default();
@@ -240,6 +266,9 @@ fn run(args: &Args) -> Res<()> {
     }
     if do_x {
         res.translate = translate::run(args, &pb)?;
+    }
+    if do_h {
+        res.hixl = Some(hixl::run(args, &pb)?);
     }
     if do_c {
         res.collectives = collectives::run(args, &pb)?;

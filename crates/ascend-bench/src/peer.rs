@@ -74,8 +74,22 @@ pub(crate) fn peer_main() -> Res<()> {
     } else {
         0
     };
+    // Optionally one host-DRAM segment too (the HIXL-shaped table's remote host memory).
+    let host_bytes = std::env::var("BENCH_HOST_BYTES").map_or(Ok(0), |v| v.parse::<usize>())?;
+    let host = match host_bytes {
+        0 => None,
+        n => {
+            let h = eng.alloc_host(n)?;
+            h.fill(0x3c)?;
+            let r = eng.register(&h)?;
+            Some((h, r))
+        }
+    };
     let mut out = std::io::stdout().lock();
-    writeln!(out, "READY {}", bufs[0].addr())?;
+    match &host {
+        Some((h, _)) => writeln!(out, "READY {} {}", bufs[0].addr(), h.addr())?,
+        None => writeln!(out, "READY {}", bufs[0].addr())?,
+    }
     out.flush()?;
     for line in std::io::stdin().lock().lines() {
         let line = line?;
@@ -92,6 +106,7 @@ pub(crate) fn peer_main() -> Res<()> {
         }
         out.flush()?;
     }
+    drop(host);
     drop(regs);
     drop(eng);
     Ok(())
@@ -213,6 +228,19 @@ impl Drop for ChildProc {
 /// Starts a peer offering `segs` buffers of `seg_bytes`, and waits until it is ready.
 /// Returns the process and the engine address to connect to.
 pub(crate) fn start_peer(segs: usize, seg_bytes: usize, touch: bool) -> Res<(ChildProc, String)> {
+    let (p, addr, _) = start_peer_with_host(segs, seg_bytes, touch, 0)?;
+    Ok((p, addr))
+}
+
+/// [`start_peer`] offering one host-DRAM segment of `host_bytes` too (none for 0); also
+/// returns the peer's addresses of its first device buffer and of the host segment, as the
+/// peer printed them (`READY <device> [<host>]`).
+pub(crate) fn start_peer_with_host(
+    segs: usize,
+    seg_bytes: usize,
+    touch: bool,
+    host_bytes: usize,
+) -> Res<(ChildProc, String, Vec<u64>)> {
     let port = crate::util::free_port()?;
     let mut p = ChildProc::spawn(
         "peer",
@@ -221,8 +249,16 @@ pub(crate) fn start_peer(segs: usize, seg_bytes: usize, touch: bool) -> Res<(Chi
             ("BENCH_SEGS", segs.to_string()),
             ("BENCH_SEG_BYTES", seg_bytes.to_string()),
             ("BENCH_TOUCH", u8::from(touch).to_string()),
+            ("BENCH_HOST_BYTES", host_bytes.to_string()),
         ],
     )?;
-    p.expect("READY")?;
-    Ok((p, format!("127.0.0.1:{port}")))
+    let ready = p.expect("READY")?;
+    let addrs = ready
+        .split_whitespace()
+        .map(|a| {
+            let hex = a.trim_start_matches("0x");
+            u64::from_str_radix(hex, 16).map_err(|e| format!("READY {ready:?}: {e}"))
+        })
+        .collect::<Result<Vec<u64>, _>>()?;
+    Ok((p, format!("127.0.0.1:{port}"), addrs))
 }

@@ -7,6 +7,7 @@ use ascend_fabric::TransferOp;
 use plotters::prelude::*;
 
 use crate::collectives::Coll;
+use crate::hixl::{Cell, Dir, BLOCKS};
 use crate::transfer::{Latency, Pattern, Row, SIZES};
 use crate::util::{fmt_opt, ratio, size_name};
 use crate::{Res, Results};
@@ -43,9 +44,11 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         coll(res, Coll::AllGather, true).map(|r| r.time.as_secs_f64()),
     );
     let prep = |n| row(n, false).and_then(|r| r.prepared_ns);
+    let floor = |n| row(n, false).map(|r| r.floor_ns);
     let host_raw = row(1, true).map(|r| r.submit_ns);
     let host_prep = row(1, true).and_then(|r| r.prepared_ns);
     let lat = res.latency;
+    let hixl = res.hixl.as_ref();
     let a2a = ratio(
         coll(res, Coll::AllToAll, false).map(|r| r.time.as_secs_f64()),
         coll(res, Coll::AllToAll, true).map(|r| r.time.as_secs_f64()),
@@ -62,6 +65,16 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         ("host_batched_vs_raw_submit", ratio(host_raw, tr(1))),
         ("host_prepared_vs_raw_submit", ratio(host_prep, host_raw)),
         ("walk_1MiB_vs_memcpy", walk(TransferOp::Write, 1 << 20)),
+        ("submit_vs_runtime_floor", ratio(tr(1), floor(1))),
+        ("submit_prepared_vs_runtime_floor", ratio(prep(1), floor(1))),
+        (
+            "submit_10k_vs_runtime_floor",
+            ratio(tr(10_000), floor(10_000)),
+        ),
+        (
+            "submit_prepared_10k_vs_runtime_floor",
+            ratio(prep(10_000), floor(10_000)),
+        ),
         ("repeat_4KiB_vs_ucx", ucx(4 << 10)),
         (
             "repeat_4KiB_host_vs_ucx",
@@ -81,6 +94,33 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         ),
         ("drop_1000_futures_ms", res.cancel.map(|c| c.drop_ms)),
         ("drop_vs_cancel", res.cancel.map(|c| c.drop_vs_cancel())),
+        (
+            "wait_cpu_vs_floor",
+            hixl.and_then(|h| h.wait_cpu)
+                .and_then(|(e, f)| ratio(Some(e.as_secs_f64()), Some(f.as_secs_f64()))),
+        ),
+        (
+            "hixl_16K_D2rD_scatter_threads_vs_1",
+            hixl.and_then(|h| {
+                let t = h.max_threads();
+                let at = |n| {
+                    h.cell(Dir::D2rD, true, 16 << 10, n)
+                        .map(|c| c.step.as_secs_f64())
+                };
+                (t > 1).then(|| ratio(at(1), at(t))).flatten()
+            }),
+        ),
+        (
+            "hixl_min_vs_memcpy",
+            hixl.and_then(|h| {
+                h.cells
+                    .iter()
+                    .filter(|c| c.threads == 1)
+                    .map(Cell::vs_memcpy)
+                    .reduce(f64::min)
+            }),
+        ),
+        ("hixl_call_ns", hixl.map(|h| h.call_ns as f64)),
     ]
 }
 
@@ -111,11 +151,14 @@ pub(crate) fn print_tables(res: &Results) {
     if !res.translate.is_empty() {
         print_translate(res);
     }
+    if let Some(h) = &res.hixl {
+        print_hixl(h);
+    }
     if !res.collectives.is_empty() {
         print_collectives(res);
     }
     for (k, v) in result_pairs(res) {
-        println!("{k:<30} {}", fmt_opt(v, 3));
+        println!("{k:<36} {}", fmt_opt(v, 3));
     }
 }
 
@@ -190,25 +233,78 @@ fn print_translate(res: &Results) {
         "translate: host-side cost per 4 KiB descriptor (batches of 1,024; deterministic streams)"
     );
     println!(
-        "{:>9} {:>6} {:>14} {:>14} {:>16} {:>9} {:>11}",
+        "{:>9} {:>6} {:>14} {:>14} {:>16} {:>13} {:>9} {:>11}",
         "segments",
         "local",
         "submit ns/desc",
         "total ns/desc",
         "prepared ns/desc",
+        "floor ns/desc",
         "descs",
         "connect s"
     );
     for r in &res.translate {
         println!(
-            "{:>9} {:>6} {:>14.1} {:>14.1} {:>16} {:>9} {:>11.3}",
+            "{:>9} {:>6} {:>14.1} {:>14.1} {:>16} {:>13.1} {:>9} {:>11.3}",
             r.segments,
             if r.host { "host" } else { "HBM" },
             r.submit_ns,
             r.total_ns,
             fmt_opt(r.prepared_ns, 1),
+            r.floor_ns,
             r.descs,
             r.connect.as_secs_f64()
+        );
+    }
+    println!(
+        "(floor: the same copies queued straight through ascend-mem's stream calls, one \
+         table batch per stream per 1,024 descriptors)"
+    );
+    println!();
+}
+
+/// The HIXL-shaped table: GB/s, over two-thread memcpy, and caller CPU per step.
+fn print_hixl(h: &crate::hixl::Report) {
+    println!(
+        "hixl: HIXL's benchmark shape, one synchronous transfer of the region per step, {} ns \
+         emulated host cost per runtime copy call; cells: GB/s (x two-thread memcpy) caller \
+         CPU ms/step",
+        h.call_ns
+    );
+    let mut threads: Vec<u32> = h.cells.iter().map(|c| c.threads).collect();
+    threads.sort_unstable();
+    threads.dedup();
+    print!("{:<22}", "dir layout threads");
+    for b in BLOCKS {
+        print!(" {:>24}", size_name(b));
+    }
+    println!();
+    for dir in Dir::ALL {
+        for scatter in [false, true] {
+            for &t in &threads {
+                let layout = if scatter { "scatter" } else { "contig" };
+                print!("{:<22}", format!("{} {layout} {t}", dir.name()));
+                for b in BLOCKS {
+                    let cell = h.cell(dir, scatter, b, t).map_or("-".into(), |c| {
+                        format!(
+                            "{:.2} (x{:.2}) {:.3}",
+                            c.gbs(),
+                            c.vs_memcpy(),
+                            c.cpu.as_secs_f64() * 1e3
+                        )
+                    });
+                    print!(" {cell:>24}");
+                }
+                println!();
+            }
+        }
+    }
+    if let Some((e, f)) = h.wait_cpu {
+        println!(
+            "wait: caller CPU per synchronous 1 MiB WRITE {:.1} us, floor (one blocking \
+             synchronize per stream) {:.1} us",
+            e.as_secs_f64() * 1e6,
+            f.as_secs_f64() * 1e6
         );
     }
     println!();
@@ -277,16 +373,17 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
     }
     if !res.translate.is_empty() {
         let mut s =
-            String::from("segments,local,submit_ns_per_desc,total_ns_per_desc,prepared_submit_ns_per_desc,descriptors,connect_s\n");
+            String::from("segments,local,submit_ns_per_desc,total_ns_per_desc,prepared_submit_ns_per_desc,floor_ns_per_desc,descriptors,connect_s\n");
         for r in &res.translate {
             let _ = writeln!(
                 s,
-                "{},{},{:.1},{:.1},{},{},{:.4}",
+                "{},{},{:.1},{:.1},{},{:.1},{},{:.4}",
                 r.segments,
                 if r.host { "host" } else { "hbm" },
                 r.submit_ns,
                 r.total_ns,
                 fmt_opt(r.prepared_ns, 1),
+                r.floor_ns,
                 r.descs,
                 r.connect.as_secs_f64()
             );
@@ -311,6 +408,29 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
             );
         }
         put("collectives.csv", s)?;
+    }
+    if let Some(h) = &res.hixl {
+        let mut s = String::from(
+            "dir,layout,block_bytes,submit_threads,call_ns,bytes,step_s,gbs,memcpy_s,vs_memcpy,caller_cpu_s\n",
+        );
+        for c in &h.cells {
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{},{:.6},{:.4},{:.6},{:.4},{:.6}",
+                c.dir.name(),
+                if c.scatter { "scatter" } else { "contig" },
+                c.block,
+                c.threads,
+                h.call_ns,
+                c.bytes,
+                c.step.as_secs_f64(),
+                c.gbs(),
+                c.memcpy.as_secs_f64(),
+                c.vs_memcpy(),
+                c.cpu.as_secs_f64()
+            );
+        }
+        put("hixl.csv", s)?;
     }
     let mut s = String::from("key,value\n");
     for (k, v) in result_pairs(res) {

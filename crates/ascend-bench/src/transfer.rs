@@ -197,11 +197,15 @@ fn memcpy_run(
                         let lo = (t * part).min(len);
                         let hi = ((t + 1) * part).min(len);
                         for &(so, d) in pairs {
-                            copy(src + so + lo, dst + d + lo, hi - lo);
+                            // SAFETY: the pairs lie inside the two live mappings of `b`,
+                            // mapped for the whole benchmark; the threads of one run write
+                            // disjoint destination ranges, and no transfer runs meanwhile.
+                            unsafe { copy(src + so + lo, dst + d + lo, hi - lo) };
                         }
                     } else {
                         for &(so, d) in pairs.iter().skip(t).step_by(n) {
-                            copy(src + so, dst + d, len);
+                            // SAFETY: as above.
+                            unsafe { copy(src + so, dst + d, len) };
                         }
                     }
                 }
@@ -210,11 +214,14 @@ fn memcpy_run(
     });
 }
 
-fn copy(src: Addr, dst: Addr, n: usize) {
-    // SAFETY: both ranges lie inside the two live mappings of `region` bytes (the local
-    // registered buffer and this process's mapping of the peer's), which stay mapped for the
-    // whole benchmark; the threads of one run write disjoint destination ranges, and no
-    // engine transfer runs at the same time.
+/// `memcpy` of `n` bytes between two mappings of this process.
+///
+/// # Safety
+/// Both ranges lie inside live mappings of this process (a benchmark's local registered
+/// buffer and its mapping of the peer's) that stay mapped during the call, they do not
+/// overlap, and nothing else writes the destination meanwhile.
+pub(crate) unsafe fn copy(src: Addr, dst: Addr, n: usize) {
+    // SAFETY: the caller's contract.
     unsafe { std::ptr::copy_nonoverlapping(src.as_ptr() as *const u8, dst.as_ptr() as *mut u8, n) };
 }
 
