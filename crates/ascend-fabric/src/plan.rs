@@ -2,6 +2,8 @@
 //! every descriptor into pieces that each lie in one local and one remote segment, and the
 //! dealing of those pieces, as table copies, to the streams of a slot.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use ascend_mem::{MappingTable, StreamLease, TableCopy};
 
 use crate::error::{Error, Result, Side};
@@ -114,10 +116,35 @@ fn translate_in<L, R>(
     let mut pieces: Vec<Piece> = Vec::with_capacity(descs.len());
     let mut lp: Vec<Span> = Vec::new();
     let mut rp: Vec<Span> = Vec::new();
+    // The local segment of the last descriptor that lay in one: most lie in the same.
+    let mut last: Option<usize> = None;
+    let segs = local.segments();
     for (index, d) in descs.iter().enumerate() {
+        let (l_addr, r_addr, len) = (d.local_addr.get(), d.remote_addr.get(), d.len as u64);
+        // Fast path: the descriptor inside one local and one remote segment.
+        let inside = |i: usize| l_addr >= segs[i].start && l_addr + len <= segs[i].end();
+        let l_seg = match last {
+            Some(i) if inside(i) => Some(i),
+            _ => local.find(l_addr).filter(|&i| inside(i)),
+        };
+        if let (Some(li), Some((ri, start))) = (l_seg, seg_index.holding(r_addr, len)) {
+            if last != Some(li) {
+                used(&segs[li].value);
+                last = Some(li);
+            }
+            let s = slot(ri, &remote.segments()[ri].value);
+            pieces.push(Piece {
+                desc: index as u32,
+                l_idx: li,
+                l_off: l_addr - segs[li].start,
+                r_idx: s,
+                r_off: r_addr - start,
+                len,
+            });
+            continue;
+        }
         lp.clear();
         rp.clear();
-        let (l_addr, r_addr, len) = (d.local_addr.get(), d.remote_addr.get(), d.len as u64);
         let l = local
             .for_each_piece(l_addr, len, |p, seg| {
                 used(&seg.value);
@@ -125,7 +152,7 @@ fn translate_in<L, R>(
             })
             .map_err(|e| (Side::Local, e));
         let r = l.and_then(|()| {
-            // Fast path: the whole range inside the segment the index finds.
+            // The whole range inside the segment the index finds.
             if let Some((i, start)) = seg_index.holding(r_addr, len) {
                 let s = slot(i, &remote.segments()[i].value);
                 rp.push((s, r_addr - start, len));
@@ -200,7 +227,8 @@ pub(crate) struct StreamBatch {
 }
 
 /// Cuts the pieces into copies, coalescing ones contiguous on both sides, and deals them
-/// round-robin to `streams` streams: one table batch per stream. A large piece is cut into
+/// round-robin to `streams` streams: one batch of table copies per stream, queued by
+/// [`issue`]. A large piece is cut into
 /// up to `streams` chunks, so one big op uses every stream of the slot (HIXL issues it whole,
 /// on one stream). WRITE copies local to remote, READ remote to local.
 pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<StreamBatch> {
@@ -213,31 +241,37 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Strea
             descs: Vec::with_capacity(share),
         })
         .collect();
+    // The next stream, in turn (no division on this path: it runs once per copy).
     let mut rr = 0usize;
+    let mut push = |desc: u32, l: (usize, usize), r: (usize, usize), len: usize| {
+        let ((dst, dst_offset), (src, src_offset)) = if write { (r, l) } else { (l, r) };
+        let b = &mut batches[rr];
+        b.copies.push(TableCopy {
+            dst,
+            dst_offset,
+            src,
+            src_offset,
+            len,
+        });
+        b.descs.push(desc);
+        rr += 1;
+        if rr == k {
+            rr = 0;
+        }
+    };
     let mut put = |p: Piece| {
         let len = p.len as usize;
-        let parts = if len >= SPLIT_MIN && k > 1 {
-            k.min(len / SPLIT_CHUNK_MIN)
-        } else {
-            1
-        };
+        let (l, r) = ((p.l_idx, p.l_off as usize), (p.r_idx, p.r_off as usize));
+        if len < SPLIT_MIN || k == 1 {
+            push(p.desc, l, r, len);
+            return;
+        }
+        let parts = k.min(len / SPLIT_CHUNK_MIN);
         let chunk = len.div_ceil(parts).next_multiple_of(4096);
         let mut at = 0;
         while at < len {
             let n = chunk.min(len - at);
-            let l = (p.l_idx, p.l_off as usize + at);
-            let r = (p.r_idx, p.r_off as usize + at);
-            let ((dst, dst_offset), (src, src_offset)) = if write { (r, l) } else { (l, r) };
-            let b = &mut batches[rr % k];
-            b.copies.push(TableCopy {
-                dst,
-                dst_offset,
-                src,
-                src_offset,
-                len: n,
-            });
-            b.descs.push(p.desc);
-            rr += 1;
+            push(p.desc, (l.0, l.1 + at), (r.0, r.1 + at), n);
             at += n;
         }
     };
@@ -290,10 +324,11 @@ pub(crate) struct IssueMode {
 /// imports (`remote`) and the local segments (`local`): the one place copies reach the
 /// runtime. The streams are served in turn, [`DEAL_RUN`] copies at a time; with
 /// `mode.threads` above 1 (and enough copies), the streams are shared among that many
-/// threads, the calling one first, each serving its own streams in turn.
-/// Returns the first failure (by stream), a copy the runtime refused as
-/// [`Error::CopyRefused`] naming its descriptor (streams that got work are marked used in
-/// `slot`, so what was queued before it is aborted with the request).
+/// threads, the calling one first, each serving its own streams in turn, and all stop once
+/// one fails. Returns the failure first in that order (round, then stream: what one thread
+/// would have met first), a copy the runtime refused as [`Error::CopyRefused`] naming its
+/// descriptor (streams that got work are marked used in `slot`, so what was queued before
+/// it is aborted with the request).
 pub(crate) fn issue(
     slot: &mut SlotGuard,
     batches: &[StreamBatch],
@@ -316,11 +351,16 @@ pub(crate) fn issue(
         .filter(|(_, b)| !b.copies.is_empty())
         .fold(0u32, |m, (i, _)| m | 1 << i);
     let streams = slot.streams_mut(used);
+    let stop = AtomicBool::new(false);
+    let job = Job {
+        batches,
+        tables,
+        batch: mode.batch,
+        stop: &stop,
+    };
     if threads == 1 {
         let mut all: Vec<_> = streams.iter_mut().enumerate().collect();
-        return serve(&mut all, batches, tables, mode.batch)
-            .err()
-            .map(|(_, e)| e);
+        return job.serve(&mut all).err().map(|f| f.error);
     }
     // Stream i goes to thread i % threads.
     let mut groups: Vec<Vec<(usize, &mut StreamLease)>> =
@@ -330,11 +370,12 @@ pub(crate) fn issue(
     }
     let mut groups = groups.into_iter();
     let mut mine = groups.next().unwrap_or_default();
-    let mut errs: Vec<(usize, Error)> = std::thread::scope(|t| {
+    let job = &job;
+    let failures: Vec<Failure> = std::thread::scope(|t| {
         let helpers: Vec<_> = groups
-            .map(|mut g| t.spawn(move || serve(&mut g, batches, tables, mode.batch)))
+            .map(|mut g| t.spawn(move || job.serve(&mut g)))
             .collect();
-        let first = serve(&mut mine, batches, tables, mode.batch);
+        let first = job.serve(&mut mine);
         std::iter::once(Ok(first))
             .chain(helpers.into_iter().map(|h| h.join()))
             .filter_map(|r| match r {
@@ -343,62 +384,84 @@ pub(crate) fn issue(
             })
             .collect()
     });
-    errs.sort_by_key(|(i, _)| *i);
-    errs.into_iter().next().map(|(_, e)| e)
+    failures.into_iter().min_by_key(|f| f.at).map(|f| f.error)
 }
 
-/// Queues the batches of `streams` (stream index, stream), serving them in turn
-/// [`DEAL_RUN`] copies at a time (a batch of host-device copies whole, when batching is on:
-/// one batch call); stops at a stream's first failure, returned with the stream's index.
-fn serve(
-    streams: &mut [(usize, &mut StreamLease)],
-    batches: &[StreamBatch],
-    (dst, src): (&MappingTable, &MappingTable),
+/// A failure queuing a stream's copies: where (round, stream) and the engine's error.
+struct Failure {
+    at: (usize, usize),
+    error: Error,
+}
+
+/// What every submitting thread of one transfer shares.
+struct Job<'a> {
+    batches: &'a [StreamBatch],
+    /// (destination, source) tables.
+    tables: (&'a MappingTable, &'a MappingTable),
     batch: bool,
-) -> Result<(), (usize, Error)> {
-    // A stream's host-device batch goes whole: it is one batch call (one stream task).
-    let whole = |b: &StreamBatch| {
-        batch
-            && b.copies
-                .first()
-                .is_some_and(|c| dst.is_host(c.dst) != src.is_host(c.src))
-    };
-    let runs: Vec<usize> = streams
-        .iter()
-        .map(|(i, _)| {
-            let b = &batches[*i];
-            if whole(b) {
-                b.copies.len().max(1)
-            } else {
-                DEAL_RUN
+    /// Set by the first thread to fail: the others stop at their next round.
+    stop: &'a AtomicBool,
+}
+
+impl Job<'_> {
+    /// Queues the batches of `streams` (stream index, stream), serving them in turn
+    /// [`DEAL_RUN`] copies at a time (a batch of host-device copies whole, when batching is
+    /// on: one batch call); stops at a stream's first failure, or at the next round once
+    /// another thread failed.
+    fn serve(&self, streams: &mut [(usize, &mut StreamLease)]) -> Result<(), Failure> {
+        let (dst, src) = self.tables;
+        // A stream's host-device batch goes whole: it is one batch call (one stream task).
+        // Its first copy decides (a transfer's local memory is one kind in practice).
+        let whole = |b: &StreamBatch| {
+            self.batch
+                && b.copies
+                    .first()
+                    .is_some_and(|c| dst.is_host(c.dst) != src.is_host(c.src))
+        };
+        let runs: Vec<usize> = streams
+            .iter()
+            .map(|(i, _)| {
+                let b = &self.batches[*i];
+                if whole(b) {
+                    b.copies.len().max(1)
+                } else {
+                    DEAL_RUN
+                }
+            })
+            .collect();
+        let rounds = streams
+            .iter()
+            .zip(&runs)
+            .map(|((i, _), run)| self.batches[*i].copies.len().div_ceil(*run))
+            .max()
+            .unwrap_or(0);
+        for r in 0..rounds {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(());
             }
-        })
-        .collect();
-    let rounds = streams
-        .iter()
-        .zip(&runs)
-        .map(|((i, _), run)| batches[*i].copies.len().div_ceil(*run))
-        .max()
-        .unwrap_or(0);
-    for r in 0..rounds {
-        for ((i, s), &n) in streams.iter_mut().zip(&runs) {
-            let b = &batches[*i];
-            let at = r * n;
-            let run = b.copies.get(at..b.copies.len().min(at + n)).unwrap_or(&[]);
-            if run.is_empty() {
-                continue;
-            }
-            let q = if batch {
-                s.copy_table_async(dst, src, run)
-            } else {
-                s.copy_table_each_async(dst, src, run)
-            };
-            if let Err(e) = q {
-                return Err((*i, refused(e, &b.descs[at..])));
+            for ((i, s), &n) in streams.iter_mut().zip(&runs) {
+                let b = &self.batches[*i];
+                let at = r * n;
+                let run = b.copies.get(at..b.copies.len().min(at + n)).unwrap_or(&[]);
+                if run.is_empty() {
+                    continue;
+                }
+                let q = if self.batch {
+                    s.copy_table_async(dst, src, run)
+                } else {
+                    s.copy_table_each_async(dst, src, run)
+                };
+                if let Err(e) = q {
+                    self.stop.store(true, Ordering::Relaxed);
+                    return Err(Failure {
+                        at: (r, *i),
+                        error: refused(e, &b.descs[at..]),
+                    });
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 /// The engine's error for `e`, a failure queuing copies whose descriptors (from the first

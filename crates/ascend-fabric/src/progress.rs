@@ -92,8 +92,8 @@ impl Progress {
         add_book(&mut st.drains, book);
     }
 
-    /// Aborts `r` (dropped while someone held it, most likely this thread parked on its
-    /// streams) as [`ReqInner::abort_detached`] does, and drains it. When the thread cannot,
+    /// Aborts `r` (dropped while someone held its lock) as [`ReqInner::abort_detached`]
+    /// does, and drains it. When the thread cannot,
     /// does both here, waiting.
     pub(crate) fn abort(self: &Arc<Self>, r: Arc<ReqInner>) {
         let mut st = self.st.lock();
@@ -196,8 +196,7 @@ fn run(p: &Progress) {
             last_end = Instant::now();
             slice = MIN_SLICE;
         }
-        // Their holder (this thread's park, most likely) has let go, or does soon (a
-        // teardown failing them).
+        // Their holder (an observation, a teardown failing them) has let go, or does soon.
         for r in std::mem::take(&mut w.aborts) {
             if let Some(b) = r.abort_detached() {
                 add_book(&mut w.drains, b);

@@ -386,8 +386,9 @@ impl ReqInner {
         self.abort_detached_locked(self.state.lock())
     }
 
-    /// [`ReqInner::abort_detached`] if nobody holds the request right now (`None` if someone
-    /// does: the progress thread parked on its streams, a teardown failing it).
+    /// [`ReqInner::abort_detached`] if nobody holds the request's lock right now (`None` if
+    /// someone does: a status call or the progress thread for a moment, a teardown failing
+    /// it; a thread blocked on its streams does not hold it).
     pub(crate) fn try_abort_detached(&self) -> Option<Option<Arc<InFlight>>> {
         Some(self.abort_detached_locked(self.state.try_lock()?))
     }
@@ -511,13 +512,13 @@ impl ReqInner {
     /// Without `ask`, a stream whose completion flag is not there yet is not asked (no
     /// runtime call: a caller about to block on the streams anyway polls this way).
     ///
-    /// While another thread is blocked on the streams ([`ReqInner::block`]) nothing is
-    /// finished here: the flags are read, and true means they all hold (the copies ended;
-    /// that thread finishes the request at once).
+    /// While another thread is blocked on the streams ([`ReqInner::block`]) nothing is done
+    /// here (that thread finishes the request, and only it: a synchronize here could take a
+    /// failed stream's one report from it, and a slot given back could be reused under it).
     fn advance(&self, st: &mut MutexGuard<'_, ReqState>, ask: bool) -> bool {
         if let ReqState::Pending(p) = &mut **st {
             if self.blocked.load(Ordering::Relaxed) {
-                return p.poll_done(false).unwrap_or(false);
+                return false;
             }
             match p.poll_done(ask) {
                 Ok(false) => {
@@ -533,6 +534,18 @@ impl ReqInner {
             }
         }
         matches!(**st, ReqState::Done(_))
+    }
+
+    /// Whether the copies of a pending request another thread is blocked on have ended
+    /// (every flag there, or every stream short of its flag idle: asking a stream takes no
+    /// report from it), so that thread is about to finish it with their outcome.
+    fn ended_under_waiter(&self, st: &mut MutexGuard<'_, ReqState>) -> bool {
+        match &mut **st {
+            ReqState::Pending(p) if self.blocked.load(Ordering::Relaxed) => {
+                p.poll_done(true).unwrap_or(true)
+            }
+            _ => false,
+        }
     }
 
     /// Observes the request without blocking (asking its streams as [`ReqInner::advance`]
@@ -694,7 +707,7 @@ impl ReqInner {
     /// streams are asked first, so copies that ended unobserved keep their outcome.
     pub(crate) fn cancel(&self, peer: &str) -> bool {
         let mut st = self.state.lock();
-        let running = !self.advance(&mut st, true);
+        let running = !self.advance(&mut st, true) && !self.ended_under_waiter(&mut st);
         if running {
             let e = Error::Cancelled {
                 peer: peer.to_owned(),

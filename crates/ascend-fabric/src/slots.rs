@@ -4,12 +4,15 @@
 //! flags do not work and every slot made after (no `aclrtMallocHost` or `aclrtValueWrite`, a
 //! flag allocation or write refused as unsupported, or, before any flag was ever seen
 //! written, a stream that finishes cleanly without writing its flag). A transfer takes a slot for itself, deals
-//! its pieces round-robin to the slot's streams and queues each stream's share as one table
-//! batch ([`ascend_mem::Stream::copy_table_async`] over the channel's imports and the local
+//! its pieces round-robin to the slot's streams and queues each stream's share in turn, a
+//! few copies at a time, from one thread or several (`plan::issue`, through
+//! [`ascend_mem::Stream::copy_table_async`] over the channel's imports and the local
 //! segments: `aclrtMemcpyAsync`, kind DEVICE_TO_DEVICE for every direction, as HIXL does, and
-//! `aclrtMemcpyBatchAsync` for runs of host-device copies), has each used stream write the
+//! `aclrtMemcpyBatchAsync` for a stream's host-device copies), has each used stream write the
 //! transfer's number into its flag (or record its event), and is complete when every used
-//! flag holds it (a stream short of its flag is asked whether it stopped on a failure);
+//! flag holds it (a stream short of its flag is asked whether it stopped on a failure; a
+//! waiter blocks on the unfinished streams with one call each, outside the request's lock:
+//! [`StreamWaits`]);
 //! the streams are then synchronized (instantly) to surface copy errors, and the slot goes back
 //! to the pool. A slot whose transfer failed or was aborted is destroyed, not reused. Slots are
 //! created lazily, up to a budget of 512 streams per engine. When all are busy, callers that
@@ -52,6 +55,10 @@ const SYNC_TIMEOUTS: [i32; 2] = [
 /// Shortest wait asked of the runtime (its waits take whole milliseconds).
 const MIN_WAIT: Duration = Duration::from_millis(1);
 
+/// Longest single wait asked of the runtime by a waiter outside the request's lock (see
+/// [`StreamWaits::wait`]).
+pub(crate) const WAIT_CALL_MAX: Duration = Duration::from_secs(1);
+
 /// What an engine has learned about completion flags, shared by its slots.
 #[derive(Debug, Default)]
 pub(crate) struct FlagState {
@@ -83,27 +90,31 @@ impl StreamWaits {
     /// Waits for each stream in turn until `until` (no limit: `None`). True when all are
     /// idle; false when time ran out first. A copy's failure (or an abort of the streams by
     /// someone failing the request meanwhile) is the error.
+    ///
+    /// No call is longer than [`WAIT_CALL_MAX`]: a stream that stays busy is waited on again
+    /// while time is left, so a wake-up the runtime missed (an abort by another thread)
+    /// costs at most that long, never the whole timeout.
     pub(crate) fn wait(&self, until: Option<Instant>) -> Result<bool> {
         for w in &self.0 {
-            let r = match until {
-                None => w.synchronize(),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return Ok(false);
+            loop {
+                let call = match until {
+                    None => WAIT_CALL_MAX,
+                    Some(d) => {
+                        let left = d.saturating_duration_since(Instant::now());
+                        if left.is_zero() {
+                            return Ok(false);
+                        }
+                        // The runtime waits whole milliseconds: never ask it for none.
+                        left.clamp(MIN_WAIT, WAIT_CALL_MAX)
                     }
-                    // The runtime waits whole milliseconds: never ask it for none.
-                    w.synchronize_timeout(left.max(MIN_WAIT))
+                };
+                match w.synchronize_timeout(call) {
+                    Ok(()) => break,
+                    // Only the call's time running out: a copy's own timeout (a task
+                    // timeout) is its failure, which a stream reports once.
+                    Err(e) if e.code().is_some_and(|c| SYNC_TIMEOUTS.contains(&c.0)) => {}
+                    Err(e) => return Err(e.into()),
                 }
-            };
-            match r {
-                Ok(()) => {}
-                // Only the wait running out: a copy's own timeout (a task timeout) is its
-                // failure, which a stream reports once.
-                Err(e) if e.code().is_some_and(|c| SYNC_TIMEOUTS.contains(&c.0)) => {
-                    return Ok(false)
-                }
-                Err(e) => return Err(e.into()),
             }
         }
         Ok(true)

@@ -148,8 +148,8 @@ impl Drop for TransferRequest {
         match self.inner.try_abort_detached() {
             Some(Some(book)) => self.progress.drain(book),
             Some(None) => {}
-            // Held right now (the progress thread parked on its streams): that thread
-            // aborts it as soon as it lets go, never this one waiting.
+            // Held right now (a moment's observation, a teardown): the progress thread
+            // aborts it as soon as the holder lets go, never this one waiting.
             None => self.progress.abort(self.inner.clone()),
         }
         // A failure seen by someone else (the progress thread) still disconnects under

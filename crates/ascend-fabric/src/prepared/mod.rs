@@ -69,6 +69,9 @@ pub(crate) struct BlockMap {
     /// Blocks per range when every range has the same number (block `k` is then in range
     /// `k / per_range`), else 0 (a search over the ranges' first blocks).
     per_range: u64,
+    /// `log2(per_range)` when it is a power of two (block `k` is in range `k >> shift`: no
+    /// division per block), else `None`.
+    shift: Option<u32>,
     ranges: Box<[Range]>,
 }
 
@@ -101,10 +104,14 @@ impl BlockMap {
             });
             count += n;
         }
+        let per_range = if uniform { per.unwrap_or(0) } else { 0 };
         Ok(BlockMap {
             block_len,
             count,
-            per_range: if uniform { per.unwrap_or(0) } else { 0 },
+            per_range,
+            shift: per_range
+                .is_power_of_two()
+                .then(|| per_range.trailing_zeros()),
             ranges: out.into_boxed_slice(),
         })
     }
@@ -112,9 +119,15 @@ impl BlockMap {
     /// The range of block `k` (which must be below `count`) and the block's offset in it.
     #[inline]
     pub(crate) fn locate(&self, k: u64) -> (&Range, u64) {
-        let i = match k.checked_div(self.per_range) {
-            Some(i) => i as usize,
-            None => self.ranges.partition_point(|r| r.first <= k) - 1,
+        let i = if self.ranges.len() == 1 {
+            0
+        } else if let Some(sh) = self.shift {
+            (k >> sh) as usize
+        } else {
+            match k.checked_div(self.per_range) {
+                Some(i) => i as usize,
+                None => self.ranges.partition_point(|r| r.first <= k) - 1,
+            }
         };
         let r = &self.ranges[i];
         (r, (k - r.first) * self.block_len)

@@ -63,6 +63,11 @@ impl WaitGate {
 /// ends a waiter's call, with `ACL_ERROR_RT_STREAM_ABORT` (the abort's report is returned to
 /// one synchronize only, the owner's or a waiter's).
 ///
+/// A waiter follows the stream, not a lease of it: made from a [`StreamLease`], it outlives
+/// the lease and, once the stream is leased again, waits for the next holder's work too.
+///
+/// [`StreamLease`]: crate::StreamLease
+///
 /// ```
 /// # #[cfg(not(feature = "emulator"))] fn main() {}
 /// # #[cfg(feature = "emulator")]

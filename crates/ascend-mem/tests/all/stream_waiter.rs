@@ -83,6 +83,53 @@ fn the_owners_abort_ends_a_waiters_wait_with_its_report() {
     env.finish();
 }
 
+/// The abort lands at varied points: copies queued and none picked up yet, some running,
+/// all done. The waiter's unbounded wait always ends: with the abort's report, or done
+/// before it. A waiter still blocked 10 s after the abort fails the test (unstuck first by
+/// one more copy, whose end wakes it).
+#[test]
+fn an_abort_ends_a_waiter_blocked_behind_queued_copies() {
+    let env = setup();
+    let a = DeviceBuffer::new(&env.dev, MIB2).unwrap();
+    let b = DeviceBuffer::new(&env.dev, MIB2).unwrap();
+    let copy = |s: &mut Stream, o: usize| {
+        let (dst, src) = (b.slice(o..o + 4096).unwrap(), a.slice(o..o + 4096).unwrap());
+        s.copy_async(&dst, &src).unwrap();
+    };
+    for it in 0..200u64 {
+        let mut s = Stream::new(&env.dev).unwrap();
+        for i in 0..600usize {
+            copy(&mut s, (i % 256) * 4096);
+        }
+        let w = s.waiter();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let h = std::thread::spawn(move || tx.send(w.synchronize()).unwrap());
+        let t0 = std::time::Instant::now();
+        while t0.elapsed() < Duration::from_micros((it * 7) % 300) {
+            std::hint::spin_loop();
+        }
+        s.abort().unwrap();
+        let r = rx.recv_timeout(Duration::from_secs(10));
+        if r.is_err() {
+            copy(&mut s, 0);
+        }
+        h.join().unwrap();
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => assert_eq!(
+                e.code().map(|c| c.0),
+                Some(acl::ACL_ERROR_RT_STREAM_ABORT),
+                "iteration {it}: {e}"
+            ),
+            Err(_) => panic!("iteration {it}: the waiter was still blocked 10 s after the abort"),
+        }
+        let _ = s.synchronize();
+    }
+    drop((a, b));
+    let _ = env.dev.check_sticky();
+    env.finish();
+}
+
 #[test]
 fn a_waiter_of_a_destroyed_stream_fails_typed() {
     let env = setup();

@@ -151,8 +151,8 @@ export! { Acl;
 }
 
 export! { Acl;
-    /// Discards queued work and returns, waking nobody: a copy already running stops at its
-    /// next piece (one held by `testing::hold_running_copies` runs to its end once released),
+    /// Discards queued work and wakes the stream's blocked synchronize calls (a parked worker
+    /// has nothing to do): a copy already running stops at its next piece (one held by `testing::hold_running_copies` runs to its end once released),
     /// a blocked task (an event wait, a hold) sees the abort at its next poll; synchronize,
     /// query and destroy wait for them. The next synchronize returns 107023 once.
     fn aclrtStreamAbort(stream: aclrtStream) {

@@ -253,11 +253,14 @@ impl Stream {
             q.err = None;
             std::mem::take(&mut q.tasks)
         };
-        // No wake-up: a worker parked for work has none to do, and a task that blocks (an
-        // event wait, a hold, a value wait) polls the epoch.
+        // A worker parked for work has none to do, and a task that blocks (an event wait, a
+        // hold, a value wait) polls the epoch. A synchronize blocked in another thread is
+        // woken (ACL: a synchronize after an abort returns ACL_ERROR_RT_STREAM_ABORT); with a
+        // task still running it waits on for that task's end.
         for t in tasks {
             t.discard();
         }
+        self.done_cv.notify_all();
     }
 }
 
