@@ -3,7 +3,8 @@
 //! host, and what symmetric windows save HCCL collectives: all on the in-tree emulator.
 //!
 //! ```text
-//! cargo run --release -p ascend-bench -- <transfer|translate|collectives|all> [--quick] [--out DIR]
+//! cargo run --release -p ascend-bench -- <transfer|translate|hixl|collectives|all> [--quick] [--out DIR]
+//!     [--call-ns NS] [--submit-threads N]
 //! cargo run --release -p ascend-bench -- soak [--seconds N] [--seed S] [--peers P] [--strict]
 //! ```
 //!
@@ -33,7 +34,11 @@
 //!   allocation), measured in a child process whose emulator runs streams in `deterministic`
 //!   mode, so no copy runs while descriptors are submitted; and the same copies posted as
 //!   (local block, remote block) pairs of prepared lists. With 1 segment it is measured again
-//!   from a host-DRAM local registration, whose copies go as one batch call per stream.
+//!   from a host-DRAM local registration, whose copies go as one batch call per stream. Next
+//!   to each, the runtime floor: the same copies straight through ascend-mem's table calls.
+//! * **hixl**: HIXL's benchmark shape (16 KiB-2 MiB, D2rD/D2rH/rH2D, contig and scatter, one
+//!   synchronous transfer of 128 MiB per step) with `--call-ns` and `--submit-threads`, and the
+//!   caller CPU of a synchronous 1 MiB wait against its floor (see the `hixl` module).
 //! * **collectives**: AllGather and AllReduce (sum), 4 ranks as threads of this process (one
 //!   emulated device each), 8 MiB per rank, fp32, with symmetric windows and staged.
 //! * **soak**: a randomized run against peer processes that are killed and restarted, with
@@ -56,8 +61,11 @@
 //! (sum over the two transfer processes of VmHWM minus the registered memory each touches: the
 //! initiator its buffer and its mapping of the peer's, the peer its buffer). `nan` when a part
 //! `drop_1000_futures_ms` (the drop of 1,000 futures in flight on one thread),
-//! `drop_vs_cancel` (that drop's time over the waiting cancels'). `nan` when a part
-//! did not run or UCX is missing.
+//! `drop_vs_cancel` (that drop's time over the waiting cancels'),
+//! `submit_vs_runtime_floor`, `submit_prepared_vs_runtime_floor` and their `_10k_` forms
+//! (submission cost per descriptor over the runtime floor's), `wait_cpu_vs_floor`,
+//! `hixl_16K_D2rD_scatter_threads_vs_1` (1 submitting thread's step time over N's),
+//! `hixl_min_vs_memcpy`, `hixl_call_ns`. `nan` when a part did not run or UCX is missing.
 //!
 //! Profiling aids (environment): `ASCEND_BENCH_FILTER` (run only matching transfer rows, e.g.
 //! `"walk Write 4 KiB"`), `ASCEND_BENCH_REPS`, `ASCEND_BENCH_STREAMS`,

@@ -14,9 +14,10 @@ use std::any::Any;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use parking_lot::{RwLock, RwLockReadGuard};
+
 use acl::AclLib;
 
-use super::waiter::WaitGate;
 use crate::error::{Error, Result};
 use crate::ffi;
 use crate::ffi::batch::BatchArgs;
@@ -77,6 +78,46 @@ impl BatchFailure {
             },
             None => self.error,
         }
+    }
+}
+
+/// The raw handle of a live stream, shared by its owner and its waiters
+/// ([`StreamWaiter`](super::StreamWaiter)); `None` once the
+/// owner destroys the stream.
+#[derive(Debug)]
+pub(crate) struct WaitGate {
+    raw: RwLock<Option<RawHandle>>,
+}
+
+impl WaitGate {
+    /// A gate over the live stream `raw`.
+    pub(crate) fn new(raw: RawHandle) -> Arc<WaitGate> {
+        Arc::new(WaitGate {
+            raw: RwLock::new(Some(raw)),
+        })
+    }
+
+    /// Closes the gate before the owner destroys the stream: waits for the waiters' calls in
+    /// progress to return, and fails later ones. Returns the handle, to open it again should
+    /// the destroy fail.
+    pub(crate) fn close(&self) -> Option<RawHandle> {
+        self.raw.write().take()
+    }
+
+    /// Opens the gate again (the destroy failed: the stream lives on).
+    pub(crate) fn reopen(&self, raw: RawHandle) {
+        *self.raw.write() = Some(raw);
+    }
+
+    /// Whether the stream is live.
+    pub(crate) fn is_open(&self) -> bool {
+        self.raw.read().is_some()
+    }
+
+    /// The handle, read-locked for a waiter's call: while the guard lives the owner cannot
+    /// close the gate (and so cannot destroy the stream).
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Option<RawHandle>> {
+        self.raw.read()
     }
 }
 

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::enqueue::StreamQueue;
-use super::waiter::StreamWaiter;
 use crate::device::Device;
 use crate::error::{CloseError, Error, Result};
 use crate::ffi;
@@ -52,7 +51,7 @@ pub(super) fn timeout_ms(d: Duration) -> i32 {
 ///
 /// `Send` but not `Sync`: ACL does not document concurrent use of one stream from several
 /// threads, so a stream is used by one thread at a time, except for waiting on it, which
-/// other threads do through a [`StreamWaiter`] ([`Stream::waiter`]).
+/// other threads do through a [`StreamWaiter`](super::StreamWaiter) ([`Stream::waiter`]).
 ///
 /// ```compile_fail
 /// fn share<T: Sync>(_: &T) {}
@@ -138,15 +137,6 @@ impl Stream {
         self.dev.enter()?;
         self.queue
             .synchronize_timeout(self.dev.lib(), timeout_ms(timeout))
-    }
-
-    /// A handle other threads wait on this stream with (see [`StreamWaiter`]): its calls
-    /// wait, and release nothing the queued work keeps alive.
-    pub fn waiter(&self) -> StreamWaiter {
-        StreamWaiter {
-            dev: self.dev.clone(),
-            gate: self.queue.gate().clone(),
-        }
     }
 
     /// Whether all queued work is done (`aclrtStreamQuery`); releases kept memory if so.

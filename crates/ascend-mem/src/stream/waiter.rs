@@ -17,41 +17,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::RwLock;
-
-use super::queue::timeout_ms;
+use super::enqueue::WaitGate;
+use super::queue::{timeout_ms, Stream};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ffi;
-use crate::ffi::{RawHandle, StreamRef};
-
-/// The raw handle of a live stream, shared by its owner and its waiters; `None` once the
-/// owner destroys the stream.
-#[derive(Debug)]
-pub(crate) struct WaitGate {
-    raw: RwLock<Option<RawHandle>>,
-}
-
-impl WaitGate {
-    /// A gate over the live stream `raw`.
-    pub(crate) fn new(raw: RawHandle) -> Arc<WaitGate> {
-        Arc::new(WaitGate {
-            raw: RwLock::new(Some(raw)),
-        })
-    }
-
-    /// Closes the gate before the owner destroys the stream: waits for the waiters' calls in
-    /// progress to return, and fails later ones. Returns the handle, to open it again should
-    /// the destroy fail.
-    pub(crate) fn close(&self) -> Option<RawHandle> {
-        self.raw.write().take()
-    }
-
-    /// Opens the gate again (the destroy failed: the stream lives on).
-    pub(crate) fn reopen(&self, raw: RawHandle) {
-        *self.raw.write() = Some(raw);
-    }
-}
+use crate::ffi::StreamRef;
 
 /// Waits on a stream from any thread (`Send`, `Sync`, `Clone`), made by
 /// [`Stream::waiter`](crate::Stream::waiter).
@@ -90,16 +61,27 @@ impl WaitGate {
 /// ```
 #[derive(Clone)]
 pub struct StreamWaiter {
-    pub(super) dev: Device,
-    pub(super) gate: Arc<WaitGate>,
+    dev: Device,
+    gate: Arc<WaitGate>,
 }
 
 impl fmt::Debug for StreamWaiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("StreamWaiter")
             .field("device", &self.dev.id())
-            .field("live", &self.gate.raw.read().is_some())
+            .field("live", &self.gate.is_open())
             .finish()
+    }
+}
+
+impl Stream {
+    /// A handle other threads wait on this stream with (see [`StreamWaiter`]): its calls
+    /// wait, and release nothing the queued work keeps alive.
+    pub fn waiter(&self) -> StreamWaiter {
+        StreamWaiter {
+            dev: self.dev.clone(),
+            gate: self.queue.gate().clone(),
+        }
     }
 }
 
@@ -140,7 +122,7 @@ impl StreamWaiter {
         f: impl FnOnce(&acl::AclLib, StreamRef<'_>) -> Result<()>,
     ) -> Result<()> {
         self.dev.enter()?;
-        let raw = self.gate.raw.read();
+        let raw = self.gate.read();
         let Some(h) = *raw else {
             return Err(Error::InvalidArgument {
                 api,

@@ -163,7 +163,8 @@ impl MappingTable {
     }
 
     /// Whether entry `index` is host DRAM (what decides whether a copy can be batched, see
-    /// [`Stream::copy_table_async`]), or `None` past the end.
+    /// [`Stream::copy_table_async`](crate::Stream::copy_table_async)), or `None` past the
+    /// end.
     pub fn is_host(&self, index: usize) -> Option<bool> {
         self.inner.host.get(index).copied()
     }
