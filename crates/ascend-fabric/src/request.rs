@@ -249,6 +249,8 @@ pub(crate) struct ReqInner {
     slot_wake: Mutex<Option<Waker>>,
     /// In the progress thread's list (or was).
     pub(crate) watched: AtomicBool,
+    /// Small enough for a waiter to poll its flags before blocking ([`SPIN_BYTES`]).
+    spin: bool,
     /// A thread is blocked on the request's streams outside the state lock (changed only
     /// under it): until it is back, only that thread finishes the request normally, and
     /// nobody else asks the streams (the waiter may take a failed stream's one report).
@@ -260,6 +262,10 @@ pub(crate) struct ReqInner {
 /// How long a waiter polls a request's completion flags before blocking on its streams: a
 /// short transfer is seen done with no sleeping hand-off; a long one costs a few polls.
 pub(crate) const SPIN: Duration = Duration::from_micros(50);
+
+/// Requests of at least this many bytes are not polled before blocking: their copies take
+/// longer than [`SPIN`] even at the host's memory bandwidth (as HIXL, the wait blocks at once).
+const SPIN_BYTES: u64 = 1 << 20;
 
 /// Polls `done` for up to [`SPIN`]: a few busy rounds, then yielding the core between polls
 /// (a busy spin would take the core from the stream worker on a small machine).
@@ -291,6 +297,7 @@ impl ReqInner {
         stall: Option<Duration>,
     ) -> Arc<ReqInner> {
         let book = p.book.clone();
+        let spin = p.bytes < SPIN_BYTES;
         let req = Arc::new(ReqInner {
             id,
             state: Mutex::new(ReqState::Pending(Box::new(p))),
@@ -301,6 +308,7 @@ impl ReqInner {
             notify_due: AtomicBool::new(false),
             slot_wake: Mutex::new(None),
             watched: AtomicBool::new(false),
+            spin,
             blocked: AtomicBool::new(false),
             unblocked: Condvar::new(),
         });
@@ -660,11 +668,14 @@ impl ReqInner {
     }
 
     /// Waits until done or `deadline`; `None` on timeout (the request keeps running). Polls
-    /// the completion flags for a short while first ([`SPIN`]), then blocks on the streams
+    /// the completion flags for a short while first ([`SPIN`]; not for a request of
+    /// [`SPIN_BYTES`] or more), then blocks on the streams
     /// outside the request's lock ([`ReqInner::block`]).
     pub(crate) fn wait(&self, deadline: Option<Instant>) -> Option<Result<()>> {
         // Completion flags only: the blocking wait below asks the streams.
-        spin_until(|| self.observe(false) == Some(true));
+        if self.spin {
+            spin_until(|| self.observe(false) == Some(true));
+        }
         let until = match (deadline, self.stall_deadline()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
