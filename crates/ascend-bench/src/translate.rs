@@ -16,12 +16,14 @@
 //! into this engine's VA pool (one emulator reservation holding 10,000 mappings); batches go to
 //! the peers in turn, each descriptor to a random segment of that peer.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, SegmentRef, TransferDesc, TransferOp};
 use ascend_mem::prelude::*;
 use ascend_mem::{
-    Device, DeviceBuffer, Mapping, MappingTable, Runtime, Stream, StreamFlags, TableCopy,
+    Addr, Device, Mapping, MappingTable, PhysicalMem, ReservedVa, Runtime, Stream, StreamFlags,
+    TableCopy,
 };
 use indicatif::ProgressBar;
 
@@ -237,11 +239,12 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
     let mut descs = Vec::with_capacity(batches * crate::transfer::BATCH);
     // The same copies as (local block, remote block) pairs of prepared lists.
     let mut pairs = Vec::with_capacity(descs.capacity());
-    // (local offset, offset in the remote segment) of each descriptor, for the floor.
+    // (local offset, (peer, segment), offset in the segment) of each descriptor, for the floor.
     let mut offsets = Vec::with_capacity(descs.capacity());
     let mut prev = None;
     for k in 0..batches * crate::transfer::BATCH {
-        let segs = &segs[(k / crate::transfer::BATCH) % peers.len()];
+        let peer = (k / crate::transfer::BATCH) % peers.len();
+        let segs = &segs[peer];
         let pick = if spread {
             (rnd() % segs.len() as u64) as usize
         } else {
@@ -258,9 +261,11 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
         let l = (k * DESC) % LOCAL_BYTES;
         descs.push(TransferDesc::raw(l0 + l, base + r, DESC));
         pairs.push((l / DESC, pick * per_seg + r / DESC));
-        offsets.push((l, r));
+        offsets.push((l, (peer, pick), r));
     }
-    let mut floor = Floor::new(&dev, &local, &offsets)?;
+    let mut floor = Floor::new(&dev, &local, &offsets, |(p, i)| {
+        alias(&eng, &dev, peers[p], segs[p][i].0)
+    })?;
     let local_list = eng.prepare_local(&_reg, DESC)?;
     let mut remote_lists = Vec::new();
     for (p, s) in peers.iter().zip(&segs) {
@@ -310,34 +315,75 @@ fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
     Ok(())
 }
 
-/// The runtime floor of the submission: the descriptors' copies, from the local buffer to a
-/// stand-in for the remote segment (a device buffer of a segment's size in this process, at
-/// the same offsets), queued straight through ascend-mem: one
+/// The runtime floor of the submission: the descriptors' copies, from the local buffer to
+/// the very memory the engine copies into (a second mapping, made here, of each imported
+/// segment's allocation, at the same offsets), queued straight through ascend-mem: one
 /// [`copy_table_async`](ascend_mem::Stream::copy_table_async) per stream per batch of
 /// [`BATCH`](crate::transfer::BATCH), copy `i` of a batch on stream `i % streams` as the engine
 /// deals them. It runs in the client's process, so the emulator's address lookup at each copy
-/// call sees the same mappings (the imports of every remote segment) as the engine's.
+/// call sees the engine's mappings too.
 struct Floor {
     table: MappingTable,
     /// Per batch, per stream: its copies.
     batches: Vec<Vec<Vec<TableCopy>>>,
     streams: Vec<Stream>,
     descs: usize,
-    _standin: DeviceBuffer,
 }
 
+/// The allocation the engine imported for the segment at `base` of `peer`, held again here,
+/// its size and the segment's offset in it.
+fn alias(eng: &Engine, dev: &Device, peer: &str, base: Addr) -> Res<(PhysicalMem, usize, usize)> {
+    let mapped = eng
+        .peer_mapped_addr(peer, base)
+        .ok_or_else(|| format!("segment {base} of {peer} is not mapped"))?;
+    let (block, size) = dev.address_range(mapped)?;
+    let phys = PhysicalMem::retain(dev, block)?;
+    let off = mapped.offset_from(block).ok_or("mapped below its block")?;
+    Ok((phys, size, off))
+}
+
+/// A segment: (peer, index in its list).
+type SegKey = (usize, usize);
+
 impl Floor {
-    fn new(dev: &Device, local: &Mapping, offsets: &[(usize, usize)]) -> Res<Floor> {
-        let standin = DeviceBuffer::new(dev, SEG_BYTES)?;
-        let table = MappingTable::new(dev, [local.slice(..)?, standin.as_slice()])?;
+    /// The floor of the copies `offsets` ((local offset, segment, offset in it) each), with
+    /// `alias` mapping each segment used.
+    fn new(
+        dev: &Device,
+        local: &Mapping,
+        offsets: &[(usize, SegKey, usize)],
+        mut alias: impl FnMut(SegKey) -> Res<(PhysicalMem, usize, usize)>,
+    ) -> Res<Floor> {
+        let mut entry: HashMap<SegKey, usize> = HashMap::new();
+        let mut held = Vec::new();
+        for &(_, seg, _) in offsets {
+            if let std::collections::hash_map::Entry::Vacant(v) = entry.entry(seg) {
+                v.insert(held.len() + 1);
+                held.push(alias(seg)?);
+            }
+        }
+        // One reservation for them all, as the engine's VA pool holds its imports.
+        let total = held.iter().map(|(_, size, _)| size).sum();
+        let va = ReservedVa::new(dev, dev.granular(total)?)?;
+        let mut maps = Vec::with_capacity(held.len());
+        let mut at = 0;
+        for (phys, size, off) in &held {
+            maps.push((va.map(phys, dev.granular(at)?)?, *off));
+            at += size;
+        }
+        let mut slices = vec![local.slice(..)?];
+        for (m, off) in &maps {
+            slices.push(m.slice(*off..*off + SEG_BYTES)?);
+        }
+        let table = MappingTable::new(dev, slices)?;
         let k = crate::peer::streams() as usize;
         let batches = offsets
             .chunks(crate::transfer::BATCH)
             .map(|c| {
                 let mut per: Vec<Vec<TableCopy>> = vec![Vec::new(); k];
-                for (i, &(l, r)) in c.iter().enumerate() {
+                for (i, &(l, seg, r)) in c.iter().enumerate() {
                     per[i % k].push(TableCopy {
-                        dst: 1,
+                        dst: entry[&seg],
                         dst_offset: r,
                         src: 0,
                         src_offset: l,
@@ -351,12 +397,13 @@ impl Floor {
         let streams = (0..k)
             .map(|_| Stream::with_config(dev, 0, flags))
             .collect::<ascend_mem::Result<_>>()?;
+        // The table holds the mappings (and they their reservation and allocations).
+        drop((maps, held, va));
         Ok(Floor {
             table,
             batches,
             streams,
             descs: offsets.len(),
-            _standin: standin,
         })
     }
 

@@ -7,24 +7,25 @@
 //! Started with the engine's first asynchronous request, it polls every watched request (its
 //! completion flags, asking a stream whose flag is not there yet); after a round that
 //! finished nothing it keeps polling for a short while ([`SPIN`]), then blocks on the streams
-//! of the oldest request nobody else holds, in slices (1 ms, growing to
+//! of the oldest request nobody else blocks on, in slices (1 ms, growing to
 //! [`MAX_SLICE`] while nothing ends, and never past a stall deadline), so a completion wakes
 //! it at once. When every watched request is held by someone else (a waiter blocked on its
 //! streams), it waits the slice on its condition variable instead. With nothing to watch it
-//! parks on that condition variable: no core is used while idle. Requests are held weakly: a
+//! polls for a moment ([`SPIN`]) for the next request, then parks on that condition
+//! variable: no core is used while idle. Requests are held weakly: a
 //! dropped request leaves the list by itself, its aborted streams handed over as its
 //! channel's drain list, which the thread asks each round (never waiting on those streams)
 //! until the runtime says they are done, then releases what the request held.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::task::Waker;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use crate::request::{InFlight, ReqInner, SPIN};
+use crate::request::{spin_until, InFlight, ReqInner, SPIN};
 
 /// The first blocking slice after a quiet spell (the runtime's event wait counts in ms).
 const MIN_SLICE: Duration = Duration::from_millis(1);
@@ -50,6 +51,10 @@ struct State {
 pub(crate) struct Progress {
     st: Mutex<State>,
     cv: Condvar,
+    /// Bumped under `st`'s lock whenever something is handed over: what the thread polls for
+    /// a moment before it parks, so a request submitted right after the last one ended needs
+    /// no wake-up (a futex call, and on a virtual machine an interrupt to the other core).
+    handed: AtomicU64,
 }
 
 impl std::fmt::Debug for Progress {
@@ -76,6 +81,7 @@ impl Progress {
             return false;
         }
         st.incoming.push(Arc::downgrade(r));
+        self.handed.fetch_add(1, Ordering::Release);
         true
     }
 
@@ -90,6 +96,7 @@ impl Progress {
             return;
         }
         add_book(&mut st.drains, book);
+        self.handed.fetch_add(1, Ordering::Release);
     }
 
     /// Aborts `r` (dropped while someone held its lock) as [`ReqInner::abort_detached`]
@@ -105,6 +112,7 @@ impl Progress {
             return;
         }
         st.aborts.push(r);
+        self.handed.fetch_add(1, Ordering::Release);
     }
 
     /// Starts the thread if it is not running, else wakes it if idle (what is handed over
@@ -163,6 +171,17 @@ impl Progress {
             w.aborts.append(&mut st.aborts);
             if !w.reqs.is_empty() || !w.drains.is_empty() || !w.aborts.is_empty() {
                 return Some(new);
+            }
+            // Nothing to watch: poll for a moment for the next hand-over, then park.
+            let seen = self.handed.load(Ordering::Acquire);
+            MutexGuard::unlocked(&mut st, || {
+                spin_until(|| self.handed.load(Ordering::Acquire) != seen)
+            });
+            // Read again under the lock (hand-overs bump it under the lock): one made after
+            // the poll gave up, before the lock was taken again, set no wake-up (the thread
+            // was not idle), so it must be seen here.
+            if self.handed.load(Ordering::Acquire) != seen || st.stop {
+                continue;
             }
             st.idle = true;
             self.cv.wait(&mut st);

@@ -189,6 +189,18 @@ impl StreamQueue {
         self.keep.push(Keep::Other(obj));
     }
 
+    /// Keeps `obj` alive as [`StreamQueue::keep_other`] does, unless one of the last two
+    /// objects kept is `obj` already (a batch queued in several calls keeps its tables once).
+    pub(crate) fn keep_other_once<T: Any + Send + Sync>(&mut self, obj: &Arc<T>) {
+        let held = self.keep.iter().rev().take(2).any(|k| match k {
+            Keep::Other(o) => std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(obj)),
+            Keep::Map(_) => false,
+        });
+        if !held {
+            self.keep.push(Keep::Other(obj.clone()));
+        }
+    }
+
     /// `aclrtSynchronizeStream`; on success the queued work is done, so its owners go.
     ///
     /// # Errors

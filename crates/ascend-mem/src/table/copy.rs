@@ -217,9 +217,9 @@ impl StreamQueue {
         batch: bool,
     ) -> std::result::Result<(), BatchFailure> {
         let (dst, src, copies) = (checked.dst, checked.src, checked.copies);
-        self.keep_other(dst.clone());
+        self.keep_other_once(dst);
         if !Arc::ptr_eq(dst, src) {
-            self.keep_other(src.clone());
+            self.keep_other_once(src);
         }
         let mut run = Run::new();
         for (i, c) in copies.iter().enumerate().filter(|(_, c)| c.len != 0) {
