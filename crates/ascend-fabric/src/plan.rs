@@ -303,7 +303,7 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Strea
 /// served in turn, a few copies each (HIXL alternates copy by copy), so each stream's worker
 /// starts early and a submitter and one worker do not contend for the same queue through a
 /// whole batch.
-pub(crate) const DEAL_RUN: usize = 32;
+pub(crate) const DEAL_RUN: usize = 8;
 
 /// Fewest copies per submitting thread for a transfer to use more than one (below it the
 /// calling thread queues them all: starting a helper costs tens of microseconds).
