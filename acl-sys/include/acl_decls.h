@@ -30,6 +30,7 @@ static const aclError ACL_ERROR_NONE = 0;
 static const aclError ACL_ERROR_INVALID_PARAM = 100000;
 static const aclError ACL_ERROR_UNINITIALIZE = 100001;
 static const aclError ACL_ERROR_REPEAT_INITIALIZE = 100002;
+static const aclError ACL_ERROR_INVALID_FILE = 100003;
 static const aclError ACL_ERROR_REPEAT_FINALIZE = 100037;
 static const aclError ACL_ERROR_BAD_ALLOC = 200000;
 static const aclError ACL_ERROR_API_NOT_SUPPORT = 200001;
@@ -237,6 +238,7 @@ typedef struct aclrtPtrAttributes {
 #define ACL_STOP_ON_FAILURE 1UL
 #define ACL_NOTIFY_DEFAULT 0U
 #define ACL_NOTIFY_DEVICE_USE_ONLY 1U
+#define ACL_PKG_VERSION_MAX_SIZE 128
 #define ACL_RT_VMM_EXPORT_FLAG_DEFAULT 0x0UL
 #define ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION 0x1UL
 #define ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT 0x0UL
@@ -278,6 +280,9 @@ aclError aclrtDeviceEnablePeerAccess(int32_t peerDeviceId, uint32_t flags);
 aclError aclrtDeviceDisablePeerAccess(int32_t peerDeviceId);
 const char *aclGetRecentErrMsg(void);
 const char *aclrtGetSocName(void);
+/* The version text of an installed CANN package ("runtime", "toolkit", ..., "driver"): the
+ * string its version.info holds. versionStr must hold ACL_PKG_VERSION_MAX_SIZE bytes. */
+aclError aclsysGetVersionStr(char *pkgName, char *versionStr);
 aclError aclrtPeekAtLastError(aclrtLastErrLevel level);
 aclError aclrtGetLastError(aclrtLastErrLevel level);
 

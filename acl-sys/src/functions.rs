@@ -27,6 +27,10 @@ functions! {
     pub fn aclrtDeviceDisablePeerAccess(peerDeviceId: i32) -> aclError;
     pub fn aclGetRecentErrMsg() -> *const ::std::os::raw::c_char;
     pub fn aclrtGetSocName() -> *const ::std::os::raw::c_char;
+    pub fn aclsysGetVersionStr(
+        pkgName: *mut ::std::os::raw::c_char,
+        versionStr: *mut ::std::os::raw::c_char,
+    ) -> aclError;
     pub fn aclrtPeekAtLastError(level: aclrtLastErrLevel) -> aclError;
     pub fn aclrtGetLastError(level: aclrtLastErrLevel) -> aclError;
     pub fn aclrtCreateStream(stream: *mut aclrtStream) -> aclError;

@@ -160,6 +160,7 @@
 #![deny(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod capabilities;
 mod channel;
 mod connect;
 // The control plane (`control`, `wire`): crate-private, public only with the unstable
@@ -200,6 +201,7 @@ mod wire;
 
 pub use ascend_cs::HixlCode;
 pub use ascend_mem::{Addr, MemKind};
+pub use capabilities::{EngineCapabilities, Need};
 pub use control::ClientError;
 pub use engine::Engine;
 pub use error::{Error, LostReason, Result, Side};

@@ -44,7 +44,30 @@
 //! | `aclrtCreateStreamWithConfig`, `…SynchronizeStream…`, `aclrtStreamQuery`, `aclrtStreamAbort`, `aclrtSetStreamFailureMode`, `aclrtDestroyStream` | [`Stream`] (drop or [`Stream::close`]), [`StreamPool`] |
 //! | `aclrtCreateEvent…`, `aclrtRecordEvent`, `aclrtStreamWaitEvent`, `aclrtQueryEventStatus`, `aclrtSynchronizeEvent…`, `aclrtEventElapsedTime`, `aclrtDestroyEvent` | [`Event`] (drop or [`Event::close`]), [`Stream::wait_event`] |
 //! | `HcclGetRootInfo`, `HcclCommInitRootInfoConfig`, `HcclCommDestroy`, `HcclAllGather`, `HcclReduceScatter`, `HcclAllReduce`, `HcclBroadcast`, `HcclBarrier`, `HcclCommSymWin{Register,Deregister,Get}`, … | the [`hccl`] module: [`hccl::RootInfo`], [`hccl::CommConfig`], [`hccl::Comm`] (collectives), [`hccl::SymWindow`]; its own table there |
+//! | `aclrtGetSocName`, `aclsysGetVersionStr`, and a probe of each optional feature | [`Runtime::capabilities`], [`Runtime::capabilities_on`] → [`Capabilities`] |
 //! | anything else | [`Runtime::acl`] and the [`ffi`] layer; [`Runtime::hccl`] for HCCL |
+//!
+//! # What the runtime can do
+//!
+//! [`Runtime::capabilities`] says what this runtime and device offer before a program relies
+//! on it: the runtime's version, each optional group of calls ([`SymbolGroup`]: VMM, NoUC,
+//! retained allocations, V2 share handles, batched copies, stream values, HCCL, symmetric
+//! windows, host-side peer pointers) with the symbols missing, the device count, the SoC and
+//! its family, and what small probes on the device found (FABRIC export and import, what an
+//! imported host mapping reports, the directions batched copies accept, values written into
+//! pinned host memory). Each [`Answer`] says how it was found ([`How`]). The answers are
+//! found once per runtime and device and kept. [`Capabilities::check`] turns them into `Ok`
+//! or a [`Missing`] with the reason and the fix, for a [`Feature`]:
+//!
+//! ```no_run
+//! # fn main() -> ascend_mem::Result<()> {
+//! let rt = ascend_mem::Runtime::from_env()?;
+//! if let Err(missing) = rt.capabilities().check(ascend_mem::Feature::Fabric) {
+//!     eprintln!("no cross-host sharing here: {missing}");
+//! }
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! # One set of copy verbs
 //!
@@ -187,6 +210,7 @@ pub mod ffi;
 
 mod addr;
 mod buffer;
+mod caps;
 mod device;
 mod error;
 mod foreign;
@@ -216,6 +240,10 @@ pub mod prelude {
 pub use acl;
 pub use addr::Addr;
 pub use buffer::{DeviceBuffer, HostBuffer};
+pub use caps::{
+    Answer, BatchDirections, CapRow, Capabilities, Feature, GroupAnswer, How, Missing, Soc,
+    SocFamily, SymbolGroup,
+};
 pub use bytemuck;
 pub use device::{Device, Granular};
 pub use error::{AclCode, CloseError, CopySide, Error, ErrorKind, Result};

@@ -373,6 +373,39 @@ export! { Acl;
     }
 }
 
+/// The version the emulator reports for the CANN packages it stands in for: the CANN release
+/// whose headers the bindings follow.
+pub(crate) const EMULATED_CANN_VERSION: &str = "9.1.0";
+
+/// The packages `aclsysGetVersionStr` answers for (the emulator has no driver or firmware).
+const EMULATED_PACKAGES: &[&str] = &["cann", "runtime", "toolkit", "compiler", "hccl", "opp"];
+
+export! { Acl;
+    /// The version of an emulated CANN package (`runtime`, `toolkit`, `cann`, ...):
+    /// [`EMULATED_CANN_VERSION`], written NUL-terminated into `versionStr`, which must hold
+    /// `ACL_PKG_VERSION_MAX_SIZE` (128) bytes. Another name (`driver`, `firmware`, anything
+    /// else) is `ACL_ERROR_INVALID_FILE`, as for a package that is not installed.
+    fn aclsysGetVersionStr(pkgName: *mut c_char, versionStr: *mut c_char) {
+        ensure!(!pkgName.is_null(), ACL_ERROR_INVALID_PARAM, "pkgName is NULL");
+        ensure!(!versionStr.is_null(), ACL_ERROR_INVALID_PARAM, "versionStr is NULL");
+        // SAFETY: non-null, and a NUL-terminated string per the C contract.
+        let name = unsafe { std::ffi::CStr::from_ptr(pkgName) }.to_string_lossy();
+        ensure!(
+            EMULATED_PACKAGES.contains(&name.as_ref()),
+            ACL_ERROR_INVALID_FILE,
+            "package {name:?} is not installed (the emulator reports {EMULATED_PACKAGES:?})"
+        );
+        let text = EMULATED_CANN_VERSION.as_bytes();
+        // SAFETY: the caller's buffer holds ACL_PKG_VERSION_MAX_SIZE bytes (the C contract);
+        // the version and its NUL are far shorter.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr().cast::<c_char>(), versionStr, text.len());
+            versionStr.add(text.len()).write(0);
+        }
+        Ok(())
+    }
+}
+
 fn check_level(level: aclrtLastErrLevel) -> Res {
     ensure!(
         level == ACL_RT_THREAD_LEVEL,

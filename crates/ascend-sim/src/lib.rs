@@ -151,6 +151,7 @@
 //! | value write/wait `flag` (write 0, wait 0..=3) | header |
 //! | value write/wait on an 8-byte aligned word of device-accessible memory | **ours** |
 //! | `aclrtGetSocName` names | HIXL (its SoC tables) |
+//! | `aclsysGetVersionStr`: `9.1.0` for `cann`, `runtime`, `toolkit`, `compiler`, `hccl`, `opp`; `ACL_ERROR_INVALID_FILE` for any other package | ACL's docs (the bindings' CANN level) |
 //! | all processes of the machine are one supernode | **ours** (there is one host) |
 //!
 //! # HCCL emulation
@@ -501,6 +502,7 @@ symbol_table!(
     aclrtDeviceDisablePeerAccess,
     aclGetRecentErrMsg,
     aclrtGetSocName,
+    aclsysGetVersionStr,
     aclrtPeekAtLastError,
     aclrtGetLastError,
     aclrtCreateStream,

@@ -13,6 +13,7 @@ mod backpressure;
 mod bad_inputs;
 mod batching;
 mod cancel;
+mod capabilities;
 mod completion;
 mod completion_queue;
 mod connect_failure;

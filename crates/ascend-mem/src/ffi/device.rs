@@ -74,3 +74,18 @@ pub fn logic_id(lib: &AclLib, user_id: i32) -> Result<i32> {
     unsafe { call!(lib, aclrtGetLogicDevIdByUserDevId(user_id, &mut id)) }?;
     Ok(id)
 }
+
+/// `aclrtGetSocName`: the SoC name, or `None` when the runtime returns NULL or an empty name.
+///
+/// # Errors
+/// [`Error::MissingSymbol`](crate::Error::MissingSymbol).
+pub fn soc_name(lib: &AclLib) -> Result<Option<String>> {
+    // SAFETY: takes no arguments; returns a static NUL-terminated string or NULL.
+    let p = unsafe { lib.aclrtGetSocName() }?;
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: non-null: a NUL-terminated string that lives as long as the library; copied out.
+    let name = unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy();
+    Ok((!name.is_empty()).then(|| name.into_owned()))
+}

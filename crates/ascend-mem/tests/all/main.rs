@@ -9,6 +9,7 @@ mod hccl_util;
 
 mod backend;
 mod bad_inputs;
+mod capabilities;
 mod batch_copies;
 mod drop_order;
 mod fault_injection;

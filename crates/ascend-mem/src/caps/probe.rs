@@ -1,0 +1,243 @@
+//! Finding the answers of [`Capabilities`]: the queries, and the probes on one device. Every
+//! probe frees what it made before it returns (the values it made drop in order: an import
+//! before its export, a mapping before its reservation).
+
+use super::symbols::groups;
+use super::{Answer, BatchDirections, Capabilities, How, Soc, SocFamily, SymbolGroup};
+use crate::buffer::{DeviceBuffer, HostBuffer};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::ffi;
+use crate::pinned::PinnedWords;
+use crate::runtime::Runtime;
+use crate::share::{ExportFlags, ShareKind};
+use crate::spec::{MemKind, MemSpec};
+use crate::stream::Stream;
+use crate::view::MemView;
+use crate::vmm::{PhysicalMem, ReservedVa};
+
+/// Everything about `rt`, with the probes run on `device` (none without one).
+pub(super) fn find(rt: &Runtime, device: Option<i32>) -> Capabilities {
+    let groups = groups(rt);
+    let has = |g: SymbolGroup| groups.iter().any(|a| a.group == g && a.present());
+    let (vmm, share, batch, values) = (
+        has(SymbolGroup::Vmm),
+        has(SymbolGroup::ShareV2),
+        has(SymbolGroup::BatchCopy),
+        has(SymbolGroup::StreamValues),
+    );
+    let dev = device.map(|d| rt.device(d));
+    let fabric = on(&dev, vmm && share, "VMM or V2 share calls", fabric);
+    let host_import = on(&dev, vmm && share, "VMM or V2 share calls", host_import);
+    let batch = on(&dev, vmm && batch, "aclrtMemcpyBatch", batch_directions);
+    let host_values = on(&dev, values, "aclrtValueWrite", host_values);
+    Capabilities {
+        backend: rt.backend().clone(),
+        library: rt.acl().source().describe(),
+        runtime_version: runtime_version(rt),
+        device_count: queried(rt.device_count()),
+        device: dev.as_ref().and_then(|d| d.as_ref().ok()).map(Device::id),
+        soc: soc(rt),
+        groups,
+        fabric,
+        host_import,
+        batch,
+        host_values,
+    }
+}
+
+/// `probe` run on the device, or why it was not: no device, or the calls it needs missing.
+fn on<T>(
+    dev: &Option<Result<Device>>,
+    needed: bool,
+    symbols: &str,
+    probe: fn(&Device) -> Answer<T>,
+) -> Answer<T> {
+    match dev {
+        None => Answer::not_probed("no device"),
+        Some(Err(e)) => Answer::not_probed(format!("the device did not open: {e}")),
+        Some(Ok(_)) if !needed => Answer::not_probed(format!("{symbols} missing")),
+        Some(Ok(d)) => probe(d),
+    }
+}
+
+/// A query's answer: the value, or what the runtime said.
+fn queried<T>(r: Result<T>) -> Answer<T> {
+    match r {
+        Ok(v) => Answer::known(v, How::Queried),
+        Err(e @ Error::MissingSymbol { .. }) => Answer {
+            value: None,
+            how: How::Symbols,
+            detail: Some(e.to_string().into_boxed_str()),
+        },
+        Err(e) => Answer {
+            value: None,
+            how: How::Queried,
+            detail: Some(e.to_string().into_boxed_str()),
+        },
+    }
+}
+
+fn runtime_version(rt: &Runtime) -> Answer<String> {
+    queried(ffi::init::package_version(rt.acl(), "runtime"))
+}
+
+fn soc(rt: &Runtime) -> Answer<Soc> {
+    match ffi::device::soc_name(rt.acl()) {
+        Ok(Some(name)) => Answer::known(
+            Soc {
+                family: SocFamily::of(&name),
+                name,
+            },
+            How::Queried,
+        ),
+        Ok(None) => Answer {
+            value: None,
+            how: How::Queried,
+            detail: Some("aclrtGetSocName returned no name".into()),
+        },
+        Err(e) => queried(Err(e)),
+    }
+}
+
+/// The answer of a probe: `setup` failing (an allocation, a stream) leaves it unknown; the use
+/// of the feature failing (`Err` inside) is a refusal, with the runtime's words.
+fn probed(setup: Result<std::result::Result<(), String>>) -> Answer<bool> {
+    match setup {
+        Ok(Ok(())) => Answer::known(true, How::Probed),
+        Ok(Err(why)) => Answer::known(false, How::Probed).with_detail(why),
+        Err(e) => Answer {
+            value: None,
+            how: How::Probed,
+            detail: Some(format!("setting up the probe failed: {e}").into_boxed_str()),
+        },
+    }
+}
+
+/// One granule of HBM exported as a FABRIC handle and imported again.
+fn fabric(dev: &Device) -> Answer<bool> {
+    probed((|| {
+        let mem = PhysicalMem::hbm(dev, dev.round_up(1)?)?;
+        let shared = mem
+            .export(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)
+            .and_then(|handle| handle.shared().import(dev));
+        Ok(shared.map(drop).map_err(|e| e.to_string()))
+    })())
+}
+
+/// One granule of host DRAM exported as a FABRIC handle, imported and mapped: what the
+/// import's properties say it is (what host-device batching goes by), with the pointer
+/// attributes of the mapping in the detail.
+fn host_import(dev: &Device) -> Answer<MemKind> {
+    let r = (|| {
+        let len = dev.round_up_for(MemSpec::HOST, 1)?;
+        let mem = PhysicalMem::host(dev, len, None)?;
+        let handle = mem.export(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)?;
+        let imported = handle.shared().import(dev)?;
+        let va = ReservedVa::new(dev, len)?;
+        let map = va.map(&imported, len.zero())?;
+        let attrs = dev.pointer_info(map.addr())?;
+        Ok::<_, Error>((MemKind::host_if(imported.is_host()), attrs.device))
+    })();
+    match r {
+        Ok((kind, device)) => {
+            let seen = device.map_or("host memory".into(), |d| format!("memory of device {d}"));
+            Answer::known(kind, How::Probed)
+                .with_detail(format!("the mapping's pointer attributes say {seen}"))
+        }
+        Err(e) => Answer {
+            value: None,
+            how: How::Probed,
+            detail: Some(format!("export, import or map refused: {e}").into_boxed_str()),
+        },
+    }
+}
+
+/// A one-copy synchronous batch in each direction, each copy's bytes checked.
+fn batch_directions(dev: &Device) -> Answer<BatchDirections> {
+    let r = (|| {
+        let (d1, d2) = (DeviceBuffer::new(dev, 4096)?, DeviceBuffer::new(dev, 4096)?);
+        let h = HostBuffer::new(dev, 4096)?;
+        let mut ok = BatchDirections::empty();
+        let mut refused = Vec::new();
+        for (dir, dst, src) in [
+            (BatchDirections::HOST_TO_DEVICE, d1.mapping(), h.mapping()),
+            (BatchDirections::DEVICE_TO_HOST, h.mapping(), d2.mapping()),
+            (
+                BatchDirections::DEVICE_TO_DEVICE,
+                d2.mapping(),
+                d1.mapping(),
+            ),
+        ] {
+            let stamp = 0x40 + dir.bits();
+            src.fill(stamp)?;
+            dst.fill(0)?;
+            match one_batch(dev, dst, src) {
+                Ok(()) if dst.to_vec()?.iter().all(|&b| b == stamp) => ok |= dir,
+                Ok(()) => refused.push(format!(
+                    "{}: accepted, but the bytes did not arrive",
+                    dir.label()
+                )),
+                Err(e) => refused.push(format!("{}: {e}", dir.label())),
+            }
+        }
+        Ok::<_, Error>((ok, refused))
+    })();
+    match r {
+        Ok((ok, refused)) if refused.is_empty() => Answer::known(ok, How::Probed),
+        Ok((ok, refused)) => Answer::known(ok, How::Probed).with_detail(refused.join("; ")),
+        Err(e) => Answer {
+            value: None,
+            how: How::Probed,
+            detail: Some(format!("setting up the probe failed: {e}").into_boxed_str()),
+        },
+    }
+}
+
+/// `aclrtMemcpyBatch` of all of `src` to `dst`, one copy.
+#[allow(unsafe_code)]
+fn one_batch(dev: &Device, dst: &crate::vmm::Mapping, src: &crate::vmm::Mapping) -> Result<()> {
+    let loc = |m: &crate::vmm::Mapping| acl::aclrtMemLocation {
+        id: if m.is_host() { 0 } else { dev.id() as u32 },
+        type_: if m.is_host() {
+            acl::ACL_MEM_LOCATION_TYPE_HOST
+        } else {
+            acl::ACL_MEM_LOCATION_TYPE_DEVICE
+        },
+    };
+    let len = src.len().min(dst.len());
+    dev.bind()?;
+    let args = ffi::batch::BatchArgs {
+        dsts: &mut [dst.as_raw()],
+        dest_maxs: &mut [dst.len()],
+        srcs: &mut [src.as_raw()],
+        sizes: &mut [len],
+        attrs: &mut [acl::aclrtMemcpyBatchAttr {
+            dstLoc: loc(dst),
+            srcLoc: loc(src),
+            rsv: [0; 16],
+        }],
+        attrs_indexes: &mut [0],
+    };
+    // SAFETY: both ranges lie in live mappings owned by the caller for the whole call (which
+    // is synchronous), `len` fits both, and no Rust reference covers the destination.
+    unsafe { ffi::batch::memcpy_batch(dev.lib(), args) }.0
+}
+
+/// `aclrtValueWrite` of a word of pinned host memory, then a synchronize and a host read.
+fn host_values(dev: &Device) -> Answer<bool> {
+    const STAMP: u64 = 0x5eed_0fca_9ab1_7e00;
+    probed((|| {
+        let words = PinnedWords::new(dev, 1)?;
+        let mut s = Stream::new(dev)?;
+        let written = s
+            .value_write_pinned(&words, 0, STAMP)
+            .and_then(|()| s.synchronize())
+            .and_then(|()| words.load(0));
+        Ok(match written {
+            Ok(STAMP) => Ok(()),
+            Ok(seen) => Err(format!("the stream ran, but the host read {seen:#x}")),
+            Err(e) => Err(e.to_string()),
+        })
+    })())
+}
