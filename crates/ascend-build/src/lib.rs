@@ -1,8 +1,12 @@
 //! Build-script support shared by the Ascend `-sys` crates (`ascend-acl-sys`,
-//! `ascend-hccl-sys`, `ascend-hixl-sys`) and the `ascend` facade: finding a CANN install and
-//! recording its `lib64` as the loaders' build-time default directory, and (feature
-//! `bindgen`) regenerating a crate's bindings from its declarations header, or from the real
-//! CANN headers when an install has them.
+//! `ascend-hccl-sys`, `ascend-hixl-sys`) and the `ascend` facade: finding a CANN install
+//! ([`cann_home`]) and recording its `lib64` as the loaders' build-time default directory
+//! ([`record_build_lib_dir`]); reading and comparing the install's CANN version
+//! ([`read_cann_version`], [`CannVersion`]) and recording it for the facade's
+//! `ascend::build_info()` ([`record_cann_build_info`], the facade's whole build script), with a
+//! warning when it is older than [`OLDEST_SUPPORTED_CANN`]; and (feature `bindgen`)
+//! regenerating a crate's bindings from its declarations header, or from the real CANN headers
+//! when an install has them.
 //!
 //! `regenerate` (feature `bindgen`) splits bindgen's output into `bindings.rs` (types, constants, layout
 //! assertions) and `functions.rs` (the extern block wrapped in the crate's `functions!` macro,
@@ -35,6 +39,12 @@ pub fn record_build_lib_dir(env_name: &str, file_names: &[&str]) {
         }
     }
 }
+
+mod cann_version;
+pub use cann_version::{
+    parse_cann_version, read_cann_version, record_cann_build_info, CannVersion,
+    OLDEST_SUPPORTED_CANN,
+};
 
 #[cfg(feature = "bindgen")]
 mod regen;
