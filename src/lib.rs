@@ -5,6 +5,7 @@
 //! engine ([`fabric`]), the HixlCS wrapper ([`cs`]), the raw ACL bindings ([`acl_sys`]) and the
 //! emulator ([`sim`]), and owns the workspace's examples and its cross-crate test. Library users
 //! normally depend on `ascend-mem`, `ascend-fabric` and `ascend-cs` directly.
+//! [`build_info()`] tells which CANN toolkit, if any, the crate was built against.
 //!
 //! | crate | what it is |
 //! |---|---|
@@ -19,6 +20,11 @@
 //! | `ascend-bench` | benchmarks printing ratios against memcpy and UCX, and the soak test |
 //! | `ascend-build` | build-script support: CANN discovery and binding regeneration |
 //! | `ascend-testkit` | test helpers shared by the crates' tests (not published) |
+
+mod build_info;
+pub mod report;
+
+pub use build_info::{build_info, BuildInfo, OLDEST_SUPPORTED_CANN};
 
 pub use acl_sys;
 pub use ascend_cs as cs;
