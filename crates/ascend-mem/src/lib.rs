@@ -240,11 +240,11 @@ pub mod prelude {
 pub use acl;
 pub use addr::Addr;
 pub use buffer::{DeviceBuffer, HostBuffer};
+pub use bytemuck;
 pub use caps::{
     Answer, BatchDirections, CapRow, Capabilities, Feature, GroupAnswer, How, Missing, Soc,
     SocFamily, SymbolGroup,
 };
-pub use bytemuck;
 pub use device::{Device, Granular};
 pub use error::{AclCode, CloseError, CopySide, Error, ErrorKind, Result};
 pub use foreign::{MappingRef, PointerInfo};
