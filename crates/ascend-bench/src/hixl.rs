@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
 use ascend_mem::prelude::*;
-use ascend_mem::{Addr, DeviceBuffer, MappingTable, Runtime, Stream, StreamFlags, TableCopy};
+use ascend_mem::{Addr, DeviceBuffer, MappingTable, Stream, StreamFlags, TableCopy};
 use indicatif::ProgressBar;
 
 use crate::peer::{engine_options, start_peer_with_host, ChildProc};
@@ -286,7 +286,7 @@ pub(crate) fn client_main() -> Res<()> {
         .split(',')
         .map(str::parse)
         .collect::<Result<_, _>>()?;
-    let rt = Runtime::emulated()?;
+    let rt = crate::util::runtime()?;
     let dev = rt.device(0)?;
     let mut engines = Vec::new();
     for &t in &threads {

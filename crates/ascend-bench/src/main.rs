@@ -258,9 +258,20 @@ fn run(args: &Args) -> Res<()> {
         return soak::run(&args.soak);
     }
     let t0 = std::time::Instant::now();
+    let rt = util::runtime()?;
+    println!("backend: {}", rt.backend());
+    if args.call_ns != 0 {
+        util::need_emulator(&rt, "--call-ns")?;
+    }
+    if args.mode == Mode::Collectives {
+        util::need_emulator(&rt, "collectives")?;
+    }
     let do_t = matches!(args.mode, Mode::Transfer | Mode::All);
     let do_x = matches!(args.mode, Mode::Translate | Mode::All);
-    let do_c = matches!(args.mode, Mode::Collectives | Mode::All);
+    let do_c = matches!(args.mode, Mode::Collectives | Mode::All) && rt.backend().is_emulator();
+    if args.mode == Mode::All && !do_c {
+        println!("collectives: skipped (it reads the emulator's HCCL statistics; ASCEND_MEM_BACKEND=sim runs it)");
+    }
     let do_h = matches!(args.mode, Mode::Hixl | Mode::All);
     let steps = if do_t { transfer::steps(args) } else { 0 }
         + if do_x { translate::STEPS } else { 0 }

@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use ascend_fabric::{Engine, EngineOptions};
 use ascend_mem::prelude::*;
-use ascend_mem::Runtime;
 
 use crate::util::proc_status_bytes;
 use crate::Res;
@@ -56,7 +55,7 @@ pub(crate) fn peer_main() -> Res<()> {
     let segs = env_num("BENCH_SEGS")? as usize;
     let seg_bytes = env_num("BENCH_SEG_BYTES")? as usize;
     let touch = env_num("BENCH_TOUCH")? == 1;
-    let rt = Runtime::emulated()?;
+    let rt = crate::util::runtime()?;
     let dev = rt.device(0)?;
     let eng = Engine::new(&dev, &format!("127.0.0.1:{port}"), engine_options()?)?;
     let mut bufs = Vec::with_capacity(segs);

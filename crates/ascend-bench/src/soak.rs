@@ -118,6 +118,7 @@ fn progress(seconds: u64) -> Res<ProgressBar> {
 /// leaked.
 pub(crate) fn run(args: &SoakArgs) -> Res<()> {
     let t0 = Instant::now();
+    crate::util::need_emulator(&crate::util::runtime()?, "the soak")?;
     let rt = Runtime::emulated()?;
     let dev = rt.device(0)?;
     let base = leaks::Baseline::now();

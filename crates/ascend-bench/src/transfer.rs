@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
 use ascend_mem::prelude::*;
-use ascend_mem::{Addr, Runtime};
+use ascend_mem::Addr;
 use indicatif::ProgressBar;
 
 use crate::peer::{engine_options, start_peer, streams};
@@ -390,7 +390,7 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
         region >> 20
     ));
     let (mut peer, peer_addr) = start_peer(1, region, true)?;
-    let rt = Runtime::emulated()?;
+    let rt = crate::util::runtime()?;
     let dev = rt.device(0)?;
     let eng = Engine::new(&dev, "127.0.0.1", engine_options()?)?;
     let local = eng.alloc_device(region)?;

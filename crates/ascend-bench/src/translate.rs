@@ -168,7 +168,7 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar) -> Res<Vec<Row>> {
 /// valgrind --tool=callgrind ascend-bench`.
 pub(crate) fn inproc_main() -> Res<()> {
     let segs: usize = std::env::var("BENCH_SEGS")?.parse()?;
-    let rt = Runtime::emulated()?;
+    let rt = crate::util::runtime()?;
     let dev = rt.device(0)?;
     let mut engines = Vec::new();
     let mut addrs = Vec::new();
@@ -200,7 +200,7 @@ fn keep_buf(b: ascend_mem::DeviceBuffer) {
 pub(crate) fn client_main() -> Res<()> {
     let peers_var: String = std::env::var("BENCH_PEERS")?;
     let peers: Vec<&str> = peers_var.split(',').collect();
-    let rt = Runtime::emulated()?;
+    let rt = crate::util::runtime()?;
     client(&rt, &peers)
 }
 

@@ -23,6 +23,26 @@ pub(crate) fn default_sim_env() {
     }
 }
 
+/// The runtime the bench measures: `ASCEND_MEM_BACKEND` (`cann`: CANN or an error, `sim`: the
+/// emulator; unset: CANN if found, else the emulator). Every process of a run (the peers
+/// inherit the environment) measures the same backend.
+pub(crate) fn runtime() -> Res<ascend_mem::Runtime> {
+    Ok(ascend_mem::Runtime::from_env_or_emulator()?)
+}
+
+/// An error naming `part` when the backend is not the emulator: a part that reads the
+/// emulator's own statistics or arms its faults.
+pub(crate) fn need_emulator(rt: &ascend_mem::Runtime, part: &str) -> Res<()> {
+    if rt.backend().is_emulator() {
+        return Ok(());
+    }
+    Err(format!(
+        "{part} measures the emulator itself (its statistics, faults or call cost) and does not run on {}; use ASCEND_MEM_BACKEND=sim",
+        rt.backend()
+    )
+    .into())
+}
+
 /// Raises the soft open-file limit to the hard one (10,000 imported segments are 10,000 fds).
 pub(crate) fn raise_nofile() {
     let mut r = libc::rlimit {

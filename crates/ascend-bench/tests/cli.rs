@@ -46,3 +46,36 @@ fn bad_command_lines_are_named() {
         }
     }
 }
+
+/// `ASCEND_MEM_BACKEND=cann` without CANN: every part fails with the load error (which names
+/// the emulator's setting), never measuring the emulator instead.
+#[test]
+fn cann_asked_for_and_missing_is_an_error_not_the_emulator() {
+    let out = ["--out", env!("CARGO_TARGET_TMPDIR")];
+    for args in [
+        &["all"][..],
+        &["transfer"],
+        &["hixl"],
+        &["soak", "--seconds", "1"],
+    ] {
+        let part = args[0];
+        let extra: &[&str] = if part == "soak" { &[] } else { &out };
+        let o = Command::new(env!("CARGO_BIN_EXE_ascend-bench"))
+            .args(args)
+            .args(extra)
+            .env("ASCEND_MEM_BACKEND", "cann")
+            .env("ASCEND_HOME_PATH", "/nonexistent")
+            .env_remove("ASCEND_ACL_LIB")
+            .env_remove("ASCEND_TOOLKIT_HOME")
+            .env("LD_LIBRARY_PATH", "")
+            .output()
+            .expect("run the bench");
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{part}: {o:?}");
+        assert!(err.contains("ASCEND_MEM_BACKEND=sim"), "{part}: {err}");
+        assert!(
+            !String::from_utf8_lossy(&o.stdout).contains("emulator"),
+            "{part}"
+        );
+    }
+}

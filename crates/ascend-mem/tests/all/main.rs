@@ -9,8 +9,8 @@ mod hccl_util;
 
 mod backend;
 mod bad_inputs;
-mod capabilities;
 mod batch_copies;
+mod capabilities;
 mod drop_order;
 mod fault_injection;
 mod hccl_collectives;
