@@ -381,9 +381,9 @@ pub(crate) const EMULATED_CANN_VERSION: &str = "9.1.0";
 const EMULATED_PACKAGES: &[&str] = &["cann", "runtime", "toolkit", "compiler", "hccl", "opp"];
 
 export! { Acl;
-    /// The version of an emulated CANN package (`runtime`, `toolkit`, `cann`, ...):
-    /// [`EMULATED_CANN_VERSION`], written NUL-terminated into `versionStr`, which must hold
-    /// `ACL_PKG_VERSION_MAX_SIZE` (128) bytes. Another name (`driver`, `firmware`, anything
+    /// The version of an emulated CANN package (`runtime`, `toolkit`, `cann`, ...): `9.1.0`
+    /// (the CANN level of the bindings), written NUL-terminated into `versionStr`, which must
+    /// hold `ACL_PKG_VERSION_MAX_SIZE` (128) bytes. Another name (`driver`, `firmware`, anything
     /// else) is `ACL_ERROR_INVALID_FILE`, as for a package that is not installed.
     fn aclsysGetVersionStr(pkgName: *mut c_char, versionStr: *mut c_char) {
         ensure!(!pkgName.is_null(), ACL_ERROR_INVALID_PARAM, "pkgName is NULL");
