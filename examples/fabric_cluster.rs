@@ -15,10 +15,6 @@
 //! ```
 //! Exits 0 only when every block verified and every survivor saw the killed engine leave.
 
-#[allow(dead_code)]
-#[path = "../crates/ascend-fabric/tests/directory_util/etcd_server.rs"]
-mod etcd_server;
-
 use ascend::prelude::*;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
@@ -198,7 +194,7 @@ fn coordinator(a: &Args) -> Res<()> {
     let n = a.engines;
     let local = match &a.etcd {
         Some(_) => None,
-        None => Some(etcd_server::LocalEtcd::start(|| {
+        None => Some(ascend_testkit::etcd::LocalEtcd::start(|| {
             ascend_launch::free_port().expect("a free loopback port")
         })),
     };

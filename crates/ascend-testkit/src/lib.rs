@@ -12,13 +12,15 @@
 //! - [`net`]: raw bytes to a server and its whole answer;
 //! - [`hex`]: bytes as hex text, for handing binary values to a child on a line;
 //! - [`process`]: this process's live threads and open descriptors;
-//! - [`wait`](mod@wait): waiting for a state reached in the background, and free ports.
+//! - [`wait`](mod@wait): waiting for a state reached in the background, and free ports;
+//! - [`etcd`]: a throwaway etcd on free loopback ports (the binary is the machine's).
 //!
 //! With the `emulator` feature, `emulator` adds a test's session on the in-process emulator
 //! (the lock, cleared faults, device 0, and the check that nothing is left at its end).
 
 #[cfg(feature = "emulator")]
 pub mod emulator;
+pub mod etcd;
 pub mod hex;
 pub mod lock;
 pub mod net;
