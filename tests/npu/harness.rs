@@ -1,77 +1,248 @@
-//! The suite's runner: a table of tests run one after another, each timed, a panic or an
-//! error a failure, a [`Skip`] a skip with the capability's name and the reason.
+//! The runner: the command line (filters as libtest takes them), the tests run one after
+//! another on this thread, each timed, with a panic or an error as its failure.
 
+use std::cell::RefCell;
+use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::Instant;
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant};
 
-use crate::ctx::Ctx;
+use crate::ctx::{Ctx, Res};
 
-/// Why a test did not run: the capability it needs and what is missing.
+/// How a test that did not fail ended. Failures are the test's `Err` or its panic.
 #[derive(Debug)]
-pub struct Skip {
-    pub capability: String,
-    pub why: String,
+pub enum Outcome {
+    /// Everything it checked held.
+    Pass,
+    /// It did not run: the runtime lacks `capability`, and `why` says what and how to get it.
+    Skip { capability: String, why: String },
 }
 
-/// What a test ends with: `Ok(None)` passed, `Ok(Some(skip))` skipped, `Err` failed.
-pub type Outcome = Result<Option<Skip>, Box<dyn std::error::Error>>;
+impl Outcome {
+    pub fn skip(capability: impl Into<String>, why: impl Into<String>) -> Outcome {
+        Outcome::Skip {
+            capability: capability.into(),
+            why: why.into(),
+        }
+    }
+}
 
-/// One test of the table.
+impl From<ascend::Missing> for Outcome {
+    fn from(m: ascend::Missing) -> Outcome {
+        Outcome::skip(m.feature, format!("{}; {}", m.why, m.fix))
+    }
+}
+
+/// One entry of the suite's table.
 pub struct Test {
     pub name: &'static str,
-    pub run: fn(&Ctx) -> Outcome,
+    pub run: fn(&Ctx) -> Res<Outcome>,
 }
 
-/// How a test ended.
+/// How a test ended, as the report shows it.
 #[derive(Debug)]
 pub enum Verdict {
     Pass,
-    Skip(Skip),
+    Skip { capability: String, why: String },
     Fail(String),
 }
 
-/// One test's line of the report.
+impl Verdict {
+    /// `pass`, `skip` or `fail`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Verdict::Pass => "pass",
+            Verdict::Skip { .. } => "skip",
+            Verdict::Fail(_) => "fail",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Verdict::Pass => f.write_str("ok"),
+            Verdict::Skip { capability, why } => write!(f, "skipped: {capability}: {why}"),
+            Verdict::Fail(m) => write!(f, "FAILED: {m}"),
+        }
+    }
+}
+
+/// A test that ran.
 #[derive(Debug)]
 pub struct Ran {
     pub name: &'static str,
     pub verdict: Verdict,
-    pub millis: u128,
+    pub time: Duration,
 }
 
-/// Runs the tests whose names contain one of `filters` (all without filters).
-pub fn run(ctx: &Ctx, tests: &[Test], filters: &[String]) -> Vec<Ran> {
-    let chosen = tests
-        .iter()
-        .filter(|t| filters.is_empty() || filters.iter().any(|f| t.name.contains(f.as_str())));
-    let mut out = Vec::new();
-    for t in chosen {
-        let t0 = Instant::now();
-        let verdict = match catch_unwind(AssertUnwindSafe(|| (t.run)(ctx))) {
-            Ok(Ok(None)) => Verdict::Pass,
-            Ok(Ok(Some(s))) => Verdict::Skip(s),
-            Ok(Err(e)) => Verdict::Fail(e.to_string()),
-            Err(p) => Verdict::Fail(panic_text(&p)),
-        };
-        let millis = t0.elapsed().as_millis();
-        match &verdict {
-            Verdict::Pass => println!("test {} ... ok ({millis} ms)", t.name),
-            Verdict::Skip(s) => {
-                println!("test {} ... skipped: {}: {}", t.name, s.capability, s.why)
+/// What the command line asks for. Positional arguments are filters (a test runs when its
+/// name contains one, or equals one with `--exact`); libtest's other flags are accepted so
+/// `cargo test` can pass them to every test binary, and ignored.
+#[derive(Debug, Default)]
+pub struct Args {
+    pub filters: Vec<String>,
+    pub skip: Vec<String>,
+    pub exact: bool,
+    pub list: bool,
+    /// `--ignored`: only ignored tests, and this suite has none.
+    pub ignored_only: bool,
+}
+
+/// libtest flags that take a value (as the next argument when not written `--flag=value`).
+const WITH_VALUE: [&str; 7] = [
+    "--test-threads",
+    "--skip",
+    "--color",
+    "--format",
+    "--logfile",
+    "--shuffle-seed",
+    "-Z",
+];
+
+impl Args {
+    pub fn parse(args: impl IntoIterator<Item = String>) -> Args {
+        let mut a = Args::default();
+        let mut it = args.into_iter();
+        while let Some(arg) = it.next() {
+            if !arg.starts_with('-') {
+                a.filters.push(arg);
+                continue;
             }
-            Verdict::Fail(m) => println!("test {} ... FAILED ({millis} ms): {m}", t.name),
+            let (flag, inline) = match arg.split_once('=') {
+                Some((f, v)) => (f.to_string(), Some(v.to_string())),
+                None => (arg.clone(), None),
+            };
+            let value = match inline {
+                Some(v) => Some(v),
+                None if WITH_VALUE.contains(&flag.as_str()) => it.next(),
+                None => None,
+            };
+            match flag.as_str() {
+                "--list" => a.list = true,
+                "--exact" => a.exact = true,
+                "--ignored" => a.ignored_only = true,
+                "--skip" => a.skip.extend(value),
+                _ => {}
+            }
         }
-        out.push(Ran {
-            name: t.name,
-            verdict,
-            millis,
-        });
+        a
     }
-    out
+
+    /// Whether `name` is selected.
+    pub fn selects(&self, name: &str) -> bool {
+        let hit = |f: &String| {
+            if self.exact {
+                name == f
+            } else {
+                name.contains(f.as_str())
+            }
+        };
+        !self.ignored_only
+            && (self.filters.is_empty() || self.filters.iter().any(hit))
+            && !self.skip.iter().any(hit)
+    }
 }
 
-fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<String>()
-        .cloned()
-        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "panicked".into())
+thread_local! {
+    /// The last panic of this thread: its message and where it happened.
+    static PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Records panics of the thread that runs the tests (they become the failure message)
+/// instead of printing them; other threads' panics print as usual.
+pub fn capture_panics() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if std::thread::current().name() != Some("main") {
+            return default(info);
+        }
+        let msg = info
+            .payload()
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| info.payload().downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic without a message".into());
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        PANIC.with(|p| *p.borrow_mut() = Some(format!("panicked{at}: {msg}")));
+    }));
+}
+
+/// Runs one test, timed: its outcome, its error, or its panic.
+fn run_one(ctx: &Ctx, t: &Test) -> Ran {
+    let start = Instant::now();
+    let r = catch_unwind(AssertUnwindSafe(|| (t.run)(ctx)));
+    let time = start.elapsed();
+    let verdict = match r {
+        Ok(Ok(Outcome::Pass)) => Verdict::Pass,
+        Ok(Ok(Outcome::Skip { capability, why })) => Verdict::Skip { capability, why },
+        Ok(Err(e)) => Verdict::Fail(e.to_string()),
+        Err(_) => Verdict::Fail(
+            PANIC
+                .with(|p| p.borrow_mut().take())
+                .unwrap_or_else(|| "panicked".into()),
+        ),
+    };
+    Ran {
+        name: t.name,
+        verdict,
+        time,
+    }
+}
+
+/// The longest one test may take: every wait in a test has its own deadline, so this only
+/// ends a hang inside a runtime call.
+const TEST_LIMIT: Duration = Duration::from_secs(300);
+
+/// A thread that ends the process when a test runs past [`TEST_LIMIT`]: it is told each
+/// test's name as it starts, and `None` at the end.
+fn hang_guard() -> Sender<Option<&'static str>> {
+    let (tx, rx) = channel::<Option<&'static str>>();
+    std::thread::spawn(move || {
+        let mut current = None;
+        loop {
+            match rx.recv_timeout(TEST_LIMIT) {
+                Ok(Some(name)) => current = Some(name),
+                Ok(None) | Err(RecvTimeoutError::Disconnected) => return,
+                Err(RecvTimeoutError::Timeout) => {
+                    if let Some(name) = current {
+                        println!("test {name} ... FAILED: still running after {TEST_LIMIT:?}; the suite stops");
+                        std::process::exit(2);
+                    }
+                }
+            }
+        }
+    });
+    tx
+}
+
+/// Runs the selected tests in table order, printing a line for each as it ends.
+pub fn run(ctx: &Ctx, tests: &[&Test]) -> Vec<Ran> {
+    println!("\nrunning {} tests", tests.len());
+    let guard = hang_guard();
+    let ran = tests
+        .iter()
+        .map(|t| {
+            let _ = guard.send(Some(t.name));
+            let ran = run_one(ctx, t);
+            println!(
+                "test {} ... {} ({} ms)",
+                ran.name,
+                ran.verdict,
+                ran.time.as_millis()
+            );
+            ran
+        })
+        .collect();
+    let _ = guard.send(None);
+    ran
+}
+
+/// Passed, skipped and failed tests.
+pub fn counts(ran: &[Ran]) -> (usize, usize, usize) {
+    let n = |w: &str| ran.iter().filter(|r| r.verdict.word() == w).count();
+    (n("pass"), n("skip"), n("fail"))
 }

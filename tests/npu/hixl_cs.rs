@@ -1,81 +1,100 @@
-//! HIXL's client/server C API (HixlCS) between two processes: a tagged server buffer found
-//! by the client, a put and an asynchronous get, every byte checked on both sides.
+//! HIXL's client/server C API (HixlCS) between two processes: a server process offers a
+//! tagged HBM buffer; this process's client finds it by tag, puts into it (checked by the
+//! server), gets from it asynchronously (checked here), and is refused an unknown tag and a
+//! range past the buffer.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ascend::cs::{Client, Endpoint, Op, Protocol, Server};
+use ascend::cs::{Client, Endpoint, Error, Op, Protocol, Server};
 use ascend::fabric::Need;
 use ascend::prelude::*;
-use ascend::{DeviceBuffer, Runtime};
+use ascend::DeviceBuffer;
+use ascend_testkit::pattern;
 
-use crate::ctx::{devices, ensure, pattern, read_line, Ctx, Peer, Res};
+use crate::ctx::{child_device, ensure, same_bytes, say, serve, Commands, Ctx, Peer, Res, DEVICE};
 use crate::harness::Outcome;
-use crate::need;
+use crate::skip_if;
 
 const LEN: usize = 2 << 20;
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-const T: Duration = Duration::from_secs(10);
+const T: Duration = Duration::from_secs(30);
 
-fn endpoint(device: i32) -> Endpoint {
-    Endpoint::new(Protocol::Hccs).on_device(u32::try_from(device).unwrap_or(0))
+/// An HCCS endpoint on `device`.
+fn endpoint(device: i32) -> Res<Endpoint> {
+    Ok(Endpoint::new(Protocol::Hccs).on_device(u32::try_from(device)?))
 }
 
-/// The server: a zeroed HBM buffer tagged `kv`; on `check` says whether it holds the pattern.
+/// The server: a zeroed HBM buffer tagged `kv`, listening on a free loopback port; serves
+/// `FILL kv <seed>` and `CHECK kv <seed>` until its stdin ends.
 pub fn server_role() -> Res<()> {
-    let rt = Runtime::from_env_or_emulator()?;
-    let id = devices(&rt)?[0];
-    let dev = rt.device(id)?;
+    let dev = child_device()?;
     let buf = Arc::new(DeviceBuffer::new(&dev, LEN)?);
     buf.fill(0)?;
-    let port = ascend_testkit::free_port();
-    let server = Server::new(&dev, LOCALHOST, port, &[endpoint(id)])?;
-    let _reg = server.register("kv", buf.clone())?;
+    let port = ascend_launch::free_port()?;
+    let server = Server::new(&dev, LOCALHOST, port, &[endpoint(dev.id())?])?;
+    let reg = server.register("kv", buf.clone())?;
     server.listen(16)?;
-    println!("READY {port}");
-    while let Some(line) = read_line() {
-        if line == "check" {
-            let same = buf.to_vec()?[..LEN] == pattern(21, LEN)[..];
-            println!("CHECKED {}", if same { "ok" } else { "bad" });
-        }
+    let commands = Commands::open();
+    say(&format!("READY {port}"));
+    while let Some(line) = commands.next()? {
+        say(&serve(&line, &[("kv", buf.slice(..LEN)?)])?);
     }
+    drop(reg);
+    server.close()?;
     Ok(())
 }
 
-pub fn put_get(ctx: &Ctx) -> Outcome {
-    need!(ctx, Need::HixlCs);
-    let mut server = Peer::start("hixl-server", &[("ASCEND_TEST_DEVICES", ctx.devices_var())])?;
+/// Put in two halves, checked by the server; the server refills; an asynchronous get of all
+/// of it, checked here.
+pub fn put_get(ctx: &Ctx) -> Res<Outcome> {
+    skip_if!(ctx.lacks(Need::HixlCs));
+    let far = ctx.other_device();
+    let mut server = Peer::start("hixl-server", &[(DEVICE, far.to_string())])?;
     let port: u16 = server.expect("READY")?.parse()?;
-    let dev = ctx.dev()?;
-    let client = Client::new(
-        &dev,
-        LOCALHOST,
-        port,
-        &endpoint(dev.id()),
-        &endpoint(dev.id()),
-    )?;
+    let dev = ctx.device()?;
+    let client = Client::new(&dev, LOCALHOST, port, &endpoint(dev.id())?, &endpoint(far)?)?;
     client.connect(T)?;
     let list = client.remote_memory(T)?;
     let kv = list.get("kv")?;
-    let src = Arc::new(DeviceBuffer::new(&dev, LEN)?);
-    let dst = Arc::new(DeviceBuffer::new(&dev, LEN)?);
-    let want = pattern(21, LEN);
-    src.write_from(&want, 0)?;
+    ensure(
+        kv.len() >= LEN,
+        format!("the server's kv is {} bytes", kv.len()),
+    )?;
+    match list.get("nothing") {
+        Err(Error::UnknownTag { .. }) => {}
+        other => return Err(format!("an unknown tag: {other:?}").into()),
+    }
+    let (src, dst) = (
+        Arc::new(DeviceBuffer::new(&dev, LEN)?),
+        Arc::new(DeviceBuffer::new(&dev, LEN)?),
+    );
+    src.write_from(&pattern(21, LEN), 0)?;
     dst.fill(0)?;
-    let (src_reg, dst_reg) = (client.register(src)?, client.register(dst.clone())?);
-    client.put(&[Op::new(&src_reg, 0, kv, 0, LEN)], T)?;
+    let (src_reg, dst_reg) = (client.register(src.clone())?, client.register(dst.clone())?);
+    let half = LEN / 2;
+    let halves = [
+        Op::new(&src_reg, 0, kv, 0, half),
+        Op::new(&src_reg, half, kv, half, half),
+    ];
+    client.put(&halves, T)?;
+    let answer = server.ask("CHECK kv 21", "SAME")?;
+    ensure(
+        answer == "yes",
+        format!("the server's buffer after the put: {answer}"),
+    )?;
+    server.ask("FILL kv 22", "FILLED")?;
     let mut done = client.get_async(&[Op::new(&dst_reg, 0, kv, 0, LEN)])?;
     done.wait(T)?;
     drop(done);
-    ensure(dst.to_vec()?[..LEN] == want[..], "the bytes got back")?;
-    server.say("check")?;
-    ensure(
-        server.expect("CHECKED")? == "ok",
-        "the server's buffer after the put",
-    )?;
+    same_bytes(&dst.to_vec()?[..LEN], &pattern(22, LEN), "the get")?;
+    match client.put(&[Op::new(&src_reg, 0, kv, kv.len() - 8, 16)], T) {
+        Err(Error::RemoteOutOfBounds { index: 0, .. }) => {}
+        other => return Err(format!("a put past the server's buffer: {other:?}").into()),
+    }
     drop((src_reg, dst_reg));
-    client.close().map_err(|e| e.to_string())?;
+    client.close()?;
     server.finish()?;
-    Ok(None)
+    Ok(Outcome::Pass)
 }

@@ -1,193 +1,165 @@
 //! The hardware acceptance suite: every capability of the crates through their public API
-//! only, on whatever backend `ASCEND_MEM_BACKEND` picks (CANN when it is `cann`, the emulator
-//! when it is `sim`; unset, CANN if found, else the emulator). Nothing here reaches into the
-//! emulator: what it checks is what a real runtime shows.
+//! only, on the backend `ASCEND_MEM_BACKEND` picks (`cann`: CANN or an error; `sim`: the
+//! emulator; unset: CANN when found, else the emulator). Nothing here reaches into the
+//! emulator: what a test checks is what a real runtime shows.
 //!
 //! ```text
 //! ASCEND_MEM_BACKEND=cann ASCEND_TEST_DEVICES=0,1 cargo test --test npu [-- FILTER...]
 //! ```
-//! A test whose capability the runtime lacks is a skip naming the capability and the reason.
-//! The report (`npu-report.md`, `npu-report.json`: capabilities, each test's result and
-//! time) goes to `ASCEND_TEST_REPORT_DIR`, or `npu-report/` in the target folder.
+//!
+//! A test whose capability the runtime lacks is skipped, naming the capability and why
+//! (the capability API decides: `EngineCapabilities::check`), as is a test that needs more
+//! devices than `ASCEND_TEST_DEVICES` lists. The run ends with a report in markdown and
+//! JSON (see `report.rs` for where). Filters and `--list`, `--exact`, `--skip` work as in
+//! libtest; libtest's other flags are accepted and ignored.
+//!
+//! Tests that need a second process run this executable again with `ASCEND_NPU_ROLE` set:
+//! `main` then runs that role instead of the suite.
 
+mod batch;
 mod ctx;
 mod engine;
 mod harness;
 mod hixl_cs;
+mod onesided;
 mod report;
 mod sharing;
 mod streams;
+mod suite;
 mod symwin;
 mod vmm;
 
-use std::process::{Command, ExitCode};
+use std::process::ExitCode;
 
-use ctx::{ensure, Ctx, Res, ROLE};
-use harness::{Outcome, Skip, Test, Verdict};
+use ascend::fabric::Need;
 
-const TESTS: &[Test] = &[
-    Test {
-        name: "vmm::roundtrip",
-        run: vmm::roundtrip,
-    },
-    Test {
-        name: "vmm::drop_orders",
-        run: vmm::drop_orders,
-    },
-    Test {
-        name: "vmm::host_memory",
-        run: vmm::host_memory,
-    },
-    Test {
-        name: "sharing::fabric_between_processes",
-        run: sharing::fabric_between_processes,
-    },
-    Test {
-        name: "streams::streams_and_events",
-        run: streams::streams_and_events,
-    },
-    Test {
-        name: "streams::stream_values",
-        run: streams::stream_values,
-    },
-    Test {
-        name: "streams::batch_copies",
-        run: streams::batch_copies,
-    },
-    Test {
-        name: "symwin::collectives",
-        run: symwin::collectives,
-    },
-    Test {
-        name: "symwin::put_signal",
-        run: symwin::put_signal,
-    },
-    Test {
-        name: "engine::directions",
-        run: engine::directions,
-    },
-    Test {
-        name: "engine::prepared_lists",
-        run: engine::prepared_lists,
-    },
-    Test {
-        name: "engine::cancellation",
-        run: engine::cancellation,
-    },
-    Test {
-        name: "engine::killed_peer",
-        run: engine::killed_peer,
-    },
-    Test {
-        name: "hixl_cs::put_get",
-        run: hixl_cs::put_get,
-    },
-    Test {
-        name: "suite::skips_are_reported",
-        run: skips_are_reported,
-    },
+use ctx::{Ctx, CHILD_LIMIT, NESTED, ROLE};
+use harness::{Args, Test};
+
+macro_rules! tests {
+    ($($module:ident :: $f:ident),* $(,)?) => {
+        &[$(Test { name: concat!(stringify!($module), "::", stringify!($f)), run: $module::$f }),*]
+    };
+}
+
+/// Every test, in the order they run.
+const TESTS: &[Test] = tests![
+    vmm::map_copy_read,
+    vmm::drop_orders,
+    vmm::explicit_close,
+    vmm::host_memory,
+    sharing::fabric_import,
+    sharing::allow_list,
+    streams::copies_and_events,
+    streams::stream_values,
+    streams::host_value_write,
+    streams::pool_and_waiter,
+    batch::host_device_batches,
+    batch::table_copies,
+    symwin::all_gather,
+    symwin::reduce_scatter,
+    symwin::all_reduce,
+    symwin::all_to_all,
+    onesided::put_signal,
+    onesided::get,
+    engine::d2rd,
+    engine::d2rh,
+    engine::rh2d,
+    engine::prepared_lists,
+    engine::cancellation,
+    engine::killed_peer,
+    hixl_cs::put_get,
+    suite::skips_are_reported,
 ];
 
 fn main() -> ExitCode {
-    if let Ok(role) = std::env::var(ROLE) {
-        return match child(&role) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("npu child {role}: {e}");
-                ExitCode::FAILURE
-            }
-        };
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--list") {
-        TESTS.iter().for_each(|t| println!("{}: test", t.name));
+    if let Ok(role) = std::env::var(ROLE) {
+        return child(&role);
+    }
+    if std::env::var_os(NESTED).is_some() {
+        ascend_testkit::watchdog(CHILD_LIMIT);
+        ctx::exit_with_parent();
+    }
+    let args = Args::parse(std::env::args().skip(1));
+    let chosen: Vec<&Test> = TESTS.iter().filter(|t| args.selects(t.name)).collect();
+    if args.list {
+        chosen.iter().for_each(|t| println!("{}: test", t.name));
+        println!("\n{} tests, 0 benchmarks", chosen.len());
         return ExitCode::SUCCESS;
     }
-    let filters: Vec<String> = args.into_iter().filter(|a| !a.starts_with('-')).collect();
-    match suite(&filters) {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
+    if chosen.is_empty() {
+        println!("\nrunning 0 tests\n\nnpu: no test selected; no report written");
+        return ExitCode::SUCCESS;
+    }
+    harness::capture_panics();
+    let ctx = Ctx::open().map_err(|e| e.to_string());
+    let ran = match &ctx {
+        Ok(c) => {
+            print_setup(c);
+            harness::run(c, &chosen)
+        }
         Err(e) => {
-            eprintln!("npu: {e}");
+            eprintln!("npu: the runtime did not open: {e}");
+            Vec::new()
+        }
+    };
+    let (passed, skipped, failed) = harness::counts(&ran);
+    println!("\nnpu: {passed} passed; {skipped} skipped; {failed} failed");
+    let written = report::write(&ctx, &args.filters, &ran);
+    match &written {
+        Ok([md, json]) => println!("npu: report in {} and {}", md.display(), json.display()),
+        Err(e) => eprintln!("npu: the report could not be written: {e}"),
+    }
+    if ctx.is_ok() && failed == 0 && written.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The backend (the emulator said so), the devices, and which needs the runtime meets.
+fn print_setup(ctx: &Ctx) {
+    let backend = ctx.rt.backend();
+    println!("npu: backend {backend}");
+    if ctx.emulated() {
+        println!("npu: this is the emulator, not an NPU (ASCEND_MEM_BACKEND=cann runs on CANN)");
+    }
+    println!("npu: devices {:?}", ctx.devices);
+    let needs: Vec<String> = Need::all()
+        .into_iter()
+        .map(|n| match ctx.caps.check(n) {
+            Ok(()) => n.to_string(),
+            Err(_) => format!("{n} (missing)"),
+        })
+        .collect();
+    println!("npu: capabilities: {}", needs.join(", "));
+}
+
+/// Runs this process's role as a child of the suite.
+fn child(role: &str) -> ExitCode {
+    ascend_testkit::watchdog(CHILD_LIMIT);
+    let r = match role {
+        "fabric-import" => sharing::import_role(),
+        "engine-peer" => engine::peer_role(),
+        "hixl-server" => hixl_cs::server_role(),
+        "put-signal" => onesided::put_signal_role(),
+        "get" => onesided::get_role(),
+        _ => match role.strip_prefix("collective-") {
+            Some(which) => symwin::rank_role(which),
+            None => Err(format!("no role {role:?}").into()),
+        },
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("npu {role}: {e}");
             ExitCode::FAILURE
         }
     }
-}
-
-fn child(role: &str) -> Res<()> {
-    match role {
-        "fabric-import" => sharing::import_role(),
-        "collectives" => symwin::collectives_role(),
-        "onesided" => symwin::onesided_role(),
-        "engine-peer" => engine::peer_role(),
-        "hixl-server" => hixl_cs::server_role(),
-        other => Err(format!("unknown role {other}").into()),
-    }
-}
-
-fn suite(filters: &[String]) -> Res<bool> {
-    let ctx = Ctx::open()?;
-    println!("backend: {}; devices {:?}", ctx.rt.backend(), ctx.devices);
-    if ctx.rt.backend().is_emulator() {
-        println!("(the emulator: no NPU; set ASCEND_MEM_BACKEND=cann on an Ascend machine)");
-    }
-    let ran = harness::run(&ctx, TESTS, filters);
-    let dir = report::write(&ctx, &ran)?;
-    let failed = ran
-        .iter()
-        .filter(|r| matches!(r.verdict, Verdict::Fail(_)))
-        .count();
-    let skipped = ran
-        .iter()
-        .filter(|r| matches!(r.verdict, Verdict::Skip(_)))
-        .count();
-    println!(
-        "\nnpu: {} passed, {skipped} skipped, {failed} failed; report in {}",
-        ran.len() - failed - skipped,
-        dir.display()
-    );
-    Ok(failed == 0)
-}
-
-/// This binary on the emulator as an Atlas A2 (no FABRIC handles, no symmetric windows):
-/// the FABRIC and symmetric-window tests are reported as skips naming the capability, and
-/// the run passes.
-fn skips_are_reported(ctx: &Ctx) -> Outcome {
-    if !ctx.rt.backend().is_emulator() {
-        return Ok(Some(Skip {
-            capability: "emulator".into(),
-            why: "models another product with the emulator's ASCEND_SIM_SOC".into(),
-        }));
-    }
-    let dir = std::env::temp_dir().join(format!("npu-skips-{}", std::process::id()));
-    let out = Command::new(std::env::current_exe()?)
-        .args(["sharing::", "symwin::collectives"])
-        .env("ASCEND_MEM_BACKEND", "sim")
-        .env("ASCEND_SIM_SOC", "A2")
-        .env("ASCEND_TEST_REPORT_DIR", &dir)
-        .output()?;
-    let report = std::fs::read_to_string(dir.join("npu-report.json"));
-    let _ = std::fs::remove_dir_all(&dir);
-    ensure(
-        out.status.success(),
-        format!("the A2 run ended with {}", out.status),
-    )?;
-    let j: serde_json::Value = serde_json::from_str(&report?)?;
-    let tests = j["tests"].as_array().ok_or("no tests in the report")?;
-    ensure(
-        tests.len() == 2,
-        format!("{} tests ran, not 2", tests.len()),
-    )?;
-    for (name, capability) in [
-        ("sharing::fabric_between_processes", "fabric"),
-        ("symwin::collectives", "symwin"),
-    ] {
-        let t = tests.iter().find(|t| t["name"] == name).ok_or(name)?;
-        let detail = t["detail"].as_str().unwrap_or_default();
-        ensure(
-            t["result"] == "skip" && detail.starts_with(&format!("{capability}: ")),
-            format!("{name}: {t}"),
-        )?;
-    }
-    Ok(None)
 }

@@ -1,54 +1,117 @@
-//! FABRIC sharing between two processes: the handle bytes cross, the memory does not.
+//! FABRIC sharing between two processes: only the handle bytes cross; the child imports,
+//! maps and writes the parent's memory, and the pid allow-list decides who may import.
 
 use ascend::fabric::Need;
 use ascend::prelude::*;
-use ascend::{DeviceBuffer, ExportFlags, Feature, ReservedVa, ShareKind, SharedHandle};
+use ascend::{
+    DeviceBuffer, ErrorKind, ExportFlags, FabricHandle, Feature, ReservedVa, ShareKind,
+    SharedHandle,
+};
+use ascend_testkit::{from_hex, pattern, to_hex};
 
-use crate::ctx::{ensure, pattern, read_line, Ctx, Peer, Res};
+use crate::ctx::{child_device, ensure, same_bytes, say, Commands, Ctx, Peer, Res, DEVICE};
 use crate::harness::Outcome;
-use crate::need;
+use crate::skip_if;
 
 const LEN: usize = 2 << 20;
 
-/// The parent exports HBM as a FABRIC handle allow-listed for the child; the child imports,
-/// maps and writes a pattern; the parent reads the pattern in its own buffer.
-pub fn fabric_between_processes(ctx: &Ctx) -> Outcome {
-    need!(ctx, Need::Mem(Feature::Fabric));
-    let dev = ctx.dev()?;
-    let buf = DeviceBuffer::new(&dev, LEN)?;
-    buf.fill(0)?;
-    let handle = buf.export(ShareKind::Fabric, ExportFlags::empty())?;
-    let mut child = Peer::start(
-        "fabric-import",
-        &[("ASCEND_TEST_DEVICES", ctx.devices_var())],
-    )?;
-    handle.allow_pids(&[i32::try_from(child.pid())?])?;
-    child.say(&ascend_testkit::to_hex(&handle.to_bytes()))?;
-    let wrote = child.expect("WROTE")?;
-    ensure(
-        wrote == buf.len().to_string(),
-        format!("the child wrote {wrote} bytes"),
-    )?;
-    ensure(
-        buf.to_vec()? == pattern(11, buf.len()),
-        "the parent does not see the child's bytes",
-    )?;
-    child.finish()?;
-    Ok(None)
+/// The importing child, on the second listed device (or the first when only one is).
+fn importer(ctx: &Ctx) -> Res<Peer> {
+    let mut p = Peer::start("fabric-import", &[(DEVICE, ctx.other_device().to_string())])?;
+    p.expect("READY")?;
+    Ok(p)
 }
 
-/// The child's side: import the handle from stdin, map it, write the pattern.
+/// A zeroed buffer and its FABRIC export with `flags`.
+fn exported(ctx: &Ctx, flags: ExportFlags) -> Res<(DeviceBuffer, FabricHandle)> {
+    let buf = DeviceBuffer::new(&ctx.device()?, LEN)?;
+    buf.fill(0)?;
+    let handle = buf.export(ShareKind::Fabric, flags)?;
+    Ok((buf, handle))
+}
+
+/// Asks the child to import `handle` and write pattern `seed` into it; its answer.
+fn import(child: &mut Peer, handle: &FabricHandle, seed: u8) -> Res<String> {
+    let line = format!("IMPORT {seed} {}", to_hex(&handle.to_bytes()));
+    child.send(&line)?;
+    child.expect("")
+}
+
+/// Checks the child wrote pattern `seed` over all of `buf`.
+fn check_written(answer: &str, buf: &DeviceBuffer, seed: u8) -> Res<()> {
+    ensure(
+        answer == format!("WROTE {}", buf.len()),
+        format!("the child answered {answer:?}"),
+    )?;
+    same_bytes(
+        &buf.to_vec()?,
+        &pattern(seed, buf.len()),
+        "the parent's buffer",
+    )
+}
+
+/// The parent exports HBM and allow-lists the child; the child imports it, maps it and
+/// writes a pattern, which the parent then reads in its own buffer.
+pub fn fabric_import(ctx: &Ctx) -> Res<Outcome> {
+    skip_if!(ctx.lacks(Need::Mem(Feature::Fabric)));
+    let (buf, handle) = exported(ctx, ExportFlags::empty())?;
+    let mut child = importer(ctx)?;
+    handle.allow_pids(&[i32::try_from(child.pid())?])?;
+    let answer = import(&mut child, &handle, 11)?;
+    check_written(&answer, &buf, 11)?;
+    child.finish()?;
+    Ok(Outcome::Pass)
+}
+
+/// A process not on the allow-list is refused (permission denied) and can import once it
+/// is on it; memory exported without pid validation needs no allow-list.
+pub fn allow_list(ctx: &Ctx) -> Res<Outcome> {
+    skip_if!(ctx.lacks(Need::Mem(Feature::Fabric)));
+    let (buf, handle) = exported(ctx, ExportFlags::empty())?;
+    let mut child = importer(ctx)?;
+    let answer = import(&mut child, &handle, 3)?;
+    ensure(
+        answer.starts_with(&format!("REFUSED {:?}", ErrorKind::PermissionDenied)),
+        format!("an import by a process not on the allow-list: {answer:?}"),
+    )?;
+    ensure(
+        buf.to_vec()?.iter().all(|&b| b == 0),
+        "the refused child wrote",
+    )?;
+    handle.allow_pids(&[i32::try_from(child.pid())?])?;
+    let answer = import(&mut child, &handle, 4)?;
+    check_written(&answer, &buf, 4)?;
+    let (open, open_handle) = exported(ctx, ExportFlags::DISABLE_PID_VALIDATION)?;
+    let answer = import(&mut child, &open_handle, 5)?;
+    check_written(&answer, &open, 5)?;
+    child.finish()?;
+    Ok(Outcome::Pass)
+}
+
+/// The child: for each `IMPORT <seed> <hex>` it imports the handle, maps it, writes pattern
+/// `seed` over it and says `WROTE <bytes>`, or `REFUSED <kind> <error>` when the import is
+/// refused.
 pub fn import_role() -> Res<()> {
-    let line = read_line().ok_or("no handle on stdin")?;
-    let bytes = ascend_testkit::from_hex(&line);
-    let rt = ascend::Runtime::from_env_or_emulator()?;
-    let dev = rt.device(crate::ctx::devices(&rt)?[0])?;
-    let mem = SharedHandle::from_bytes(&bytes)?.import(&dev)?;
-    let len = dev.granular(mem.len())?;
-    let va = ReservedVa::new(&dev, len)?;
-    let map = va.map(&mem, len.zero())?;
-    map.write_from(&pattern(11, map.len()), 0)?;
-    println!("WROTE {}", map.len());
-    read_line();
+    let dev = child_device()?;
+    let commands = Commands::open();
+    say("READY");
+    while let Some(line) = commands.next()? {
+        let mut words = line.split_whitespace();
+        let (Some("IMPORT"), Some(seed), Some(hex)) = (words.next(), words.next(), words.next())
+        else {
+            return Err(format!("not a command: {line:?}").into());
+        };
+        let mem = match SharedHandle::from_bytes(&from_hex(hex))?.import(&dev) {
+            Ok(mem) => mem,
+            Err(e) => {
+                say(&format!("REFUSED {:?} {e}", e.kind()));
+                continue;
+            }
+        };
+        let len = dev.granular(mem.len())?;
+        let map = ReservedVa::new(&dev, len)?.map(&mem, len.zero())?;
+        map.write_from(&pattern(seed.parse()?, map.len()), 0)?;
+        say(&format!("WROTE {}", map.len()));
+    }
     Ok(())
 }
