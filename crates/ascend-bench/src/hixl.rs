@@ -7,7 +7,9 @@
 //! to device (rH2D, READ), 4 streams. *contig* is HIXL's layout (block i to block i, which the
 //! engine merges); *scatter* reverses the remote blocks, so nothing merges and every block is
 //! one runtime copy. Each cell is the median of its steps, next to a two-thread `memcpy`
-//! between the same mapped buffers and the caller's CPU time per step. With
+//! between the same mapped buffers (on CANN, where the host cannot address them, the
+//! runtime's own copies between them on as many streams as the engine has: see
+//! [`Ceiling`]) and the caller's CPU time per step. With
 //! `--submit-threads N` every cell is measured with 1 and with N submitting threads, steps
 //! alternated; with `--call-ns NS` the client's emulator charges NS of host time per runtime
 //! copy call (`ASCEND_SIM_CALL_NS`), the regime where submission is the bound.
@@ -25,6 +27,7 @@ use ascend_mem::{Addr, DeviceBuffer, MappingTable, Stream, StreamFlags, TableCop
 use indicatif::ProgressBar;
 
 use crate::peer::{engine_options, start_peer_with_host, ChildProc};
+use crate::transfer::{Ceiling, CeilingName};
 use crate::{Args, Res};
 
 /// Block sizes of the table.
@@ -77,7 +80,8 @@ pub(crate) struct Cell {
     pub(crate) step: Duration,
     /// Median caller CPU time per step.
     pub(crate) cpu: Duration,
-    /// Two-thread memcpy of the same blocks between the same mapped buffers.
+    /// The ceiling (two-thread memcpy; on CANN the runtime's copies) of the same blocks
+    /// between the same mapped buffers.
     pub(crate) memcpy: Duration,
     /// Bytes per step.
     pub(crate) bytes: u64,
@@ -100,6 +104,8 @@ pub(crate) struct Report {
     pub(crate) wait_cpu: Option<(Duration, Duration)>,
     /// `--call-ns` as applied.
     pub(crate) call_ns: u64,
+    /// The ceiling (`None`: the client did not say).
+    pub(crate) ceiling: Option<CeilingName>,
 }
 
 impl Report {
@@ -173,6 +179,7 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar) -> Res<Report> {
                 memcpy: Duration::from_nanos(w[7].parse()?),
                 bytes: w[8].parse()?,
             }),
+            Some("CEILING") => rep.ceiling = Some(CeilingName::parse(&w[1..])?),
             Some("BLOCK") => {
                 pb.set_message(format!("hixl: {} done", w.get(1).unwrap_or(&"")));
                 pb.inc(1);
@@ -257,9 +264,14 @@ impl Side {
     }
 }
 
-/// Two threads copying `pairs` (`block` bytes each), dealt alternately.
-fn memcpy2(pairs: &[(Addr, Addr)], block: usize) -> Duration {
+/// The ceiling copying `pairs` (`block` bytes each): on the emulator two threads, the pairs
+/// dealt alternately; on CANN the runtime's copies on the engine's number of streams.
+fn memcpy2(c: &Ceiling, pairs: &[(Addr, Addr)], block: usize) -> Res<Duration> {
     let t = Instant::now();
+    if let Ceiling::Runtime { .. } = c {
+        c.runtime_copies(pairs.iter().map(|&(src, dst)| (src, dst, block)))?;
+        return Ok(t.elapsed());
+    }
     std::thread::scope(|s| {
         for k in 0..2 {
             s.spawn(move || {
@@ -272,12 +284,12 @@ fn memcpy2(pairs: &[(Addr, Addr)], block: usize) -> Duration {
             });
         }
     });
-    t.elapsed()
+    Ok(t.elapsed())
 }
 
-/// The client role: prints a `CELL <dir> <contig|scatter> <block> <threads> <step ns> <cpu
-/// ns> <memcpy ns> <bytes>` line per cell, `BLOCK <size>` after each block size, and last
-/// `WAITCPU <engine ns> <floor ns>`.
+/// The client role: prints `CEILING <name> <lanes> <threads|streams>` first, then a `CELL <dir>
+/// <contig|scatter> <block> <threads> <step ns> <cpu ns> <memcpy ns> <bytes>` line per cell,
+/// `BLOCK <size>` after each block size, and last `WAITCPU <engine ns> <floor ns>`.
 pub(crate) fn client_main() -> Res<()> {
     let peer: String = env("BENCH_PEER")?;
     let region: usize = env("BENCH_REGION")?;
@@ -287,7 +299,7 @@ pub(crate) fn client_main() -> Res<()> {
         .map(str::parse)
         .collect::<Result<_, _>>()?;
     let rt = crate::util::runtime()?;
-    let dev = rt.device(0)?;
+    let dev = crate::util::device(&rt, crate::util::Side::Bench)?;
     let mut engines = Vec::new();
     for &t in &threads {
         let mut o = engine_options()?;
@@ -315,8 +327,10 @@ pub(crate) fn client_main() -> Res<()> {
         host: (Addr::new(host), mapped(host)?),
         region,
     };
+    let ceiling = Ceiling::new(&dev, 2, crate::peer::streams() as usize)?;
     let mut out = std::io::stdout().lock();
     use std::io::Write as _;
+    writeln!(out, "CEILING {}", ceiling.name().words())?;
     // Profiling aid: `ASCEND_BENCH_FILTER="D2rD scatter 16 KiB"` measures only matching cells.
     let filter = std::env::var("ASCEND_BENCH_FILTER").ok();
     for &block in &BLOCKS {
@@ -328,12 +342,12 @@ pub(crate) fn client_main() -> Res<()> {
                     continue;
                 }
                 let (descs, pairs) = side.step(dir, scatter, block);
-                memcpy2(&pairs, block); // touch both sides
+                memcpy2(&ceiling, &pairs, block)?; // touch both sides
                 let mut times = vec![Vec::new(); engines.len()];
                 let mut cpus = vec![Vec::new(); engines.len()];
                 let mut mem = Vec::new();
                 for _ in 0..steps {
-                    mem.push(memcpy2(&pairs, block));
+                    mem.push(memcpy2(&ceiling, &pairs, block)?);
                     for (k, e) in engines.iter().enumerate() {
                         let (c0, t0) = (thread_cpu(), Instant::now());
                         e.transfer_sync(&peer, side.of(dir).3, &descs, T)?;

@@ -1,6 +1,16 @@
 //! `ascend-bench`: how close the Fabric Mem engine gets to `memcpy` between the same buffers,
 //! how it compares with UCX's one-sided put over shared memory, what a descriptor costs on the
-//! host, and what symmetric windows save HCCL collectives: all on the in-tree emulator.
+//! host, and what symmetric windows save HCCL collectives.
+//!
+//! The backend is `ASCEND_MEM_BACKEND`'s (`cann`: CANN or its load error; `sim`: the in-tree
+//! emulator; unset: CANN if found, else the emulator, with a WARN line), for this process and
+//! every child process it starts (they inherit the environment); the first line of stdout
+//! names it and the devices. `ASCEND_BENCH_DEVICE` (default 0) is the measuring process's
+//! device, `ASCEND_BENCH_PEER_DEVICE` (default: the same) the peers'. On CANN, `transfer`,
+//! `translate` and `hixl` measure the NPU, against the runtime's own copies where the emulator
+//! has `memcpy` (the host cannot address device memory); `collectives`, the soak and
+//! `--call-ns` measure the emulator itself and need `ASCEND_MEM_BACKEND=sim` (`all` skips
+//! `collectives` with a line saying why; by name they are an error).
 //!
 //! ```text
 //! cargo run --release -p ascend-bench -- <transfer|translate|hixl|collectives|all> [--quick] [--out DIR]
@@ -19,8 +29,10 @@
 //!   transfer; 64 MiB: one), as `ucx_perftest` keeps puts outstanding. Both buffers are touched
 //!   before timing. The ceiling is `memcpy` between the same mapped buffers (this process's
 //!   local buffer and its mapping of the peer's buffer), the same blocks, on as many threads as
-//!   the engine has copy streams. *latency*: 10,000 synchronous 4 KiB WRITEs (2,000 with
-//!   `--quick`) one after the other, p50 and p99. One more row, `repeat/host`: repeated 4 KiB
+//!   the engine has copy streams; on CANN, whose device memory the host cannot address, the
+//!   runtime's own copies (`aclrtMemcpyAsync`, device to device) on as many streams.
+//!   *latency*: 10,000 synchronous 4 KiB WRITEs (2,000 with `--quick`) one after the other,
+//!   p50 and p99. One more row, `repeat/host`: repeated 4 KiB
 //!   WRITEs from a host-DRAM local buffer, whose copies the engine batches (one
 //!   `aclrtMemcpyBatchAsync` per stream per transfer; the runtime batches host-device copies
 //!   only, so the HBM rows are one `aclrtMemcpyAsync` per copy). UCX: `ucx_perftest -t ucp_put_bw` with
@@ -32,10 +44,11 @@
 //! * **translate**: host-side cost of a descriptor (checks, translation, `aclrtMemcpyAsync`
 //!   submission) with 1 and with 10,000 segments offered by the peer (each its own 2 MiB
 //!   allocation), measured in a child process whose emulator runs streams in `deterministic`
-//!   mode, so no copy runs while descriptors are submitted; and the same copies posted as
-//!   (local block, remote block) pairs of prepared lists. With 1 segment it is measured again
-//!   from a host-DRAM local registration, whose copies go as one batch call per stream. Next
-//!   to each, the runtime floor: the same copies straight through ascend-mem's table calls.
+//!   mode, so no copy runs while descriptors are submitted (on CANN the device runs them);
+//!   and the same copies posted as (local block, remote block) pairs of prepared lists. With 1
+//!   segment it is measured again from a host-DRAM local registration, whose copies go as one
+//!   batch call per stream. Next to each, the runtime floor: the same copies straight through
+//!   ascend-mem's table calls.
 //! * **hixl**: HIXL's benchmark shape (16 KiB-2 MiB, D2rD/D2rH/rH2D, contig and scatter, one
 //!   synchronous transfer of 128 MiB per step) with `--call-ns` and `--submit-threads`, and the
 //!   caller CPU of a synchronous 1 MiB wait against its floor (see the `hixl` module).
@@ -68,12 +81,14 @@
 //! `hixl_min_vs_memcpy`, `hixl_call_ns`. `nan` when a part did not run or UCX is missing.
 //!
 //! Profiling aids (environment): `ASCEND_BENCH_FILTER` (run only matching transfer rows, e.g.
-//! `"walk Write 4 KiB"`), `ASCEND_BENCH_REPS`, `ASCEND_BENCH_STREAMS`,
+//! `"walk Write 4 KiB"`), `ASCEND_BENCH_CEILING=runtime` (the runtime's copies as the ceiling
+//! on the emulator too), `ASCEND_BENCH_REPS`, `ASCEND_BENCH_STREAMS`,
 //! `ASCEND_BENCH_WINDOW_1`, `ASCEND_BENCH_TRANSLATE_BATCHES`, `ASCEND_BENCH_POOL_GIB`, `ASCEND_BENCH_WRAP_<ROLE>` (run a
 //! child role under e.g. `perf record`), and the `inproc` role for valgrind.
 //!
-//! Output: a table on stdout, `transfer.csv`, `translate.csv`, `collectives.csv`,
-//! `results.csv` and `bandwidth.svg` in `--out` (default `target/bench` under the current
+//! Output: the backend line, a table on stdout, `transfer.csv`, `translate.csv`,
+//! `collectives.csv`, `results.csv` (the backend, the devices and the ceiling first, then the
+//! RESULT figures) and `bandwidth.svg` in `--out` (default `target/bench` under the current
 //! directory), a progress bar on stderr when it is a terminal, and as the last line of stdout
 //! the `RESULT` line.
 
@@ -121,31 +136,51 @@ pub(crate) struct Args {
     soak: soak::SoakArgs,
 }
 
-/// Benchmarks of the Fabric Mem engine and HCCL on the emulator (ratios measured in one run
-/// against memcpy between the same buffers, and UCX when installed), and the soak.
+/// Benchmarks of the Fabric Mem engine (ratios measured in one run against memcpy between
+/// the same buffers, and UCX when installed) and of HCCL on the emulator, and the soak.
 #[derive(Debug, Parser)]
-#[command(name = "ascend-bench", version)]
+#[command(name = "ascend-bench", version, after_help = ENV_HELP)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
 }
 
+/// The environment that picks the backend and devices (the `--help` epilogue).
+const ENV_HELP: &str = "\
+Environment:
+  ASCEND_MEM_BACKEND        cann: CANN (or its load error); sim: the emulator;
+                            unset: CANN if found, else the emulator (with a WARN line).
+                            Child processes inherit it: every process measures the same backend.
+  ASCEND_BENCH_DEVICE       device of the measuring process of transfer, translate and hixl
+                            (default 0)
+  ASCEND_BENCH_PEER_DEVICE  device of their peer processes (default: ASCEND_BENCH_DEVICE)
+collectives, soak and --call-ns measure the emulator itself: they need the emulator
+(ASCEND_MEM_BACKEND=sim, or unset with no CANN found); on CANN `all` skips collectives with a
+line saying so.";
+
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Engine WRITE/READ between two processes against memcpy (and UCX).
+    /// Engine WRITE/READ between two processes against memcpy (on CANN the runtime's own
+    /// copies) and UCX.
+    #[command(after_help = ENV_HELP)]
     Transfer(RunOpts),
     /// Host-side cost of a descriptor with 1 and 10,000 remote segments, against the runtime
     /// floor.
+    #[command(after_help = ENV_HELP)]
     Translate(RunOpts),
     /// HIXL's benchmark shape (16 KiB-2 MiB, D2rD/D2rH/rH2D, contig and scatter) and the
     /// caller CPU of a synchronous wait against one blocking synchronize per stream.
+    #[command(after_help = ENV_HELP)]
     Hixl(RunOpts),
-    /// AllGather and AllReduce with symmetric windows against staged.
+    /// AllGather and AllReduce with symmetric windows against staged (the emulator only).
+    #[command(after_help = ENV_HELP)]
     Collectives(RunOpts),
-    /// Everything above, then the RESULT line.
+    /// Everything above (collectives on the emulator only), then the RESULT line.
+    #[command(after_help = ENV_HELP)]
     All(RunOpts),
-    /// Random verified transfers with peer kills and injected faults; exits non-zero on
-    /// anything unexpected or leaked.
+    /// Random verified transfers with peer kills and injected faults (the emulator only);
+    /// exits non-zero on anything unexpected or leaked.
+    #[command(after_help = ENV_HELP)]
     Soak(SoakOpts),
 }
 
@@ -158,7 +193,8 @@ struct RunOpts {
     #[arg(long, value_name = "DIR", default_value = "target/bench")]
     out: PathBuf,
     /// HIXL-shaped table: host time the client's emulator charges per runtime copy call
-    /// (`ASCEND_SIM_CALL_NS`; HIXL's published A3 host path is about 5,700 ns per copy).
+    /// (`ASCEND_SIM_CALL_NS`; HIXL's published A3 host path is about 5,700 ns per copy). The
+    /// emulator only: an error on CANN.
     #[arg(long, value_name = "NS", default_value_t = 0)]
     call_ns: u64,
     /// HIXL-shaped table: also measure with this many submitting threads (1..=streams).
@@ -218,12 +254,16 @@ impl From<Cli> for Args {
 /// Every figure of one run; `None` prints as `nan`.
 #[derive(Debug, Default)]
 pub(crate) struct Results {
+    /// The backend and devices measured.
+    pub(crate) meta: Option<util::Meta>,
     pub(crate) transfer: Vec<transfer::Row>,
     pub(crate) translate: Vec<translate::Row>,
     pub(crate) hixl: Option<hixl::Report>,
     pub(crate) collectives: Vec<collectives::Row>,
     pub(crate) ucx_note: Option<String>,
     pub(crate) rss: Option<transfer::RssReport>,
+    /// The transfer part's ceiling.
+    pub(crate) ceiling: Option<transfer::CeilingName>,
     pub(crate) latency: Option<transfer::Latency>,
     pub(crate) cancel: Option<cancel::Cancel>,
 }
@@ -258,19 +298,28 @@ fn run(args: &Args) -> Res<()> {
         return soak::run(&args.soak);
     }
     let t0 = std::time::Instant::now();
+    // What needs the emulator is refused before any runtime is opened when
+    // ASCEND_MEM_BACKEND=cann names CANN (no CANN needed to say so), and again once the
+    // runtime is open (unset: CANN when found).
+    let sim_only = |rt: Option<&ascend_mem::Runtime>| -> Res<()> {
+        if args.mode == Mode::Collectives {
+            util::need_emulator(util::SimOnly::Collectives, rt)?;
+        }
+        if args.call_ns != 0 {
+            util::need_emulator(util::SimOnly::CallNs, rt)?;
+        }
+        Ok(())
+    };
+    sim_only(None)?;
     let rt = util::runtime()?;
-    println!("backend: {}", rt.backend());
-    if args.call_ns != 0 {
-        util::need_emulator(&rt, "--call-ns")?;
-    }
-    if args.mode == Mode::Collectives {
-        util::need_emulator(&rt, "collectives")?;
-    }
+    let meta = util::Meta::of(&rt)?;
+    util::announce(&meta);
+    sim_only(Some(&rt))?;
     let do_t = matches!(args.mode, Mode::Transfer | Mode::All);
     let do_x = matches!(args.mode, Mode::Translate | Mode::All);
-    let do_c = matches!(args.mode, Mode::Collectives | Mode::All) && rt.backend().is_emulator();
-    if args.mode == Mode::All && !do_c {
-        println!("collectives: skipped (it reads the emulator's HCCL statistics; ASCEND_MEM_BACKEND=sim runs it)");
+    let do_c = matches!(args.mode, Mode::Collectives | Mode::All) && meta.emulator;
+    if args.mode == Mode::All && !meta.emulator {
+        println!("{}", util::SimOnly::Collectives.skipped(&meta.backend));
     }
     let do_h = matches!(args.mode, Mode::Hixl | Mode::All);
     let steps = if do_t { transfer::steps(args) } else { 0 }
@@ -278,7 +327,10 @@ fn run(args: &Args) -> Res<()> {
         + if do_h { hixl::STEPS } else { 0 }
         + if do_c { collectives::STEPS } else { 0 };
     let pb = progress::bar(steps, "{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")?;
-    let mut res = Results::default();
+    let mut res = Results {
+        meta: Some(meta),
+        ..Results::default()
+    };
     // Transfer first: the engine process's peak RSS is read right after it.
     if do_t {
         transfer::run(args, &pb, &mut res)?;

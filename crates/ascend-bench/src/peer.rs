@@ -4,7 +4,9 @@
 //! device buffers of `$BENCH_SEG_BYTES` (each its own allocation, so each is one offered
 //! segment), fills them when `$BENCH_TOUCH` is 1, registers them, prints `READY`, then answers
 //! lines on stdin: `rss` → `RSS <VmHWM bytes> <registered bytes touched>`, `peek <offset>` →
-//! `PEEK <byte at offset of the first buffer>`. It exits at EOF.
+//! `PEEK <byte at offset of the first buffer>`. It exits at EOF. It opens the runtime as the
+//! process that started it does ([`crate::util::runtime`], from the inherited environment),
+//! on `ASCEND_BENCH_PEER_DEVICE` (default: `ASCEND_BENCH_DEVICE`, default 0).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -20,7 +22,8 @@ use crate::Res;
 pub(crate) const ROLE_VAR: &str = "ASCEND_BENCH_ROLE";
 
 /// Copy streams per transfer: HIXL's host-mode default `task_stream_num` (4), or
-/// `ASCEND_BENCH_STREAMS` (1..=8). The memcpy ceiling uses as many threads.
+/// `ASCEND_BENCH_STREAMS` (1..=8). The transfer ceiling uses as many threads (or, on CANN,
+/// streams).
 pub(crate) fn streams() -> u32 {
     std::env::var("ASCEND_BENCH_STREAMS")
         .ok()
@@ -56,7 +59,7 @@ pub(crate) fn peer_main() -> Res<()> {
     let seg_bytes = env_num("BENCH_SEG_BYTES")? as usize;
     let touch = env_num("BENCH_TOUCH")? == 1;
     let rt = crate::util::runtime()?;
-    let dev = rt.device(0)?;
+    let dev = crate::util::device(&rt, crate::util::Side::Peer)?;
     let eng = Engine::new(&dev, &format!("127.0.0.1:{port}"), engine_options()?)?;
     let mut bufs = Vec::with_capacity(segs);
     let mut regs = Vec::with_capacity(segs);
@@ -68,7 +71,9 @@ pub(crate) fn peer_main() -> Res<()> {
         regs.push(eng.register(&b)?);
         bufs.push(b);
     }
-    let touched = if touch {
+    // Registered memory in this process's VmHWM: on the emulator every touched buffer (host
+    // memory); on CANN none (device memory is not the host's).
+    let touched = if touch && rt.backend().is_emulator() {
         bufs.iter().map(|b| b.len() as u64).sum()
     } else {
         0

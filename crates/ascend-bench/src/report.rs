@@ -152,7 +152,7 @@ pub(crate) fn print_tables(res: &Results) {
         print_translate(res);
     }
     if let Some(h) = &res.hixl {
-        print_hixl(h);
+        print_hixl(h, res.meta.as_ref().map_or(true, |m| m.emulator));
     }
     if !res.collectives.is_empty() {
         print_collectives(res);
@@ -164,10 +164,16 @@ pub(crate) fn print_tables(res: &Results) {
 
 /// The transfer table, the UCX note and the peak RSS line.
 fn print_transfer(res: &Results) {
+    let c = res
+        .ceiling
+        .clone()
+        .unwrap_or_else(|| crate::transfer::CeilingName::memcpy(crate::peer::streams() as usize));
     println!(
-        "transfer: engine (2 processes, {} copy streams) vs memcpy ({} threads, same mapped buffers) vs UCX put",
+        "transfer: engine (2 processes, {} copy streams) vs {} ({} {}, same mapped buffers) vs UCX put",
         crate::peer::streams(),
-        crate::peer::streams()
+        c.name,
+        c.lanes,
+        c.unit
     );
     println!(
         "{:<11} {:<5} {:>7} {:>6} {:>9} {:>12} {:>9} {:>12} {:>8} {:>8} {:>8}",
@@ -263,13 +269,24 @@ fn print_translate(res: &Results) {
     println!();
 }
 
-/// The HIXL-shaped table: GB/s, over two-thread memcpy, and caller CPU per step.
-fn print_hixl(h: &crate::hixl::Report) {
+/// The HIXL-shaped table: GB/s, over the ceiling (two-thread memcpy on the emulator), and
+/// caller CPU per step.
+fn print_hixl(h: &crate::hixl::Report, emulator: bool) {
+    let cost = if emulator {
+        format!(
+            ", {} ns emulated host cost per runtime copy call",
+            h.call_ns
+        )
+    } else {
+        String::new()
+    };
+    let ceiling = match &h.ceiling {
+        Some(c) if c.name != "memcpy" => format!("{} on {} {}", c.name, c.lanes, c.unit),
+        _ => "two-thread memcpy".to_owned(),
+    };
     println!(
-        "hixl: HIXL's benchmark shape, one synchronous transfer of the region per step, {} ns \
-         emulated host cost per runtime copy call; cells: GB/s (x two-thread memcpy) caller \
-         CPU ms/step",
-        h.call_ns
+        "hixl: HIXL's benchmark shape, one synchronous transfer of the region per step{cost}; \
+         cells: GB/s (x {ceiling}) caller CPU ms/step"
     );
     let mut threads: Vec<u32> = h.cells.iter().map(|c| c.threads).collect();
     threads.sort_unstable();
@@ -433,6 +450,15 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
         put("hixl.csv", s)?;
     }
     let mut s = String::from("key,value\n");
+    // What was measured, before the figures.
+    if let Some(m) = &res.meta {
+        let _ = writeln!(s, "backend,{}", csv_field(&m.backend));
+        let _ = writeln!(s, "device,{}", m.device);
+        let _ = writeln!(s, "peer_device,{}", m.peer_device);
+    }
+    if let Some(c) = &res.ceiling {
+        let _ = writeln!(s, "ceiling,{}", csv_field(&c.to_string()));
+    }
     for (k, v) in result_pairs(res) {
         let _ = writeln!(s, "{k},{}", fmt_opt(v, 4));
     }
@@ -445,6 +471,16 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
     Ok(written)
 }
 
+/// `v` as one CSV field: quoted (inner quotes doubled) when it holds a comma, a quote or a
+/// line break.
+fn csv_field(v: &str) -> String {
+    if v.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", v.replace('"', "\"\""))
+    } else {
+        v.to_owned()
+    }
+}
+
 /// A plotted line: name, colour, (log2 block size, GB/s) points.
 type Series = (String, RGBColor, Vec<(f64, f64)>);
 
@@ -452,13 +488,19 @@ type Series = (String, RGBColor, Vec<(f64, f64)>);
 fn plot(res: &Results, path: &Path) -> Res<()> {
     let series = plot_series(res);
     let (ymin, ymax) = y_range(&series);
-    draw(&series, ymin, ymax, path)
+    let on = match &res.meta {
+        Some(m) if !m.emulator => format!("CANN, device {} to {}", m.device, m.peer_device),
+        _ => "emulator, one host".to_owned(),
+    };
+    draw(&series, ymin, ymax, &on, path)
 }
 
 /// The plotted lines: engine and memcpy for walk WRITE, walk READ and repeat WRITE, then UCX
 /// put (repeat) if measured.
 fn plot_series(res: &Results) -> Vec<Series> {
     let x = |b: usize| (b as f64).log2();
+    // The ceiling's name (`memcpy`; on CANN `aclrtMemcpyAsync`).
+    let mem = res.ceiling.as_ref().map_or("memcpy", |c| c.name.as_str());
     let mut series: Vec<Series> = Vec::new();
     for (pattern, op, c_eng, c_mem) in [
         (
@@ -498,7 +540,7 @@ fn plot_series(res: &Results) -> Vec<Series> {
             rows.iter().map(|r| (x(r.block), r.engine_gbs())).collect(),
         ));
         series.push((
-            format!("memcpy {tag}"),
+            format!("{mem} {tag}"),
             c_mem,
             rows.iter().map(|r| (x(r.block), r.memcpy_gbs())).collect(),
         ));
@@ -528,13 +570,14 @@ fn y_range(series: &[Series]) -> (f64, f64) {
     (ymin, ymax)
 }
 
-/// Draws `series` (lines with point markers and a legend) into the SVG file at `path`.
-fn draw(series: &[Series], ymin: f64, ymax: f64, path: &Path) -> Res<()> {
+/// Draws `series` (lines with point markers and a legend) into the SVG file at `path`; `on`
+/// says what was measured (`emulator, one host`).
+fn draw(series: &[Series], ymin: f64, ymax: f64, on: &str, path: &Path) -> Res<()> {
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut chart = ChartBuilder::on(&root)
         .caption(
-            "ascend-bench transfer: bandwidth vs block size (emulator, one host; log scale)",
+            format!("ascend-bench transfer: bandwidth vs block size ({on}; log scale)"),
             ("sans-serif", 20),
         )
         .margin(15)

@@ -118,7 +118,10 @@ fn progress(seconds: u64) -> Res<ProgressBar> {
 /// leaked.
 pub(crate) fn run(args: &SoakArgs) -> Res<()> {
     let t0 = Instant::now();
-    crate::util::need_emulator(&crate::util::runtime()?, "the soak")?;
+    // The emulator only: refused before any runtime is opened when ASCEND_MEM_BACKEND=cann,
+    // and when the backend found (ASCEND_MEM_BACKEND unset) is CANN.
+    crate::util::need_emulator(crate::util::SimOnly::Soak, None)?;
+    crate::util::need_emulator(crate::util::SimOnly::Soak, Some(&crate::util::runtime()?))?;
     let rt = Runtime::emulated()?;
     let dev = rt.device(0)?;
     let base = leaks::Baseline::now();

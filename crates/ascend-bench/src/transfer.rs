@@ -1,13 +1,15 @@
 //! The transfer benchmark: engine WRITE/READ between two processes against `memcpy` between
-//! the same mapped buffers, and UCX put.
+//! the same mapped buffers (on CANN, the runtime's own copies between them: see [`Ceiling`]),
+//! and UCX put.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, TransferDesc, TransferOp};
 use ascend_mem::prelude::*;
-use ascend_mem::Addr;
+use ascend_mem::{Addr, Device, Stream, StreamFlags};
 use indicatif::ProgressBar;
+use parking_lot::Mutex;
 
 use crate::peer::{engine_options, start_peer, streams};
 use crate::util::{best_of_alternating, gbs, proc_status_bytes, size_name};
@@ -172,22 +174,196 @@ struct Bufs {
     remote: Addr,
 }
 
+/// What copies the same blocks as the engine between the same two mappings of this process
+/// (a local buffer and this process's mapping of a peer's): the ceiling a transfer is
+/// measured against.
+pub(crate) enum Ceiling {
+    /// The emulator: every mapping is host memory of this process, so `memcpy` on `threads`
+    /// threads.
+    Host { threads: usize },
+    /// CANN: the mappings are device memory the host cannot address, so the runtime's own
+    /// copies (`aclrtMemcpyAsync`, device to device, as the engine queues them) dealt to
+    /// `streams` of this process's device, one synchronize per stream at the end.
+    Runtime {
+        dev: Device,
+        streams: Mutex<Vec<Stream>>,
+    },
+}
+
+/// What a [`Ceiling`] is: `memcpy` on 4 threads, `aclrtMemcpyAsync` on 4 streams.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct CeilingName {
+    pub(crate) name: String,
+    pub(crate) lanes: usize,
+    /// `threads` or `streams`.
+    pub(crate) unit: String,
+}
+
+impl CeilingName {
+    /// The emulator's: `memcpy` on `threads` threads.
+    pub(crate) fn memcpy(threads: usize) -> CeilingName {
+        CeilingName {
+            name: "memcpy".into(),
+            lanes: threads,
+            unit: "threads".into(),
+        }
+    }
+
+    /// The words `name lanes unit` (as the hixl client prints them), back.
+    pub(crate) fn parse(words: &[&str]) -> Res<CeilingName> {
+        match words {
+            [name, lanes, unit] => Ok(CeilingName {
+                name: (*name).into(),
+                lanes: lanes.parse()?,
+                unit: (*unit).into(),
+            }),
+            _ => Err(format!("bad ceiling {words:?}").into()),
+        }
+    }
+
+    /// `name lanes unit`, for [`CeilingName::parse`].
+    pub(crate) fn words(&self) -> String {
+        format!("{} {} {}", self.name, self.lanes, self.unit)
+    }
+}
+
+/// `memcpy (4 threads)`.
+impl std::fmt::Display for CeilingName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} {})", self.name, self.lanes, self.unit)
+    }
+}
+
+/// Copies of at least this size go to the runtime ceiling's streams in equal parts, one per
+/// stream (the engine splits copies of 4 MiB and more over its streams likewise).
+const CEILING_SPLIT_MIN: usize = 4 << 20;
+
+impl Ceiling {
+    /// The ceiling of `dev`'s backend: `memcpy` on `threads` threads on the emulator, the
+    /// runtime's copies on `streams` streams on CANN. `ASCEND_BENCH_CEILING=runtime` takes
+    /// the runtime's copies on the emulator too (to compare the engine with its runtime).
+    pub(crate) fn new(dev: &Device, threads: usize, streams: usize) -> Res<Ceiling> {
+        let forced = std::env::var("ASCEND_BENCH_CEILING").is_ok_and(|v| v == "runtime");
+        if dev.runtime().backend().is_emulator() && !forced {
+            return Ok(Ceiling::Host { threads });
+        }
+        let flags = StreamFlags::FAST_LAUNCH | StreamFlags::FAST_SYNC;
+        let streams = (0..streams.max(1))
+            .map(|_| Stream::with_config(dev, 0, flags))
+            .collect::<ascend_mem::Result<Vec<_>>>()?;
+        Ok(Ceiling::Runtime {
+            dev: dev.clone(),
+            streams: Mutex::new(streams),
+        })
+    }
+
+    /// What it is, for the reports.
+    pub(crate) fn name(&self) -> CeilingName {
+        match self {
+            Ceiling::Host { threads } => CeilingName {
+                name: "memcpy".into(),
+                lanes: *threads,
+                unit: "threads".into(),
+            },
+            Ceiling::Runtime { streams, .. } => CeilingName {
+                name: "aclrtMemcpyAsync".into(),
+                lanes: streams.lock().len(),
+                unit: "streams".into(),
+            },
+        }
+    }
+
+    /// The runtime ceiling: queues `(source, destination, bytes)` copies, dealt to the
+    /// streams in turn (a copy of [`CEILING_SPLIT_MIN`] or more in one part per stream), and
+    /// waits for them all. Does nothing for the host ceiling (its callers copy themselves).
+    ///
+    /// Every range must lie inside a mapping of this process on the ceiling's device that
+    /// stays mapped during the call, and nothing else may use the destinations meanwhile.
+    pub(crate) fn runtime_copies(
+        &self,
+        copies: impl IntoIterator<Item = (Addr, Addr, usize)>,
+    ) -> Res<()> {
+        let Ceiling::Runtime { dev, streams } = self else {
+            return Ok(());
+        };
+        let mut streams = streams.lock();
+        let k = streams.len();
+        dev.bind()?;
+        let lib = dev.runtime().acl();
+        let mut next = 0;
+        let queue = || -> ascend_mem::Result<()> {
+            for (src, dst, len) in copies {
+                let part = if len >= CEILING_SPLIT_MIN {
+                    len.div_ceil(k)
+                } else {
+                    len
+                };
+                let mut at = 0;
+                while at < len {
+                    let n = part.min(len - at);
+                    let s = &streams[next % k];
+                    next += 1;
+                    // SAFETY: both ranges lie inside live mappings of this process on `dev` (the
+                    // callers' contract: a local buffer and this process's mapping of a peer's,
+                    // mapped for the whole measurement), which stay mapped until the streams are
+                    // synchronized below (also when a later copy fails); the stream lives (it is
+                    // borrowed from `streams`) for the call.
+                    unsafe {
+                        let s = ascend_mem::ffi::StreamRef::borrow_raw(s.as_raw());
+                        ascend_mem::ffi::copy::memcpy_async(
+                            lib,
+                            (dst + at).as_ptr(),
+                            n,
+                            (src + at).as_ptr() as *const std::ffi::c_void,
+                            n,
+                            ascend_mem::acl::ACL_MEMCPY_DEVICE_TO_DEVICE,
+                            s,
+                        )?;
+                    }
+                    at += n;
+                }
+            }
+            Ok(())
+        };
+        let queued = queue();
+        // Every stream is waited for, whatever failed: no copy queued here outlives the call.
+        let mut waited = Ok(());
+        for s in streams.iter_mut() {
+            let r = s.synchronize();
+            if waited.is_ok() {
+                waited = r;
+            }
+        }
+        queued?;
+        Ok(waited?)
+    }
+}
+
 /// Copies `len` bytes for each `(src offset, dst offset)` pair, pairs dealt round-robin to
-/// `threads` threads (walk), or each pair cut into `threads` parts (repeat).
+/// the ceiling's threads (walk), or each pair cut into one part per thread (repeat); the
+/// runtime ceiling deals whole copies to its streams (see [`Ceiling::runtime_copies`]).
 fn memcpy_run(
+    c: &Ceiling,
     b: Bufs,
     write: bool,
     pairs: &[(usize, usize)],
     len: usize,
     rounds: usize,
     split: bool,
-) {
+) -> Res<()> {
     let (src, dst) = if write {
         (b.local, b.remote)
     } else {
         (b.remote, b.local)
     };
-    let n = streams() as usize;
+    let n = match c {
+        Ceiling::Host { threads } => *threads,
+        Ceiling::Runtime { .. } => {
+            let copies = (0..rounds)
+                .flat_map(|_| pairs.iter().map(move |&(so, d)| (src + so, dst + d, len)));
+            return c.runtime_copies(copies);
+        }
+    };
     std::thread::scope(|s| {
         for t in 0..n {
             s.spawn(move || {
@@ -212,6 +388,7 @@ fn memcpy_run(
             });
         }
     });
+    Ok(())
 }
 
 /// `memcpy` of `n` bytes between two mappings of this process.
@@ -235,6 +412,7 @@ fn walk_pairs(region: usize, block: usize) -> Vec<(usize, usize)> {
 
 struct Bench<'a> {
     eng: &'a Engine,
+    ceiling: &'a Ceiling,
     peer: &'a str,
     l0: Addr,
     r0: Addr,
@@ -301,10 +479,7 @@ impl Bench<'_> {
             Ok(())
         };
         let split = pattern == Pattern::Repeat;
-        let mc = || -> Res<()> {
-            memcpy_run(self.bufs, write, &pairs, block, rounds, split);
-            Ok(())
-        };
+        let mc = || memcpy_run(self.ceiling, self.bufs, write, &pairs, block, rounds, split);
         // Warm-up (slots, streams, caches), then engine and memcpy passes in turn.
         pass()?;
         mc()?;
@@ -391,15 +566,17 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
     ));
     let (mut peer, peer_addr) = start_peer(1, region, true)?;
     let rt = crate::util::runtime()?;
-    let dev = rt.device(0)?;
+    let dev = crate::util::device(&rt, crate::util::Side::Bench)?;
     let eng = Engine::new(&dev, "127.0.0.1", engine_options()?)?;
+    let ceiling = Ceiling::new(&dev, streams() as usize, streams() as usize)?;
     let local = eng.alloc_device(region)?;
     local.fill(0xa5)?;
     let _reg = eng.register(&local)?;
-    let (r0, bufs) = map_peer(&eng, &peer_addr, &local, region)?;
+    let (r0, bufs) = map_peer(&eng, &ceiling, &peer_addr, &local, region)?;
     pb.inc(1);
     let b = Bench {
         eng: &eng,
+        ceiling: &ceiling,
         peer: &peer_addr,
         l0: local.addr(),
         r0,
@@ -439,7 +616,8 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
     b.check(&local, &mut peer)?;
     pb.inc(1);
     // Peak RSS of both engine processes, now (before anything else runs in this process).
-    res.rss = Some(peak_rss(&mut peer, region)?);
+    res.rss = Some(peak_rss(&mut peer, region, rt.backend().is_emulator())?);
+    res.ceiling = Some(ceiling.name());
     if filter.as_deref().map_or(true, |f| "cancel".contains(f)) {
         pb.set_message("transfer: dropping 1,000 futures in flight");
         res.cancel = Some(crate::cancel::measure(&crate::cancel::Target {
@@ -465,6 +643,7 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
 /// both mappings in this process; returns the peer's segment address and the raw addresses.
 fn map_peer(
     eng: &Engine,
+    ceiling: &Ceiling,
     peer_addr: &str,
     local: &ascend_mem::DeviceBuffer,
     region: usize,
@@ -485,8 +664,8 @@ fn map_peer(
         remote: mapped,
     };
     // Touch both mappings in this process (the peer filled its buffer already).
-    memcpy_run(bufs, true, &[(0, 0)], region, 1, true);
-    memcpy_run(bufs, false, &[(0, 0)], region, 1, true);
+    memcpy_run(ceiling, bufs, true, &[(0, 0)], region, 1, true)?;
+    memcpy_run(ceiling, bufs, false, &[(0, 0)], region, 1, true)?;
     Ok((r0, bufs))
 }
 
@@ -540,8 +719,10 @@ fn measure_latency(
     Ok(())
 }
 
-/// Peak RSS of this process and of `peer`, against the registered memory each touched.
-fn peak_rss(peer: &mut crate::peer::ChildProc, region: usize) -> Res<RssReport> {
+/// Peak RSS of this process and of `peer`, against the registered memory each touched (in
+/// host memory: on the emulator its buffer and its mapping of the peer's; on CANN, device
+/// memory, none).
+fn peak_rss(peer: &mut crate::peer::ChildProc, region: usize, emulator: bool) -> Res<RssReport> {
     let initiator_hwm = proc_status_bytes("VmHWM")?;
     let r = peer.ask("rss", "RSS")?;
     let mut w = r.split_whitespace();
@@ -549,7 +730,7 @@ fn peak_rss(peer: &mut crate::peer::ChildProc, region: usize) -> Res<RssReport> 
     let peer_touched: u64 = w.next().ok_or("rss reply")?.parse()?;
     Ok(RssReport {
         initiator_hwm,
-        initiator_touched: 2 * region as u64,
+        initiator_touched: if emulator { 2 * region as u64 } else { 0 },
         peer_hwm,
         peer_touched,
     })

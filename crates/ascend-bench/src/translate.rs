@@ -6,9 +6,10 @@
 //!
 //! The client runs in its own process with `ASCEND_SIM_STREAM_MODE=deterministic`: queued
 //! copies run only when the request is waited for, so the time `transfer_async` takes is
-//! host-side work alone. Descriptors are 4 KiB, local blocks in order, remote blocks at random
-//! 4 KiB offsets of random segments (every segment 2 MiB, its own allocation), 1,024 per
-//! batch.
+//! host-side work alone (on CANN the variable does nothing: the device runs the copies while
+//! the client queues more, and the time is still the submitting thread's). Descriptors are
+//! 4 KiB, local blocks in order, remote blocks at random 4 KiB offsets of random segments
+//! (every segment 2 MiB, its own allocation), 1,024 per batch.
 //!
 //! HIXL's control plane sends a peer's whole share-handle list in one response frame of at
 //! most 1 MiB (about 0.3–0.5 KiB of JSON per segment), so one peer can offer only a few
@@ -163,13 +164,14 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar) -> Res<Vec<Row>> {
 }
 
 /// Profiling aid (valgrind has no `pidfd_open`): the client with `$BENCH_SEGS` segments
-/// offered by peer engines in this same process. Run as
+/// offered by peer engines in this same process (on the peers' device, the client on its
+/// own, as in the processes of [`run`]). Run as
 /// `ASCEND_BENCH_ROLE=inproc BENCH_SEGS=1 BENCH_BATCHES=16 BENCH_REPS=1 ASCEND_BENCH_POOL_GIB=8
 /// valgrind --tool=callgrind ascend-bench`.
 pub(crate) fn inproc_main() -> Res<()> {
     let segs: usize = std::env::var("BENCH_SEGS")?.parse()?;
     let rt = crate::util::runtime()?;
-    let dev = rt.device(0)?;
+    let dev = crate::util::device(&rt, crate::util::Side::Peer)?;
     let mut engines = Vec::new();
     let mut addrs = Vec::new();
     let mut keep = Vec::new();
@@ -207,7 +209,7 @@ pub(crate) fn client_main() -> Res<()> {
 fn client(rt: &Runtime, peers: &[&str]) -> Res<()> {
     let batches: usize = std::env::var("BENCH_BATCHES")?.parse()?;
     let reps: usize = std::env::var("BENCH_REPS")?.parse()?;
-    let dev = rt.device(0)?;
+    let dev = crate::util::device(rt, crate::util::Side::Bench)?;
     let eng = Engine::new(&dev, "127.0.0.1", engine_options()?)?;
     let host = std::env::var("BENCH_LOCAL_HOST").is_ok_and(|v| v == "1");
     let local = if host {

@@ -1,6 +1,8 @@
-//! Small helpers: environment, limits, /proc, ports, timing.
+//! Small helpers: the backend and devices, environment, limits, /proc, ports, timing.
 
 use std::time::{Duration, Instant};
+
+use ascend_mem::{Device, Runtime};
 
 use crate::Res;
 
@@ -23,22 +25,183 @@ pub(crate) fn default_sim_env() {
     }
 }
 
-/// The runtime the bench measures: `ASCEND_MEM_BACKEND` (`cann`: CANN or an error, `sim`: the
-/// emulator; unset: CANN if found, else the emulator). Every process of a run (the peers
-/// inherit the environment) measures the same backend.
-pub(crate) fn runtime() -> Res<ascend_mem::Runtime> {
-    Ok(ascend_mem::Runtime::from_env_or_emulator()?)
+/// The runtime every bench process measures: [`ascend_mem::Runtime::from_env_or_emulator`]
+/// (`ASCEND_MEM_BACKEND=cann`: CANN or its load error; `sim`: the emulator; unset: CANN if
+/// found, else the emulator). The child processes inherit the environment, so the parent and
+/// every peer and client role measure the same backend.
+pub(crate) fn runtime() -> Res<Runtime> {
+    Ok(Runtime::from_env_or_emulator()?)
 }
 
-/// An error naming `part` when the backend is not the emulator: a part that reads the
-/// emulator's own statistics or arms its faults.
-pub(crate) fn need_emulator(rt: &ascend_mem::Runtime, part: &str) -> Res<()> {
-    if rt.backend().is_emulator() {
-        return Ok(());
+/// The device of the measuring process (the transfer initiator, the translate and hixl
+/// clients).
+pub(crate) const DEVICE_VAR: &str = "ASCEND_BENCH_DEVICE";
+/// The device of the peer processes (and of the in-process peers of the `inproc` role).
+pub(crate) const PEER_DEVICE_VAR: &str = "ASCEND_BENCH_PEER_DEVICE";
+
+/// Which process a device is for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// The measuring process: `ASCEND_BENCH_DEVICE` (default 0).
+    Bench,
+    /// A peer: `ASCEND_BENCH_PEER_DEVICE` (default: the measuring process's device).
+    Peer,
+}
+
+/// A device number from `var`; `None` when unset or empty.
+fn device_var(var: &str) -> Res<Option<i32>> {
+    let Some(v) = std::env::var_os(var) else {
+        return Ok(None);
+    };
+    let v = v.to_string_lossy();
+    let t = v.trim();
+    if t.is_empty() {
+        return Ok(None);
     }
+    match t.parse::<u16>() {
+        Ok(n) => Ok(Some(i32::from(n))),
+        Err(_) => Err(format!("{var}={v:?} is not a device number (0, 1, ...)").into()),
+    }
+}
+
+/// The device id of `side`, and the variable it came from (for messages).
+pub(crate) fn device_id(side: Side) -> Res<(i32, &'static str)> {
+    let bench = device_var(DEVICE_VAR)?.unwrap_or(0);
+    Ok(match side {
+        Side::Bench => (bench, DEVICE_VAR),
+        Side::Peer => match device_var(PEER_DEVICE_VAR)? {
+            Some(d) => (d, PEER_DEVICE_VAR),
+            None => (bench, DEVICE_VAR),
+        },
+    })
+}
+
+/// The device id of `side`, checked against the devices `rt` has.
+pub(crate) fn checked_device_id(rt: &Runtime, side: Side) -> Res<i32> {
+    let (id, var) = device_id(side)?;
+    let n = rt.device_count()?;
+    if u32::try_from(id).map_or(true, |id| id >= n) {
+        return Err(format!(
+            "{var}={id}: the backend ({}) has {n} device(s), 0 to {}",
+            rt.backend(),
+            n.saturating_sub(1)
+        )
+        .into());
+    }
+    Ok(id)
+}
+
+/// Opens the device of `side` on `rt`.
+pub(crate) fn device(rt: &Runtime, side: Side) -> Res<Device> {
+    let id = checked_device_id(rt, side)?;
+    Ok(rt.device(id)?)
+}
+
+/// What the measuring process found: printed first, and written to `results.csv`.
+#[derive(Clone, Debug)]
+pub(crate) struct Meta {
+    /// The backend, as [`ascend_mem::Backend`] prints it.
+    pub(crate) backend: String,
+    /// The backend is the emulator (else CANN).
+    pub(crate) emulator: bool,
+    pub(crate) device: i32,
+    pub(crate) peer_device: i32,
+}
+
+impl Meta {
+    /// The backend and both devices of `rt`, checked.
+    pub(crate) fn of(rt: &Runtime) -> Res<Meta> {
+        Ok(Meta {
+            backend: rt.backend().to_string(),
+            emulator: rt.backend().is_emulator(),
+            device: checked_device_id(rt, Side::Bench)?,
+            peer_device: checked_device_id(rt, Side::Peer)?,
+        })
+    }
+
+    /// The first output line: `backend: <backend>; device D, peers on device P`.
+    pub(crate) fn line(&self) -> String {
+        format!(
+            "backend: {}; device {}, peers on device {}",
+            self.backend, self.device, self.peer_device
+        )
+    }
+}
+
+/// Prints [`Meta::line`] (the first line of stdout), after a WARN line on stderr when the
+/// emulator was chosen only because `ASCEND_MEM_BACKEND` is unset and no CANN was found.
+pub(crate) fn announce(meta: &Meta) {
+    if meta.emulator && backend_var().is_empty() {
+        eprintln!(
+            "WARN ascend-bench: ASCEND_MEM_BACKEND is unset and no CANN runtime was found: \
+             measuring the emulator (host memory, no NPU); ASCEND_MEM_BACKEND=cann requires CANN"
+        );
+    }
+    println!("{}", meta.line());
+}
+
+/// `ASCEND_MEM_BACKEND`, trimmed and in lower case ("" when unset).
+fn backend_var() -> String {
+    std::env::var("ASCEND_MEM_BACKEND")
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// A part or flag that measures the emulator itself, so runs on the emulator only.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SimOnly {
+    Collectives,
+    Soak,
+    CallNs,
+}
+
+impl SimOnly {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            SimOnly::Collectives => "collectives",
+            SimOnly::Soak => "soak",
+            SimOnly::CallNs => "--call-ns",
+        }
+    }
+
+    fn why(self) -> &'static str {
+        match self {
+            SimOnly::Collectives => {
+                "it reads the emulator's HCCL statistics and calls its HCCL table directly"
+            }
+            SimOnly::Soak => "it arms the emulator's faults and counts the emulator's objects",
+            SimOnly::CallNs => {
+                "it sets the emulator's host cost per runtime copy call (ASCEND_SIM_CALL_NS)"
+            }
+        }
+    }
+
+    /// The line `all` prints instead of running the part.
+    pub(crate) fn skipped(self, backend: &str) -> String {
+        format!(
+            "{}: skipped on {backend}: {}; ASCEND_MEM_BACKEND=sim runs it",
+            self.name(),
+            self.why()
+        )
+    }
+}
+
+/// Refuses `what` unless the backend is the emulator: with `rt`, when it is not; without a
+/// runtime (before one is opened, so the refusal needs no CANN), when
+/// `ASCEND_MEM_BACKEND=cann` asks for CANN.
+pub(crate) fn need_emulator(what: SimOnly, rt: Option<&Runtime>) -> Res<()> {
+    let backend = match rt {
+        Some(rt) if rt.backend().is_emulator() => return Ok(()),
+        Some(rt) => rt.backend().to_string(),
+        None if backend_var() == "cann" => "CANN (ASCEND_MEM_BACKEND=cann)".to_owned(),
+        None => return Ok(()),
+    };
     Err(format!(
-        "{part} measures the emulator itself (its statistics, faults or call cost) and does not run on {}; use ASCEND_MEM_BACKEND=sim",
-        rt.backend()
+        "{} needs the emulator: {}; the backend is {backend}. Run it with \
+         ASCEND_MEM_BACKEND=sim",
+        what.name(),
+        what.why()
     )
     .into())
 }
