@@ -73,6 +73,12 @@ const TESTS: &[Test] = tests![
 ];
 
 fn main() -> ExitCode {
+    // The emulator holds the suite to the import rule CANN documents: device memory is not
+    // imported in the process that exported it (a real runtime never reads the variable).
+    // Set before any thread starts or the runtime opens; the suite's children inherit it.
+    if std::env::var_os("ASCEND_SIM_IMPORT").is_none() {
+        std::env::set_var("ASCEND_SIM_IMPORT", "cross-process");
+    }
     if std::env::var_os("RUST_LOG").is_some() {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())

@@ -27,7 +27,7 @@ pub enum Need {
     Mem(Feature),
     /// HIXL's client/server C API (`libcann_hixl.so`), for `ascend-cs`.
     HixlCs,
-    /// This engine's Fabric Mem mode: VMM, the V2 share calls and FABRIC export and import.
+    /// This engine's Fabric Mem mode: VMM, the V2 share calls and a FABRIC export that works.
     FabricMem,
 }
 
@@ -92,7 +92,7 @@ impl EngineCapabilities {
             fabric_mem,
             aicpu: Answer {
                 value: Some(false),
-                how: How::Symbols,
+                how: How::ByDesign,
                 detail: Some(
                     "this engine copies on the host path (HIXL's AICPU kernels are not used)"
                         .into(),
@@ -153,28 +153,41 @@ impl EngineCapabilities {
 }
 
 fn refused(need: Need, a: &Answer<bool>, fix: &str) -> Result<(), Missing> {
-    if a.value == Some(true) {
-        return Ok(());
-    }
+    let why = match (a.value, a.detail.as_deref()) {
+        (Some(true), _) => return Ok(()),
+        (Some(false), Some(d)) => d.to_string(),
+        (Some(false), None) => format!("refused ({})", a.how),
+        (None, Some(d)) => format!("unknown ({}): {d}", a.how),
+        (None, None) => format!("unknown ({})", a.how),
+    };
     Err(Missing {
         feature: need.name(),
-        why: a.detail.as_deref().unwrap_or("not found").to_string(),
+        why,
         fix: fix.to_string(),
     })
 }
 
-/// The engine needs the VMM calls, the V2 share calls and a FABRIC export and import that
-/// work; the answer is the probe's.
+/// The engine needs the VMM calls, the V2 share calls and a FABRIC export that works; the
+/// answer is the probe's, unknown when the probe did not run (no device).
 fn fabric_mem(mem: &Capabilities) -> Answer<bool> {
-    let lacking: Vec<String> = [Feature::Vmm, Feature::ShareV2, Feature::Fabric]
+    let lacking: Vec<(Feature, String)> = [Feature::Vmm, Feature::ShareV2, Feature::Fabric]
         .into_iter()
-        .filter_map(|f| mem.check(f).err())
-        .map(|m| format!("{}: {}", m.feature, m.why))
+        .filter_map(|f| {
+            mem.check(f)
+                .err()
+                .map(|m| (f, format!("{}: {}", m.feature, m.why)))
+        })
         .collect();
+    let value = match lacking.as_slice() {
+        [] => Some(true),
+        [(Feature::Fabric, _)] if mem.fabric().value.is_none() => None,
+        _ => Some(false),
+    };
+    let detail: Vec<&str> = lacking.iter().map(|(_, why)| why.as_str()).collect();
     Answer {
-        value: Some(lacking.is_empty()),
+        value,
         how: mem.fabric().how.clone(),
-        detail: (!lacking.is_empty()).then(|| lacking.join("; ").into_boxed_str()),
+        detail: (!detail.is_empty()).then(|| detail.join("; ").into_boxed_str()),
     }
 }
 

@@ -53,7 +53,7 @@
 //! on it: the runtime's version, each optional group of calls ([`SymbolGroup`]: VMM, NoUC,
 //! retained allocations, V2 share handles, batched copies, stream values, HCCL, symmetric
 //! windows, host-side peer pointers) with the symbols missing, the device count, the SoC and
-//! its family, and what small probes on the device found (FABRIC export and import, what an
+//! its family, and what small probes on the device found (a FABRIC export, what an
 //! imported host mapping reports, the directions batched copies accept, values written into
 //! pinned host memory). Each [`Answer`] says how it was found ([`How`]). The answers are
 //! found once per runtime and device and kept. [`Capabilities::check`] turns them into `Ok`

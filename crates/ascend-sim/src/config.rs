@@ -88,6 +88,10 @@ pub(crate) struct Config {
     pub mode: StreamMode,
     /// Host cost of one runtime copy, in nanoseconds (`ASCEND_SIM_CALL_NS`, default 0).
     pub call_ns: u64,
+    /// `ASCEND_SIM_IMPORT=cross-process`: importing device memory in the process that exported
+    /// it is refused, as CANN documents imports (default: allowed, which tests of two engines
+    /// in one process rely on).
+    pub cross_process_import: bool,
 }
 
 /// Upper bound of `ASCEND_SIM_DEVICES`.
@@ -103,6 +107,22 @@ fn env_u64(name: &str, default: u64) -> u64 {
             }
         },
         _ => default,
+    }
+}
+
+/// `ASCEND_SIM_IMPORT`: `cross-process` (true) or `any` (false, the default).
+fn import_rule() -> bool {
+    match std::env::var("ASCEND_SIM_IMPORT")
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        None | Some("") | Some("any") => false,
+        Some("cross-process") => true,
+        Some(other) => {
+            eprintln!("ascend-sim: unknown ASCEND_SIM_IMPORT={other}; using any");
+            false
+        }
     }
 }
 
@@ -133,6 +153,7 @@ fn read_config() -> Config {
         host_bytes: env_u64("ASCEND_SIM_HOST_BYTES", 4 << 30),
         mode,
         call_ns: env_u64("ASCEND_SIM_CALL_NS", 0),
+        cross_process_import: import_rule(),
     }
 }
 

@@ -69,6 +69,7 @@
 //! | `ASCEND_SIM_CALL_NS` | host cost of each runtime copy submission (`aclrtMemcpyAsync`, and each copy of an `aclrtMemcpyBatchAsync`), in ns: a busy wait in the calling thread, modelling the real runtime's per-call cost for benchmarks of the submission-bound regime | 0 (none) |
 //! | `ASCEND_SIM_FAIL` | `sym:n[:code][,sym:n[:code]]`: the n-th call of `sym` (any ACL, HCCL or HIXL symbol) fails with `code` (`-2147483648`: panics) | code 507899, `HCCL_E_INTERNAL`, `HIXL_FAILED` |
 //! | `ASCEND_SIM_CALL_LOG` | `1` turns the call log on | off |
+//! | `ASCEND_SIM_IMPORT` | `cross-process`: an import of device memory in the process that exported it fails with `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000 (CANN documents imports as cross-process; host memory stays importable in-process, as HIXL's engine does it on A3); `any` allows it (tests of two engines in one process need that) | `any` |
 //!
 //! Capacities are accounted per process; the kernel never decides (memfd pages are only
 //! allocated on touch, and the caps bound what can be touched).

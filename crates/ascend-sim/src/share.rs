@@ -524,6 +524,14 @@ fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtD
         share_name(share)
     );
     let me = rt::getpid();
+    ensure!(
+        !(config().cross_process_import
+            && h.owner_pid == me
+            && h.loc_type == ACL_MEM_LOCATION_TYPE_DEVICE),
+        ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+        "the device memory was exported by this process (pid {me}): it is imported by \
+         another process (ASCEND_SIM_IMPORT=cross-process)"
+    );
     let n = (h.pid_count as usize).min(MAX_PIDS);
     let allowed = h.export_flags & u64::from(ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION) != 0
         || me == h.owner_pid

@@ -22,7 +22,10 @@ fn on_the_emulator_every_need_is_met_and_the_engine_adds_its_rows() {
         (caps.fabric_mem().value, &caps.fabric_mem().how),
         (Some(true), &How::Probed)
     );
-    assert_eq!(caps.aicpu().value, Some(false));
+    assert_eq!(
+        (caps.aicpu().value, &caps.aicpu().how),
+        (Some(false), &How::ByDesign)
+    );
     let rows = caps.rows();
     assert_eq!(rows.len(), caps.mem().rows().len() + 3);
     let fm = rows.iter().find(|r| r.name == "fabric mem engine").unwrap();

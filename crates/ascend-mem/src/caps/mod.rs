@@ -3,10 +3,14 @@
 //!
 //! Each answer says how it was found ([`How`]): the symbols the library exports, a query the
 //! runtime answers (its version, the device count, the SoC name), or a probe: a small real
-//! use of the feature on the device (an export and import of one granule, a one-copy batch in
-//! each direction, a value written into pinned host memory), whose resources are freed before
-//! the probe returns. Probes leave nothing behind but the device's context, which
-//! [`Runtime::device`] would make anyway.
+//! use of the feature on the device (a FABRIC export of one granule of HBM, an export, import
+//! and mapping of one granule of host DRAM, a one-copy batch each way between host and device,
+//! a value written into pinned host memory), whose resources are freed before the probe
+//! returns, and whose streams wait a bounded time. Probes leave nothing behind but a context on
+//! the probed device (device 0 for [`Runtime::capabilities`]). No probe imports device memory
+//! in the process that exported it: CANN documents that import as cross-process only, so
+//! [`Capabilities::fabric`] answers for the export, and the acceptance suite imports in a
+//! second process.
 //!
 //! [`Capabilities::check`] turns an answer into what a program needs to know before it relies
 //! on a [`Feature`]: `Ok`, or a [`Missing`] naming the feature, why, and how to fix it.
@@ -40,6 +44,8 @@ pub enum How {
     Probed,
     /// Not found out, and why (no device, a symbol the probe needs is missing, ...).
     NotProbed(Box<str>),
+    /// Fixed by what this library (or one built on it) does, whatever the runtime offers.
+    ByDesign,
 }
 
 impl fmt::Display for How {
@@ -49,6 +55,7 @@ impl fmt::Display for How {
             How::Queried => f.write_str("queried"),
             How::Probed => f.write_str("probed"),
             How::NotProbed(why) => write!(f, "not probed: {why}"),
+            How::ByDesign => f.write_str("by design"),
         }
     }
 }
@@ -76,6 +83,15 @@ impl<T> Answer<T> {
 
     fn with_detail(mut self, detail: impl fmt::Display) -> Answer<T> {
         self.detail = Some(detail.to_string().into_boxed_str());
+        self
+    }
+
+    /// Adds `note` to the detail (after what the runtime said, if it said anything).
+    fn with_note(mut self, note: &str) -> Answer<T> {
+        self.detail = Some(match self.detail.take() {
+            Some(d) => format!("{d}; {note}").into_boxed_str(),
+            None => note.into(),
+        });
         self
     }
 
@@ -167,8 +183,9 @@ impl Capabilities {
         &self.soc
     }
 
-    /// Whether FABRIC export and import of device memory work on the device (one granule of
-    /// HBM exported as a FABRIC handle and imported again in this process).
+    /// Whether FABRIC export of device memory works on the device (one granule of HBM
+    /// exported as a FABRIC handle). Importing is not tried here (CANN imports in another
+    /// process than the exporter); a refused export means no FABRIC sharing at all.
     pub fn fabric(&self) -> &Answer<bool> {
         &self.fabric
     }
@@ -216,7 +233,7 @@ pub enum Feature {
     SymWindows,
     /// Host-side peer pointers into symmetric windows (one-sided put, get and signal).
     PeerPointers,
-    /// FABRIC export and import of device memory (probed).
+    /// FABRIC handles of device memory (the export probed; imports happen in other processes).
     Fabric,
 }
 
@@ -281,7 +298,7 @@ pub struct Missing {
 /// One line of a capability table: what, the value, and how it was found.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CapRow {
-    /// What the row is about (`runtime version`, `group vmm`, `fabric export/import`, ...).
+    /// What the row is about (`runtime version`, `group vmm`, `fabric export`, ...).
     pub name: String,
     /// The value as text (`yes`, `no`, `unknown`, a version, a name).
     pub value: String,
@@ -348,7 +365,7 @@ impl Capabilities {
             }
             Feature::Fabric => {
                 self.need_group(feature, SymbolGroup::ShareV2)?;
-                need_probe(feature, &self.fabric, "FABRIC export and import of HBM")
+                need_probe(feature, &self.fabric, "FABRIC export of HBM")
             }
         }
     }
@@ -436,7 +453,7 @@ impl Capabilities {
             u32::to_string,
         ));
         rows.push(CapRow::of("soc", &self.soc, Soc::to_string));
-        rows.push(CapRow::flag("fabric export/import", &self.fabric));
+        rows.push(CapRow::flag("fabric export", &self.fabric));
         rows.push(CapRow::of(
             "imported host memory reports",
             &self.host_import,
@@ -477,8 +494,9 @@ impl BatchDirections {
     }
 }
 
-/// Capabilities found so far, by ACL table and device.
-type Cache = Mutex<HashMap<(usize, Option<i32>), Arc<Capabilities>>>;
+/// Capabilities found so far, by ACL table and device: one cell per key, so that probing one
+/// device never waits for another's probes.
+type Cache = Mutex<HashMap<(usize, Option<i32>), Arc<OnceLock<Arc<Capabilities>>>>>;
 
 fn cache() -> &'static Cache {
     static C: OnceLock<Cache> = OnceLock::new();
@@ -487,7 +505,8 @@ fn cache() -> &'static Cache {
 
 impl Runtime {
     /// What this runtime offers, probed on device 0 (or, with no device, without the probes),
-    /// found on the first call and kept for the process.
+    /// found on the first call and kept for the process. Use
+    /// [`capabilities_on`](Runtime::capabilities_on) to probe the device a program uses.
     ///
     /// Never fails: what could not be found is an answer that says so.
     pub fn capabilities(&self) -> Arc<Capabilities> {
@@ -509,7 +528,11 @@ impl Runtime {
         if device < 0 || device as u32 >= count {
             return Err(crate::error::Error::InvalidArgument {
                 api: "Runtime::capabilities_on",
-                what: "device (not below the device count)",
+                what: if count == 0 {
+                    "device (the runtime has no device)"
+                } else {
+                    "device (not below the device count)"
+                },
                 value: device as i128,
             });
         }
@@ -518,10 +541,10 @@ impl Runtime {
 
     fn capabilities_cached(&self, device: Option<i32>) -> Arc<Capabilities> {
         let key = (self.acl() as *const acl::AclLib as usize, device);
-        // Held while probing: a second caller waits for the first's answer, never probes twice.
-        let mut c = cache().lock();
-        c.entry(key)
-            .or_insert_with(|| Arc::new(probe::find(self, device)))
+        let cell = cache().lock().entry(key).or_default().clone();
+        // Outside the map's lock: a second caller for the same key waits for the first's
+        // answer (never probes twice); callers for other keys do not wait.
+        cell.get_or_init(|| Arc::new(probe::find(self, device)))
             .clone()
     }
 }

@@ -12,7 +12,7 @@ use crate::pinned::PinnedWords;
 use crate::runtime::Runtime;
 use crate::share::{ExportFlags, ShareKind};
 use crate::spec::{MemKind, MemSpec};
-use crate::stream::Stream;
+use crate::stream::{BatchCopy, Stream};
 use crate::view::MemView;
 use crate::vmm::{PhysicalMem, ReservedVa};
 
@@ -27,9 +27,10 @@ pub(super) fn find(rt: &Runtime, device: Option<i32>) -> Capabilities {
         has(SymbolGroup::StreamValues),
     );
     let dev = device.map(|d| rt.device(d));
-    let fabric = on(&dev, vmm && share, "VMM or V2 share calls", fabric);
-    let host_import = on(&dev, vmm && share, "VMM or V2 share calls", host_import);
-    let batch = on(&dev, vmm && batch, "aclrtMemcpyBatch", batch_directions);
+    let share_calls = missing(&groups, &[SymbolGroup::Vmm, SymbolGroup::ShareV2]);
+    let fabric = on(&dev, vmm && share, &share_calls, fabric);
+    let host_import = on(&dev, vmm && share, &share_calls, host_import);
+    let batch = on(&dev, batch, "aclrtMemcpyBatchAsync", batch_directions);
     let host_values = on(&dev, values, "aclrtValueWrite", host_values);
     Capabilities {
         backend: rt.backend().clone(),
@@ -44,6 +45,16 @@ pub(super) fn find(rt: &Runtime, device: Option<i32>) -> Capabilities {
         batch,
         host_values,
     }
+}
+
+/// The symbols of `wanted` that are missing, named for a "not probed" answer.
+fn missing(groups: &[super::GroupAnswer], wanted: &[SymbolGroup]) -> String {
+    let names: Vec<&str> = groups
+        .iter()
+        .filter(|g| wanted.contains(&g.group))
+        .flat_map(|g| g.missing.iter().copied())
+        .collect();
+    names.join(", ")
 }
 
 /// `probe` run on the device, or why it was not: no device, or the calls it needs missing.
@@ -114,20 +125,22 @@ fn probed(setup: Result<std::result::Result<(), String>>) -> Answer<bool> {
     }
 }
 
-/// One granule of HBM exported as a FABRIC handle and imported again.
+/// One granule of HBM exported as a FABRIC handle. Importing it is not tried here: CANN
+/// documents a V2 import as made by another process than the exporter, so an import in this
+/// process would prove nothing about a peer's (the acceptance suite imports across processes).
 fn fabric(dev: &Device) -> Answer<bool> {
     probed((|| {
         let mem = PhysicalMem::hbm(dev, dev.round_up(1)?)?;
-        let shared = mem
-            .export(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION)
-            .and_then(|handle| handle.shared().import(dev));
-        Ok(shared.map(drop).map_err(|e| e.to_string()))
+        let exported = mem.export(ShareKind::Fabric, ExportFlags::DISABLE_PID_VALIDATION);
+        Ok(exported.map(drop).map_err(|e| e.to_string()))
     })())
+    .with_note("import not tried in-process: CANN imports a FABRIC handle in another process")
 }
 
-/// One granule of host DRAM exported as a FABRIC handle, imported and mapped: what the
-/// import's properties say it is (what host-device batching goes by), with the pointer
-/// attributes of the mapping in the detail.
+/// One granule of host DRAM exported as a FABRIC handle, imported in this process and mapped
+/// (what HIXL's Fabric Mem engine does with its own host memory on an A3, to get a
+/// device-usable alias): what the import's properties say it is (what host-device batching
+/// goes by), with the pointer attributes of the mapping in the detail.
 fn host_import(dev: &Device) -> Answer<MemKind> {
     let r = (|| {
         let len = dev.round_up_for(MemSpec::HOST, 1)?;
@@ -153,26 +166,32 @@ fn host_import(dev: &Device) -> Answer<MemKind> {
     }
 }
 
-/// A one-copy synchronous batch in each direction, each copy's bytes checked.
+/// A one-copy `aclrtMemcpyBatchAsync` host to device, then one device to host, each
+/// synchronized within [`PROBE_WAIT`] and its bytes checked. Device-to-device batches are not
+/// tried: the library never issues them ([`Stream::copy_batch_async`] refuses them, as the
+/// runtime documents batches as host-device only).
 fn batch_directions(dev: &Device) -> Answer<BatchDirections> {
     let r = (|| {
-        let (d1, d2) = (DeviceBuffer::new(dev, 4096)?, DeviceBuffer::new(dev, 4096)?);
-        let h = HostBuffer::new(dev, 4096)?;
+        let (d, h1, h2) = (
+            DeviceBuffer::new(dev, 4096)?,
+            HostBuffer::new(dev, 4096)?,
+            HostBuffer::new(dev, 4096)?,
+        );
+        let mut s = Stream::new(dev)?;
         let mut ok = BatchDirections::empty();
         let mut refused = Vec::new();
         for (dir, dst, src) in [
-            (BatchDirections::HOST_TO_DEVICE, d1.mapping(), h.mapping()),
-            (BatchDirections::DEVICE_TO_HOST, h.mapping(), d2.mapping()),
-            (
-                BatchDirections::DEVICE_TO_DEVICE,
-                d2.mapping(),
-                d1.mapping(),
-            ),
+            (BatchDirections::HOST_TO_DEVICE, d.mapping(), h1.mapping()),
+            (BatchDirections::DEVICE_TO_HOST, h2.mapping(), d.mapping()),
         ] {
             let stamp = 0x40 + dir.bits();
             src.fill(stamp)?;
             dst.fill(0)?;
-            match one_batch(dev, dst, src) {
+            let copy = BatchCopy::new(dst.slice(..)?, src.slice(..)?);
+            match s
+                .copy_batch_async(&[copy])
+                .and_then(|()| s.synchronize_timeout(PROBE_WAIT))
+            {
                 Ok(()) if dst.to_vec()?.iter().all(|&b| b == stamp) => ok |= dir,
                 Ok(()) => refused.push(format!(
                     "{}: accepted, but the bytes did not arrive",
@@ -181,11 +200,21 @@ fn batch_directions(dev: &Device) -> Answer<BatchDirections> {
                 Err(e) => refused.push(format!("{}: {e}", dir.label())),
             }
         }
+        let closed = s.close().map_err(|e| e.to_string());
+        refused.extend(
+            closed
+                .err()
+                .map(|e| format!("closing the probe's stream: {e}")),
+        );
         Ok::<_, Error>((ok, refused))
     })();
+    let not_tried = "D2D not tried (batches are host-device only)";
     match r {
-        Ok((ok, refused)) if refused.is_empty() => Answer::known(ok, How::Probed),
-        Ok((ok, refused)) => Answer::known(ok, How::Probed).with_detail(refused.join("; ")),
+        Ok((ok, refused)) if refused.is_empty() => {
+            Answer::known(ok, How::Probed).with_detail(not_tried)
+        }
+        Ok((ok, refused)) => Answer::known(ok, How::Probed)
+            .with_detail(format!("{}; {not_tried}", refused.join("; "))),
         Err(e) => Answer {
             value: None,
             how: How::Probed,
@@ -194,37 +223,9 @@ fn batch_directions(dev: &Device) -> Answer<BatchDirections> {
     }
 }
 
-/// `aclrtMemcpyBatch` of all of `src` to `dst`, one copy.
-#[allow(unsafe_code)]
-fn one_batch(dev: &Device, dst: &crate::vmm::Mapping, src: &crate::vmm::Mapping) -> Result<()> {
-    let loc = |m: &crate::vmm::Mapping| acl::aclrtMemLocation {
-        id: if m.is_host() { 0 } else { dev.id() as u32 },
-        type_: if m.is_host() {
-            acl::ACL_MEM_LOCATION_TYPE_HOST
-        } else {
-            acl::ACL_MEM_LOCATION_TYPE_DEVICE
-        },
-    };
-    let len = src.len().min(dst.len());
-    dev.bind()?;
-    let args = ffi::batch::BatchArgs {
-        dsts: &mut [dst.as_raw()],
-        dest_maxs: &mut [dst.len()],
-        srcs: &mut [src.as_raw()],
-        sizes: &mut [len],
-        attrs: &mut [acl::aclrtMemcpyBatchAttr {
-            dstLoc: loc(dst),
-            srcLoc: loc(src),
-            rsv: [0; 16],
-        }],
-        attrs_indexes: &mut [0],
-    };
-    // SAFETY: both ranges lie in live mappings owned by the caller for the whole call (which
-    // is synchronous), `len` fits both, and no Rust reference covers the destination.
-    unsafe { ffi::batch::memcpy_batch(dev.lib(), args) }.0
-}
-
-/// `aclrtValueWrite` of a word of pinned host memory, then a synchronize and a host read.
+/// `aclrtValueWrite` of a word of pinned host memory (what the engine's completion flags
+/// do on every transfer), a synchronize within [`PROBE_WAIT`] and a host read. A stream that
+/// does not finish in time is aborted before it is destroyed.
 fn host_values(dev: &Device) -> Answer<bool> {
     const STAMP: u64 = 0x5eed_0fca_9ab1_7e00;
     probed((|| {
@@ -232,12 +233,21 @@ fn host_values(dev: &Device) -> Answer<bool> {
         let mut s = Stream::new(dev)?;
         let written = s
             .value_write_pinned(&words, 0, STAMP)
-            .and_then(|()| s.synchronize())
+            .and_then(|()| s.synchronize_timeout(PROBE_WAIT))
             .and_then(|()| words.load(0));
-        Ok(match written {
-            Ok(STAMP) => Ok(()),
-            Ok(seen) => Err(format!("the stream ran, but the host read {seen:#x}")),
-            Err(e) => Err(e.to_string()),
+        if written.is_err() {
+            let _ = s.abort();
+        }
+        let closed = s.close().map_err(|e| e.to_string());
+        Ok(match (written, closed) {
+            (Ok(STAMP), Ok(())) => Ok(()),
+            (Ok(seen), Ok(())) => Err(format!("the stream ran, but the host read {seen:#x}")),
+            (Err(e), _) => Err(e.to_string()),
+            (_, Err(e)) => Err(format!("destroying the probe's stream: {e}")),
         })
     })())
 }
+
+/// How long a probe waits for its stream: far above a healthy device's microseconds, short
+/// enough that a device that never runs the work does not stall the caller.
+const PROBE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
