@@ -30,7 +30,8 @@
 //!   before timing. The ceiling is `memcpy` between the same mapped buffers (this process's
 //!   local buffer and its mapping of the peer's buffer), the same blocks, on as many threads as
 //!   the engine has copy streams; on CANN, whose device memory the host cannot address, the
-//!   runtime's own copies (`aclrtMemcpyAsync`, device to device) on as many streams.
+//!   runtime's own copies (`aclrtMemcpyAsync`, device to device, as the engine queues them)
+//!   on as many streams.
 //!   *latency*: 10,000 synchronous 4 KiB WRITEs (2,000 with `--quick`) one after the other,
 //!   p50 and p99. One more row, `repeat/host`: repeated 4 KiB
 //!   WRITEs from a host-DRAM local buffer, whose copies the engine batches (one

@@ -352,7 +352,8 @@ fn print_collectives(res: &Results) {
     println!();
 }
 
-/// Writes the CSV files and the plot; returns the paths written.
+/// Writes the CSV files and the plot; returns the paths written. A part's CSV file is written
+/// only when the part ran; `results.csv` always; the plot with the transfer rows.
 pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
     let mut written = Vec::new();
     let mut put = |name: &str, text: String| -> Res<()> {
@@ -362,95 +363,125 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
         Ok(())
     };
     if !res.transfer.is_empty() {
-        let mut s = String::from(
-            "pattern,op,block_bytes,batch,bytes,descriptors,engine_s,engine_gbs,engine_desc_per_s,memcpy_s,memcpy_gbs,memcpy_desc_per_s,engine_vs_memcpy,ucx_gbs,engine_vs_ucx\n",
-        );
-        for r in &res.transfer {
-            let _ = writeln!(
-                s,
-                "{},{},{},{},{},{},{:.6},{:.4},{:.0},{:.6},{:.4},{:.0},{:.4},{},{}",
-                r.label(),
-                r.op_name(),
-                r.block,
-                r.batch,
-                r.bytes,
-                r.descs,
-                r.engine.as_secs_f64(),
-                r.engine_gbs(),
-                r.engine_descs_s(),
-                r.memcpy.as_secs_f64(),
-                r.memcpy_gbs(),
-                r.memcpy_descs_s(),
-                r.vs_memcpy(),
-                fmt_opt(r.ucx_gbs, 4),
-                fmt_opt(r.vs_ucx(), 4)
-            );
-        }
-        put("transfer.csv", s)?;
+        put("transfer.csv", transfer_csv(&res.transfer))?;
     }
     if !res.translate.is_empty() {
-        let mut s =
-            String::from("segments,local,submit_ns_per_desc,total_ns_per_desc,prepared_submit_ns_per_desc,floor_ns_per_desc,descriptors,connect_s\n");
-        for r in &res.translate {
-            let _ = writeln!(
-                s,
-                "{},{},{:.1},{:.1},{},{:.1},{},{:.4}",
-                r.segments,
-                if r.host { "host" } else { "hbm" },
-                r.submit_ns,
-                r.total_ns,
-                fmt_opt(r.prepared_ns, 1),
-                r.floor_ns,
-                r.descs,
-                r.connect.as_secs_f64()
-            );
-        }
-        put("translate.csv", s)?;
+        put("translate.csv", translate_csv(&res.translate))?;
     }
     if !res.collectives.is_empty() {
-        let mut s = String::from(
-            "collective,path,ranks,bytes_per_rank,ms_per_op,bytes_copied_per_op,iters\n",
-        );
-        for r in &res.collectives {
-            let _ = writeln!(
-                s,
-                "{},{},{},{},{:.4},{},{}",
-                r.coll.name(),
-                r.path(),
-                crate::collectives::RANKS,
-                crate::collectives::BYTES,
-                r.time.as_secs_f64() * 1e3,
-                r.bytes_copied,
-                r.iters
-            );
-        }
-        put("collectives.csv", s)?;
+        put("collectives.csv", collectives_csv(&res.collectives))?;
     }
     if let Some(h) = &res.hixl {
-        let mut s = String::from(
-            "dir,layout,block_bytes,submit_threads,call_ns,bytes,step_s,gbs,memcpy_s,vs_memcpy,caller_cpu_s\n",
-        );
-        for c in &h.cells {
-            let _ = writeln!(
-                s,
-                "{},{},{},{},{},{},{:.6},{:.4},{:.6},{:.4},{:.6}",
-                c.dir.name(),
-                if c.scatter { "scatter" } else { "contig" },
-                c.block,
-                c.threads,
-                h.call_ns,
-                c.bytes,
-                c.step.as_secs_f64(),
-                c.gbs(),
-                c.memcpy.as_secs_f64(),
-                c.vs_memcpy(),
-                c.cpu.as_secs_f64()
-            );
-        }
-        put("hixl.csv", s)?;
+        put("hixl.csv", hixl_csv(h))?;
     }
+    put("results.csv", results_csv(res))?;
+    if !res.transfer.is_empty() {
+        let p = dir.join("bandwidth.svg");
+        plot(res, &p)?;
+        written.push(p.display().to_string());
+    }
+    Ok(written)
+}
+
+/// `transfer.csv`: a line per transfer row.
+fn transfer_csv(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "pattern,op,block_bytes,batch,bytes,descriptors,engine_s,engine_gbs,engine_desc_per_s,memcpy_s,memcpy_gbs,memcpy_desc_per_s,engine_vs_memcpy,ucx_gbs,engine_vs_ucx\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{:.6},{:.4},{:.0},{:.6},{:.4},{:.0},{:.4},{},{}",
+            r.label(),
+            r.op_name(),
+            r.block,
+            r.batch,
+            r.bytes,
+            r.descs,
+            r.engine.as_secs_f64(),
+            r.engine_gbs(),
+            r.engine_descs_s(),
+            r.memcpy.as_secs_f64(),
+            r.memcpy_gbs(),
+            r.memcpy_descs_s(),
+            r.vs_memcpy(),
+            fmt_opt(r.ucx_gbs, 4),
+            fmt_opt(r.vs_ucx(), 4)
+        );
+    }
+    s
+}
+
+/// `translate.csv`: a line per translate row.
+fn translate_csv(rows: &[crate::translate::Row]) -> String {
+    let mut s =
+        String::from("segments,local,submit_ns_per_desc,total_ns_per_desc,prepared_submit_ns_per_desc,floor_ns_per_desc,descriptors,connect_s\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{:.1},{:.1},{},{:.1},{},{:.4}",
+            r.segments,
+            if r.host { "host" } else { "hbm" },
+            r.submit_ns,
+            r.total_ns,
+            fmt_opt(r.prepared_ns, 1),
+            r.floor_ns,
+            r.descs,
+            r.connect.as_secs_f64()
+        );
+    }
+    s
+}
+
+/// `collectives.csv`: a line per collective and path.
+fn collectives_csv(rows: &[crate::collectives::Row]) -> String {
+    let mut s =
+        String::from("collective,path,ranks,bytes_per_rank,ms_per_op,bytes_copied_per_op,iters\n");
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{:.4},{},{}",
+            r.coll.name(),
+            r.path(),
+            crate::collectives::RANKS,
+            crate::collectives::BYTES,
+            r.time.as_secs_f64() * 1e3,
+            r.bytes_copied,
+            r.iters
+        );
+    }
+    s
+}
+
+/// `hixl.csv`: a line per cell of the HIXL-shaped table.
+fn hixl_csv(h: &crate::hixl::Report) -> String {
+    let mut s = String::from(
+        "dir,layout,block_bytes,submit_threads,call_ns,bytes,step_s,gbs,memcpy_s,vs_memcpy,caller_cpu_s\n",
+    );
+    for c in &h.cells {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{},{:.6},{:.4},{:.6},{:.4},{:.6}",
+            c.dir.name(),
+            if c.scatter { "scatter" } else { "contig" },
+            c.block,
+            c.threads,
+            h.call_ns,
+            c.bytes,
+            c.step.as_secs_f64(),
+            c.gbs(),
+            c.memcpy.as_secs_f64(),
+            c.vs_memcpy(),
+            c.cpu.as_secs_f64()
+        );
+    }
+    s
+}
+
+/// `results.csv` (`key,value`): what was measured (the backend, the devices, the ceiling),
+/// then the RESULT figures.
+fn results_csv(res: &Results) -> String {
     let mut s = String::from("key,value\n");
-    // What was measured, before the figures.
     if let Some(m) = &res.meta {
         let _ = writeln!(s, "backend,{}", csv_field(&m.backend));
         let _ = writeln!(s, "device,{}", m.device);
@@ -462,13 +493,7 @@ pub(crate) fn write_files(res: &Results, dir: &Path) -> Res<Vec<String>> {
     for (k, v) in result_pairs(res) {
         let _ = writeln!(s, "{k},{}", fmt_opt(v, 4));
     }
-    put("results.csv", s)?;
-    if !res.transfer.is_empty() {
-        let p = dir.join("bandwidth.svg");
-        plot(res, &p)?;
-        written.push(p.display().to_string());
-    }
-    Ok(written)
+    s
 }
 
 /// `v` as one CSV field: quoted (inner quotes doubled) when it holds a comma, a quote or a

@@ -171,7 +171,10 @@ pub(crate) fn steps(_args: &Args) -> u64 {
 #[derive(Copy, Clone)]
 struct Bufs {
     local: Addr,
+    /// This process's mapping of the peer's buffer (HBM).
     remote: Addr,
+    /// `local` is host DRAM (else HBM).
+    local_host: bool,
 }
 
 /// What copies the same blocks as the engine between the same two mappings of this process
@@ -182,8 +185,10 @@ pub(crate) enum Ceiling {
     /// threads.
     Host { threads: usize },
     /// CANN: the mappings are device memory the host cannot address, so the runtime's own
-    /// copies (`aclrtMemcpyAsync`, device to device, as the engine queues them) dealt to
-    /// `streams` of this process's device, one synchronize per stream at the end.
+    /// copies (`aclrtMemcpyAsync`, device to device whatever each side's memory: HBM and
+    /// host DRAM are both mapped in device VA, and the engine and HIXL queue their single
+    /// copies so) dealt to `streams` of this process's device, one synchronize per stream at
+    /// the end (each waiting at most [`CEILING_WAIT`]).
     Runtime {
         dev: Device,
         streams: Mutex<Vec<Stream>>,
@@ -238,6 +243,11 @@ impl std::fmt::Display for CeilingName {
 /// stream (the engine splits copies of 4 MiB and more over its streams likewise).
 const CEILING_SPLIT_MIN: usize = 4 << 20;
 
+/// How long the runtime ceiling waits for one stream's copies: far longer than any of its
+/// passes takes (the largest, a whole region of 1 GiB, is well under a second at the
+/// bandwidth of a host link), so running out means the copies are stuck.
+const CEILING_WAIT: Duration = Duration::from_secs(120);
+
 impl Ceiling {
     /// The ceiling of `dev`'s backend: `memcpy` on `threads` threads on the emulator, the
     /// runtime's copies on `streams` streams on CANN. `ASCEND_BENCH_CEILING=runtime` takes
@@ -273,12 +283,17 @@ impl Ceiling {
         }
     }
 
-    /// The runtime ceiling: queues `(source, destination, bytes)` copies, dealt to the
-    /// streams in turn (a copy of [`CEILING_SPLIT_MIN`] or more in one part per stream), and
-    /// waits for them all. Does nothing for the host ceiling (its callers copy themselves).
+    /// The runtime ceiling: queues `(source, destination, bytes)` copies, dealt to the streams in
+    /// turn (a copy of [`CEILING_SPLIT_MIN`] or more in one part per stream), and waits for
+    /// them all, at most [`CEILING_WAIT`] per stream. Does nothing for the host ceiling (its
+    /// callers copy themselves).
     ///
     /// Every range must lie inside a mapping of this process on the ceiling's device that
     /// stays mapped during the call, and nothing else may use the destinations meanwhile.
+    ///
+    /// # Errors
+    /// A copy the runtime refused; a stream's failure; a stream whose copies did not finish
+    /// within [`CEILING_WAIT`] (the error names the stream; its queued work is aborted).
     pub(crate) fn runtime_copies(
         &self,
         copies: impl IntoIterator<Item = (Addr, Addr, usize)>,
@@ -306,7 +321,8 @@ impl Ceiling {
                     // SAFETY: both ranges lie inside live mappings of this process on `dev` (the
                     // callers' contract: a local buffer and this process's mapping of a peer's,
                     // mapped for the whole measurement), which stay mapped until the streams are
-                    // synchronized below (also when a later copy fails); the stream lives (it is
+                    // synchronized below (also when a later copy fails; a stream that does not
+                    // finish in time is aborted and waited for again); the stream lives (it is
                     // borrowed from `streams`) for the call.
                     unsafe {
                         let s = ascend_mem::ffi::StreamRef::borrow_raw(s.as_raw());
@@ -328,14 +344,38 @@ impl Ceiling {
         let queued = queue();
         // Every stream is waited for, whatever failed: no copy queued here outlives the call.
         let mut waited = Ok(());
-        for s in streams.iter_mut() {
-            let r = s.synchronize();
+        for (i, s) in streams.iter_mut().enumerate() {
+            let r = wait_stream(s, i, k);
             if waited.is_ok() {
                 waited = r;
             }
         }
         queued?;
-        Ok(waited?)
+        waited
+    }
+}
+
+/// Waits at most [`CEILING_WAIT`] for the copies on `s` (stream `i` of `k` of the runtime
+/// ceiling). When time runs out the stream's queued work is aborted and waited for once more
+/// (as long again), so nothing queued on it should still run when this returns, and the
+/// timeout is the error.
+fn wait_stream(s: &mut Stream, i: usize, k: usize) -> Res<()> {
+    match s.synchronize_timeout(CEILING_WAIT) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ascend_mem::ErrorKind::Timeout => {
+            let aborted = s.abort().and_then(|()| s.synchronize_timeout(CEILING_WAIT));
+            let after = match aborted {
+                Ok(()) => "its queued copies were aborted".to_owned(),
+                Err(a) => format!("aborting its queued copies failed too: {a}"),
+            };
+            Err(format!(
+                "the runtime ceiling's copies on stream {i} of {k} did not finish within {} s \
+                 (synchronizing after queuing them: {e}); {after}",
+                CEILING_WAIT.as_secs()
+            )
+            .into())
+        }
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -416,11 +456,11 @@ struct Bench<'a> {
     peer: &'a str,
     l0: Addr,
     r0: Addr,
+    /// `l0` as mapped here (the same buffer; `bufs.local_host` when it is host DRAM), and
+    /// the peer's buffer as mapped here.
     bufs: Bufs,
     region: usize,
     reps: usize,
-    /// `l0` and `bufs.local` are host DRAM.
-    local_host: bool,
 }
 
 impl Bench<'_> {
@@ -495,7 +535,7 @@ impl Bench<'_> {
             engine,
             memcpy,
             ucx_gbs: None,
-            local_host: self.local_host,
+            local_host: self.bufs.local_host,
         })
     }
 
@@ -583,7 +623,6 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
         bufs,
         region,
         reps: reps(args),
-        local_host: false,
     };
     // Profiling aid: `ASCEND_BENCH_FILTER="walk Write 4 KiB"` runs only the matching rows.
     let filter = std::env::var("ASCEND_BENCH_FILTER").ok();
@@ -598,8 +637,8 @@ pub(crate) fn run(args: &Args, pb: &ProgressBar, res: &mut Results) -> Res<()> {
         bufs: Bufs {
             local: host.addr(),
             remote: bufs.remote,
+            local_host: true,
         },
-        local_host: true,
         ..b
     };
     if filter
@@ -662,6 +701,7 @@ fn map_peer(
     let bufs = Bufs {
         local: local.addr(),
         remote: mapped,
+        local_host: false,
     };
     // Touch both mappings in this process (the peer filled its buffer already).
     memcpy_run(ceiling, bufs, true, &[(0, 0)], region, 1, true)?;

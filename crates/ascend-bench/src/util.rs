@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use ascend_mem::{Device, Runtime};
+use ascend_mem::{BackendChoice, Device, Runtime};
 
 use crate::Res;
 
@@ -131,21 +131,13 @@ impl Meta {
 /// Prints [`Meta::line`] (the first line of stdout), after a WARN line on stderr when the
 /// emulator was chosen only because `ASCEND_MEM_BACKEND` is unset and no CANN was found.
 pub(crate) fn announce(meta: &Meta) {
-    if meta.emulator && backend_var().is_empty() {
+    if meta.emulator && matches!(BackendChoice::from_env(), Ok(BackendChoice::Unset)) {
         eprintln!(
             "WARN ascend-bench: ASCEND_MEM_BACKEND is unset and no CANN runtime was found: \
              measuring the emulator (host memory, no NPU); ASCEND_MEM_BACKEND=cann requires CANN"
         );
     }
     println!("{}", meta.line());
-}
-
-/// `ASCEND_MEM_BACKEND`, trimmed and in lower case ("" when unset).
-fn backend_var() -> String {
-    std::env::var("ASCEND_MEM_BACKEND")
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase()
 }
 
 /// A part or flag that measures the emulator itself, so runs on the emulator only.
@@ -189,12 +181,15 @@ impl SimOnly {
 
 /// Refuses `what` unless the backend is the emulator: with `rt`, when it is not; without a
 /// runtime (before one is opened, so the refusal needs no CANN), when
-/// `ASCEND_MEM_BACKEND=cann` asks for CANN.
+/// `ASCEND_MEM_BACKEND=cann` asks for CANN ([`BackendChoice::from_env`]; a value naming no
+/// backend is left to opening the runtime, which refuses it naming it).
 pub(crate) fn need_emulator(what: SimOnly, rt: Option<&Runtime>) -> Res<()> {
     let backend = match rt {
         Some(rt) if rt.backend().is_emulator() => return Ok(()),
         Some(rt) => rt.backend().to_string(),
-        None if backend_var() == "cann" => "CANN (ASCEND_MEM_BACKEND=cann)".to_owned(),
+        None if matches!(BackendChoice::from_env(), Ok(BackendChoice::Cann)) => {
+            "CANN (ASCEND_MEM_BACKEND=cann)".to_owned()
+        }
         None => return Ok(()),
     };
     Err(format!(

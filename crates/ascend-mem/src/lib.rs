@@ -249,7 +249,7 @@ pub use device::{Device, Granular};
 pub use error::{AclCode, CloseError, CopySide, Error, ErrorKind, Result};
 pub use foreign::{MappingRef, PointerInfo};
 pub use pinned::PinnedWords;
-pub use runtime::{Backend, Runtime};
+pub use runtime::{Backend, BackendChoice, Runtime};
 pub use share::{ExportFlags, FabricHandle, ShareKind, SharedHandle, SHARED_HANDLE_BYTES};
 pub use spec::{Location, MemAttr, MemKind, MemSpec};
 pub use stream::{

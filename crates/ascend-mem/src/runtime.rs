@@ -55,6 +55,8 @@ pub(crate) struct RtInner {
     /// `device.rs` (which sits above this file: a device holds its runtime), so stored here
     /// type-erased; see `Runtime::device`.
     pub(crate) devices: Mutex<HashMap<i32, Weak<dyn Any + Send + Sync>>>,
+    /// The CANN load error `Runtime::from_env_or_emulator` fell back to the emulator on.
+    fallback: Option<Box<acl::LoadError>>,
 }
 
 /// An opened ACL runtime: the function table every other type calls through.
@@ -117,6 +119,7 @@ impl Runtime {
                 lib,
                 backend,
                 devices: Mutex::new(HashMap::new()),
+                fallback: None,
             }),
         })
     }
@@ -150,12 +153,12 @@ impl Runtime {
         Ok(rt)
     }
 
-    /// Picks the backend from `ASCEND_MEM_BACKEND`: `cann` or unset ([`Runtime::load`]), `sim`
-    /// or `emulator` (`Runtime::emulated`, feature `emulator`). Production is never silently
-    /// emulated: with the variable unset and no CANN found, this is the load error listing
-    /// every path tried (which also names `ASCEND_MEM_BACKEND=sim`). A library found by the
-    /// search that is the emulator's shared library (e.g. through `ASCEND_ACL_LIB`) is used,
-    /// with a WARN line saying so.
+    /// Picks the backend from `ASCEND_MEM_BACKEND` ([`BackendChoice::from_env`]): `cann` or
+    /// unset ([`Runtime::load`]), `sim` or `emulator` (`Runtime::emulated`, feature
+    /// `emulator`). Production is never silently emulated: with the variable unset and no CANN
+    /// found, this is the load error listing every path tried (which also names
+    /// `ASCEND_MEM_BACKEND=sim`). A library found by the search that is the emulator's shared
+    /// library (e.g. through `ASCEND_ACL_LIB`) is used, with a WARN line saying so.
     ///
     /// Programs that want CANN when present and the emulator otherwise (demos, examples) ask
     /// for it by name: `Runtime::from_env_or_emulator`.
@@ -164,17 +167,25 @@ impl Runtime {
     /// As [`Runtime::load`]; [`Error::UnknownBackend`] naming the value and the accepted
     /// values for anything else.
     pub fn from_env() -> Result<Runtime> {
-        match backend_choice()? {
-            Choice::Cann => Self::load_noting_emulator(),
+        match BackendChoice::from_env()? {
+            BackendChoice::Unset | BackendChoice::Cann => Self::load_noting_emulator(),
             #[cfg(feature = "emulator")]
-            Choice::Sim => Self::emulated(),
+            BackendChoice::Emulator => Self::emulated(),
+            // `parse` gives it only with the feature (without, `sim` is an unknown value): kept
+            // total rather than a panic.
+            #[cfg(not(feature = "emulator"))]
+            BackendChoice::Emulator => Err(BackendChoice::unknown("sim")),
         }
     }
 
     /// As [`Runtime::from_env`], except that with `ASCEND_MEM_BACKEND` unset and no CANN
-    /// found it falls back to the in-process emulator (with a WARN line), so the program runs
-    /// anywhere. `ASCEND_MEM_BACKEND=cann` still requires CANN. For examples and demos; a
-    /// production service should call [`Runtime::from_env`] or [`Runtime::load`].
+    /// found it falls back to the in-process emulator, so the program runs anywhere.
+    /// `ASCEND_MEM_BACKEND=cann` still requires CANN. For examples and demos; a production
+    /// service should call [`Runtime::from_env`] or [`Runtime::load`].
+    ///
+    /// The fallback is never silent: it logs a WARN line with the CANN load error (every
+    /// path tried and why each failed), besides the emulator's own once-per-process WARN
+    /// line, and the runtime keeps the load error: [`Runtime::fallback_reason`].
     ///
     /// Requires the `emulator` feature.
     ///
@@ -183,24 +194,35 @@ impl Runtime {
     #[cfg(feature = "emulator")]
     #[cfg_attr(docsrs, doc(cfg(feature = "emulator")))]
     pub fn from_env_or_emulator() -> Result<Runtime> {
-        let explicit = !std::env::var("ASCEND_MEM_BACKEND")
-            .unwrap_or_default()
-            .trim()
-            .is_empty();
-        match backend_choice()? {
-            Choice::Cann if explicit => Self::load_noting_emulator(),
-            Choice::Cann => match Self::load_noting_emulator() {
+        match BackendChoice::from_env()? {
+            BackendChoice::Cann => Self::load_noting_emulator(),
+            BackendChoice::Unset => match Self::load_noting_emulator() {
                 Err(Error::Load(e)) => {
-                    tracing::debug!(
+                    tracing::warn!(
                         tried = e.attempts.len(),
-                        "ascend-mem: CANN runtime not found"
+                        error = %e,
+                        "ascend-mem: ASCEND_MEM_BACKEND is unset and CANN did not load; \
+                         falling back to the in-process emulator"
                     );
-                    Self::emulated()
+                    let mut rt = Self::emulated()?;
+                    // Just made by `emulated` (`from_table`), so not shared yet.
+                    if let Some(inner) = Arc::get_mut(&mut rt.inner) {
+                        inner.fallback = Some(e);
+                    }
+                    Ok(rt)
                 }
                 r => r,
             },
-            Choice::Sim => Self::emulated(),
+            BackendChoice::Emulator => Self::emulated(),
         }
+    }
+
+    /// Why this runtime is the emulator when CANN was looked for: the CANN load error that
+    /// made `Runtime::from_env_or_emulator` fall back (with `ASCEND_MEM_BACKEND` unset).
+    /// `None` for every other runtime (CANN, the emulator asked for by name or opened
+    /// directly, a library opened by path); clones share the reason.
+    pub fn fallback_reason(&self) -> Option<&acl::LoadError> {
+        self.inner.fallback.as_deref()
     }
 
     /// [`Runtime::load`], with a WARN line when what it found is the emulator's library.
@@ -293,30 +315,74 @@ impl Runtime {
     }
 }
 
-/// What `ASCEND_MEM_BACKEND` asks for.
-enum Choice {
-    /// `cann`, or unset/empty.
+/// What `ASCEND_MEM_BACKEND` asks for: the one reading of the variable, which
+/// [`Runtime::from_env`] and `Runtime::from_env_or_emulator` act on and which tools that
+/// report or check the choice (a doctor, a benchmark) use so they agree with it.
+///
+/// ```
+/// use ascend_mem::BackendChoice;
+///
+/// assert_eq!(BackendChoice::parse(" CANN ")?, BackendChoice::Cann);
+/// assert_eq!(BackendChoice::parse("")?, BackendChoice::Unset);
+/// let e = BackendChoice::parse("tpu").unwrap_err();
+/// assert!(e.to_string().starts_with("ASCEND_MEM_BACKEND=\"tpu\" is not a backend"));
+/// # Ok::<(), ascend_mem::Error>(())
+/// ```
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BackendChoice {
+    /// Unset, empty or only white space: CANN for [`Runtime::from_env`] (no CANN is the load
+    /// error); CANN if found, else the emulator, for `Runtime::from_env_or_emulator`.
+    Unset,
+    /// `cann`: CANN, and no CANN is the load error, whichever constructor is called.
     Cann,
-    /// `sim` or `emulator`.
-    #[cfg(feature = "emulator")]
-    Sim,
+    /// `sim` or `emulator`: the in-process emulator. Only with the `emulator` feature; without
+    /// it these values are [`Error::UnknownBackend`], so this is never returned.
+    Emulator,
 }
 
-fn backend_choice() -> Result<Choice> {
-    #[cfg(feature = "emulator")]
-    const ACCEPTED: &str = "\"cann\" (or unset/empty), \"sim\" or \"emulator\"";
-    #[cfg(not(feature = "emulator"))]
-    const ACCEPTED: &str =
-        "\"cann\" (or unset/empty); \"sim\"/\"emulator\" need ascend-mem's `emulator` feature";
-    let value = std::env::var("ASCEND_MEM_BACKEND").unwrap_or_default();
-    match value.trim().to_ascii_lowercase().as_str() {
-        "" | "cann" => Ok(Choice::Cann),
+impl BackendChoice {
+    /// The variable read: `ASCEND_MEM_BACKEND`.
+    pub const VAR: &'static str = "ASCEND_MEM_BACKEND";
+
+    /// Reads [`BackendChoice::VAR`] from the environment (see [`BackendChoice::parse`]). A
+    /// value that is not valid Unicode reads as unset.
+    ///
+    /// # Errors
+    /// [`Error::UnknownBackend`] naming the variable, the value as found and the values this
+    /// build accepts.
+    pub fn from_env() -> Result<BackendChoice> {
+        Self::parse(&std::env::var(Self::VAR).unwrap_or_default())
+    }
+
+    /// Reads a value of [`BackendChoice::VAR`]: case and surrounding white space are ignored;
+    /// `""` is [`BackendChoice::Unset`], `cann` [`BackendChoice::Cann`], `sim` or `emulator`
+    /// [`BackendChoice::Emulator`] (feature `emulator`).
+    ///
+    /// # Errors
+    /// [`Error::UnknownBackend`] for anything else, carrying `value` as given (untrimmed) and
+    /// the accepted values.
+    pub fn parse(value: &str) -> Result<BackendChoice> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" => Ok(BackendChoice::Unset),
+            "cann" => Ok(BackendChoice::Cann),
+            #[cfg(feature = "emulator")]
+            "sim" | "emulator" => Ok(BackendChoice::Emulator),
+            _ => Err(Self::unknown(value)),
+        }
+    }
+
+    /// The error for `value`: it names no backend this build has.
+    fn unknown(value: &str) -> Error {
         #[cfg(feature = "emulator")]
-        "sim" | "emulator" => Ok(Choice::Sim),
-        _ => Err(Error::UnknownBackend {
-            value: value.into_boxed_str(),
+        const ACCEPTED: &str = "\"cann\" (or unset/empty), \"sim\" or \"emulator\"";
+        #[cfg(not(feature = "emulator"))]
+        const ACCEPTED: &str =
+            "\"cann\" (or unset/empty); \"sim\"/\"emulator\" need ascend-mem's `emulator` feature";
+        Error::UnknownBackend {
+            value: value.into(),
             accepted: ACCEPTED,
-        }),
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::path::Path;
 use std::time::Duration;
 
-use ascend::Backend;
+use ascend::{Backend, BackendChoice};
 
 /// How a check came out.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -72,19 +72,24 @@ impl Served {
 const INSTALL: &str = "install the CANN toolkit and `source <install>/set_env.sh`, or use the \
                        emulator (ASCEND_MEM_BACKEND=sim)";
 
-/// `ASCEND_MEM_BACKEND`: what was asked for, and what it gave (`None`: nothing opened).
+/// `ASCEND_MEM_BACKEND`: what was asked for (as ascend-mem reads it:
+/// [`BackendChoice::from_env`]), and what it gave (`None`: nothing opened).
 pub fn backend_choice(backend: Option<&Backend>) -> Check {
-    const NAME: &str = "ASCEND_MEM_BACKEND";
+    const NAME: &str = BackendChoice::VAR;
+    let choice = BackendChoice::from_env();
+    // The value as set, for the report; what it means is `choice`.
     let asked = std::env::var(NAME).unwrap_or_default();
-    let v = asked.trim().to_ascii_lowercase();
-    let shown = if v.is_empty() { "unset" } else { asked.trim() };
-    let sim = v == "sim" || v == "emulator";
+    let shown = match choice {
+        Ok(BackendChoice::Unset) => "unset",
+        _ => asked.trim(),
+    };
+    let sim = matches!(choice, Ok(BackendChoice::Emulator));
     let check = |status, detail: String, fix| Check::new(NAME, status, detail, fix);
     match backend {
-        None if v.is_empty() || v == "cann" => check(
+        None if choice.is_err() => check(
             Status::Fail,
-            format!("{shown}: CANN did not open (the error above says why)"),
-            Some("fix the load error above, or use the emulator (ASCEND_MEM_BACKEND=sim)"),
+            format!("{shown:?} is not a backend"),
+            Some("set it to cann or sim, or unset it"),
         ),
         None if sim => check(
             Status::Fail,
@@ -93,10 +98,10 @@ pub fn backend_choice(backend: Option<&Backend>) -> Check {
         ),
         None => check(
             Status::Fail,
-            format!("{shown:?} is not a backend"),
-            Some("set it to cann or sim, or unset it"),
+            format!("{shown}: CANN did not open (the error above says why)"),
+            Some("fix the load error above, or use the emulator (ASCEND_MEM_BACKEND=sim)"),
         ),
-        Some(Backend::EmulatorInProcess) if v.is_empty() => check(
+        Some(Backend::EmulatorInProcess) if matches!(choice, Ok(BackendChoice::Unset)) => check(
             Status::Warn,
             "unset and no CANN runtime was found, so the emulator serves".into(),
             Some(

@@ -1,13 +1,17 @@
-//! Backend selection: `ASCEND_MEM_BACKEND=cann` without CANN fails at once with the paths tried
-//! and the fix (no panic); `ASCEND_ACL_LIB=<libascend_sim.so>` takes the dlopen path; the
-//! emulator's shared library opened by path runs a full round trip. Environment-dependent
-//! cases run in child processes (the loader's search happens once per process).
+//! Backend selection: `BackendChoice` reads `ASCEND_MEM_BACKEND` and refuses a bad value naming
+//! it; `ASCEND_MEM_BACKEND=cann` without CANN fails at once with the paths tried and the fix
+//! (no panic); the named fallback to the emulator logs and keeps the load error;
+//! `ASCEND_ACL_LIB=<libascend_sim.so>` takes the dlopen path; the emulator's shared library
+//! opened by path runs a full round trip. Environment-dependent cases run in child processes
+//! (the loader's search happens once per process).
 
 use std::time::{Duration, Instant};
 
 use crate::common::{pattern, run_child, setup, sim_library};
 use ascend_mem::prelude::*;
-use ascend_mem::{Backend, DeviceBuffer, ErrorKind, HostBuffer, Runtime, Stream};
+use ascend_mem::{
+    Backend, BackendChoice, DeviceBuffer, Error, ErrorKind, HostBuffer, Runtime, Stream,
+};
 use ascend_testkit::{role, test_name};
 
 const MIB2: usize = 2 << 20;
@@ -38,6 +42,13 @@ fn child_main(role: &str) {
         }
         None => role.to_owned(),
     };
+    if role == "choice" {
+        match BackendChoice::from_env() {
+            Ok(c) => println!("RESULT ok {c:?}\nEND"),
+            Err(e) => println!("RESULT err {:?}\n{e}\n{e:?}\nEND", e.kind()),
+        }
+        return;
+    }
     let rt = match role.as_str() {
         "from-env" => Runtime::from_env(),
         "or-emulator" => Runtime::from_env_or_emulator(),
@@ -52,6 +63,9 @@ fn child_main(role: &str) {
                 _ => "other",
             };
             roundtrip(&rt).unwrap();
+            if let Some(why) = rt.fallback_reason() {
+                println!("FALLBACK {} paths tried", why.attempts.len());
+            }
             println!("RESULT ok {kind}\nEND");
         }
         Err(e) => println!("RESULT err {:?}\n{e}\n{e:?}\nEND", e.kind()),
@@ -169,6 +183,20 @@ fn unset_backend_with_the_named_fallback_runs_on_the_emulator_and_warns() {
         .filter(|l| l.contains("WARN") && l.contains("running on the emulator"))
         .collect();
     assert_eq!(warns.len(), 1, "one WARN line: {text}");
+    // The fallback itself is logged with the load error, and the runtime keeps that error.
+    assert!(
+        text.lines()
+            .any(|l| l.contains("WARN") && l.contains("falling back to the in-process emulator")),
+        "the fallback is logged: {text}"
+    );
+    assert!(
+        text.contains("/nonexistent/ascend/libascendcl.so"),
+        "the log names the paths tried: {text}"
+    );
+    assert!(
+        text.contains("FALLBACK "),
+        "fallback_reason is kept: {text}"
+    );
     // Required by name, CANN stays required.
     let out = run_child(
         test_name!(unset_backend_with_the_named_fallback_runs_on_the_emulator_and_warns),
@@ -193,6 +221,64 @@ fn sim_backend_is_the_in_process_emulator() {
         &[("ASCEND_MEM_BACKEND", "sim")],
     );
     assert_eq!(result(&out), "ok sim-in-process", "{out:?}");
+    // Asked for by name, the emulator is no fallback: no reason to keep.
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("FALLBACK"),
+        "{out:?}"
+    );
+}
+
+/// `BackendChoice` is the one reading of the variable: the values `Runtime::from_env` takes
+/// (case and surrounding spaces ignored), and anything else refused with the typed error
+/// naming the variable and the value as given.
+#[test]
+fn backend_choice_reads_the_values_and_refuses_a_bad_one_naming_it() {
+    if let Some(role) = role() {
+        return child_main(&role);
+    }
+    for (value, want) in [
+        ("", BackendChoice::Unset),
+        ("  ", BackendChoice::Unset),
+        ("cann", BackendChoice::Cann),
+        (" CANN\t", BackendChoice::Cann),
+        ("sim", BackendChoice::Emulator),
+        ("Emulator", BackendChoice::Emulator),
+    ] {
+        assert_eq!(BackendChoice::parse(value).unwrap(), want, "{value:?}");
+    }
+    let e = BackendChoice::parse("tpu").unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    assert!(
+        matches!(&e, Error::UnknownBackend { value, .. } if &**value == "tpu"),
+        "{e:?}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.starts_with("ASCEND_MEM_BACKEND=\"tpu\" is not a backend"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\"cann\"") && text.contains("\"sim\""),
+        "{text}"
+    );
+    // From the environment (in a child: the variable is process-wide).
+    let name = test_name!(backend_choice_reads_the_values_and_refuses_a_bad_one_naming_it);
+    let out = run_child(name, "choice", &[("ASCEND_MEM_BACKEND", "Bogus ")]);
+    let r = result(&out);
+    assert!(r.starts_with("err InvalidArgument"), "{r}");
+    assert!(
+        r.contains("ASCEND_MEM_BACKEND=\"Bogus \" is not a backend"),
+        "names the variable and the value: {r}"
+    );
+    assert!(r.contains("UnknownBackend { value: \"Bogus \""), "{r}");
+    for (value, want) in [
+        ("sim", "ok Emulator"),
+        ("cann", "ok Cann"),
+        ("", "ok Unset"),
+    ] {
+        let out = run_child(name, "choice", &[("ASCEND_MEM_BACKEND", value)]);
+        assert_eq!(result(&out), want, "{value:?}: {out:?}");
+    }
 }
 
 #[test]
