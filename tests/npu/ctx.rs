@@ -11,8 +11,8 @@
 
 use std::error::Error;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -260,11 +260,6 @@ impl Peer {
         Ok(())
     }
 
-    /// Its exit status, if it has exited.
-    pub fn try_exit(&mut self) -> Res<Option<ExitStatus>> {
-        Ok(self.child.try_wait()?)
-    }
-
     /// Closes its stdin (the end of its commands) and waits up to [`STEP`] for it to exit;
     /// a failure unless it exits with status 0.
     pub fn finish(mut self) -> Res<()> {
@@ -273,20 +268,46 @@ impl Peer {
     }
 
     /// Waits up to [`STEP`] for it to exit, its stdin left open; a failure unless it exits
-    /// with status 0.
+    /// with status 0. Its exit shows as the end of its stdout (lines it prints meanwhile
+    /// are skipped).
     pub fn wait(mut self) -> Res<()> {
         let deadline = Instant::now() + STEP;
         loop {
-            match self.child.try_wait()? {
-                Some(s) if s.success() => return Ok(()),
-                Some(s) => return Err(self.failure(&format!("exited with {s}"))),
-                None if Instant::now() > deadline => {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => {
                     return Err(self.failure(&format!("did not exit within {STEP:?}")))
                 }
-                // No event tells a process's exit: ask again shortly.
-                None => std::thread::sleep(Duration::from_millis(5)),
+                Err(RecvTimeoutError::Disconnected) => return self.exited(),
             }
         }
+    }
+
+    /// Reaps the child after its stdout ended; a failure unless it exited with status 0.
+    /// Only its exit ends its stdout (no child of the suite closes it earlier, and none
+    /// passes it on to a process of its own), so the child is exiting and this wait is
+    /// short; one that closed its stdout and hung would be ended by its watchdog
+    /// ([`CHILD_LIMIT`]).
+    fn exited(&mut self) -> Res<()> {
+        let status = self.child.wait()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(self.failure("failed"))
+        }
+    }
+
+    /// Sends `i` on `ends` when the child's stdout ends (when it exits, see
+    /// [`Peer::exited`]): for a parent that waits for several children at once. The
+    /// child's lines are skipped from then on ([`Peer::expect`] sees none).
+    fn tell_end(&mut self, i: usize, ends: Sender<usize>) {
+        let (_, none) = channel();
+        let lines = std::mem::replace(&mut self.lines, none);
+        std::thread::spawn(move || {
+            while lines.recv().is_ok() {}
+            let _ = ends.send(i);
+        });
     }
 
     /// A failure saying what went wrong with the child, with how it ended and its stderr
@@ -334,6 +355,7 @@ impl Drop for Peer {
 pub fn run_ranks(role: &str, devices: &[i32]) -> Res<()> {
     let port = ascend_launch::free_port()?;
     let n = devices.len().to_string();
+    let (tx, ends) = channel();
     let mut ranks = Vec::new();
     for (r, d) in devices.iter().enumerate() {
         let env = [
@@ -345,31 +367,22 @@ pub fn run_ranks(role: &str, devices: &[i32]) -> Res<()> {
             ("MASTER_PORT", port.to_string()),
             (DEVICE, d.to_string()),
         ];
-        ranks.push(Peer::named(format!("rank {r} (device {d})"), role, &env)?);
+        let mut rank = Peer::named(format!("rank {r} (device {d})"), role, &env)?;
+        rank.tell_end(r, tx.clone());
+        ranks.push(rank);
     }
+    drop(tx);
     let deadline = Instant::now() + STEP;
-    let mut done = vec![false; ranks.len()];
-    loop {
-        let mut running = None;
-        for (i, rank) in ranks.iter_mut().enumerate() {
-            if done[i] {
-                continue;
-            }
-            match rank.try_exit()? {
-                Some(s) if s.success() => done[i] = true,
-                Some(_) => return Err(rank.failure("failed")),
-                None => running = running.or(Some(i)),
-            }
-        }
-        let Some(i) = running else {
-            return Ok(());
+    let mut running: Vec<usize> = (0..ranks.len()).collect();
+    while let Some(&first) = running.first() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(r) = ends.recv_timeout(left) else {
+            return Err(ranks[first].failure(&format!("did not finish within {STEP:?}")));
         };
-        if Instant::now() > deadline {
-            return Err(ranks[i].failure(&format!("did not finish within {STEP:?}")));
-        }
-        // No event tells a process's exit: ask again shortly.
-        std::thread::sleep(Duration::from_millis(5));
+        running.retain(|&i| i != r);
+        ranks[r].exited()?;
     }
+    Ok(())
 }
 
 // ---- the child's side ----

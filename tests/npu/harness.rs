@@ -8,6 +8,7 @@ use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
 use crate::ctx::{Ctx, Res};
+use crate::report::{self, Setup};
 
 /// How a test that did not fail ended. Failures are the test's `Err` or its panic.
 #[derive(Debug)]
@@ -40,7 +41,7 @@ pub struct Test {
 }
 
 /// How a test ended, as the report shows it.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub enum Verdict {
     Pass,
     Skip { capability: String, why: String },
@@ -69,7 +70,7 @@ impl fmt::Display for Verdict {
 }
 
 /// A test that ran.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Ran {
     pub name: &'static str,
     pub verdict: Verdict,
@@ -197,20 +198,32 @@ fn run_one(ctx: &Ctx, t: &Test) -> Ran {
 /// ends a hang inside a runtime call.
 const TEST_LIMIT: Duration = Duration::from_secs(300);
 
-/// A thread that ends the process when a test runs past [`TEST_LIMIT`]: it is told each
-/// test's name as it starts, and `None` at the end.
-fn hang_guard() -> Sender<Option<&'static str>> {
-    let (tx, rx) = channel::<Option<&'static str>>();
+/// What the runner tells the hang guard.
+enum Step {
+    /// A test starts.
+    Start(&'static str),
+    /// A test ended so.
+    End(Ran),
+}
+
+/// A thread that ends the process when a test runs past [`TEST_LIMIT`], with the report
+/// written first ([`give_up`]): it is told each test as it starts and each result as it
+/// ends, and stops when the sender is dropped.
+fn hang_guard(setup: Setup) -> Sender<Step> {
+    let (tx, rx) = channel::<Step>();
     std::thread::spawn(move || {
-        let mut current = None;
+        let (mut ran, mut current) = (Vec::new(), None);
         loop {
             match rx.recv_timeout(TEST_LIMIT) {
-                Ok(Some(name)) => current = Some(name),
-                Ok(None) | Err(RecvTimeoutError::Disconnected) => return,
+                Ok(Step::Start(name)) => current = Some((name, Instant::now())),
+                Ok(Step::End(r)) => {
+                    current = None;
+                    ran.push(r);
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
                 Err(RecvTimeoutError::Timeout) => {
-                    if let Some(name) = current {
-                        println!("test {name} ... FAILED: still running after {TEST_LIMIT:?}; the suite stops");
-                        std::process::exit(2);
+                    if let Some((name, start)) = current {
+                        give_up(&setup, ran, name, start.elapsed());
                     }
                 }
             }
@@ -219,14 +232,39 @@ fn hang_guard() -> Sender<Option<&'static str>> {
     tx
 }
 
+/// Ends the process for test `name`, still running after `time` (the thread that runs it
+/// is stuck in it): prints it failed, writes the report with it failed after the results
+/// so far (`ran`; the tests after it are not in it), and exits with status 2.
+fn give_up(setup: &Setup, mut ran: Vec<Ran>, name: &'static str, time: Duration) -> ! {
+    let verdict = Verdict::Fail(format!("timed out after {} s", TEST_LIMIT.as_secs()));
+    println!(
+        "test {name} ... {verdict} ({} ms); the suite stops",
+        time.as_millis()
+    );
+    ran.push(Ran {
+        name,
+        verdict,
+        time,
+    });
+    let (passed, skipped, failed) = counts(&ran);
+    println!("\nnpu: {passed} passed; {skipped} skipped; {failed} failed");
+    // The filters the report names, read as `main` reads them.
+    let filters = Args::parse(std::env::args().skip(1)).filters;
+    match report::write_setup(setup, &filters, &ran) {
+        Ok([md, json]) => println!("npu: report in {} and {}", md.display(), json.display()),
+        Err(e) => eprintln!("npu: the report could not be written: {e}"),
+    }
+    std::process::exit(2);
+}
+
 /// Runs the selected tests in table order, printing a line for each as it ends.
 pub fn run(ctx: &Ctx, tests: &[&Test]) -> Vec<Ran> {
     println!("\nrunning {} tests", tests.len());
-    let guard = hang_guard();
-    let ran = tests
+    let guard = hang_guard(Setup::opened(ctx));
+    tests
         .iter()
         .map(|t| {
-            let _ = guard.send(Some(t.name));
+            let _ = guard.send(Step::Start(t.name));
             let ran = run_one(ctx, t);
             println!(
                 "test {} ... {} ({} ms)",
@@ -234,11 +272,10 @@ pub fn run(ctx: &Ctx, tests: &[&Test]) -> Vec<Ran> {
                 ran.verdict,
                 ran.time.as_millis()
             );
+            let _ = guard.send(Step::End(ran.clone()));
             ran
         })
-        .collect();
-    let _ = guard.send(None);
-    ran
+        .collect()
 }
 
 /// Passed, skipped and failed tests.

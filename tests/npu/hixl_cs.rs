@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ascend::cs::{Client, Endpoint, Error, Op, Protocol, Server};
+use ascend::cs::{Client, Endpoint, Error, HixlCode, Op, Protocol, Server};
 use ascend::fabric::Need;
 use ascend::prelude::*;
 use ascend::DeviceBuffer;
@@ -20,29 +20,55 @@ use crate::skip_if;
 const LEN: usize = 2 << 20;
 const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const T: Duration = Duration::from_secs(30);
+/// How many free ports the server tries: another process may bind the one it picked before
+/// the server listens on it.
+const PORT_ATTEMPTS: u32 = 5;
 
 /// An HCCS endpoint on `device`.
 fn endpoint(device: i32) -> Res<Endpoint> {
     Ok(Endpoint::new(Protocol::Hccs).on_device(u32::try_from(device)?))
 }
 
-/// The server: a zeroed HBM buffer tagged `kv`, listening on a free loopback port; serves
-/// `FILL kv <seed>` and `CHECK kv <seed>` until its stdin ends.
+/// Whether `e` is how listening on a port another process holds fails: `HIXL_FAILED` from
+/// `HixlCSServerListen`. That is also HIXL's generic failure, so a failure of another cause
+/// is tried again too, and reported after the last attempt.
+fn port_taken(e: &Error) -> bool {
+    matches!(e, Error::Hixl { api: "HixlCSServerListen", code, .. } if *code == HixlCode::FAILED)
+}
+
+/// The server: a zeroed HBM buffer tagged `kv`, listening on a free loopback port (another
+/// one when the port was taken meanwhile, up to [`PORT_ATTEMPTS`]); serves `FILL kv <seed>`
+/// and `CHECK kv <seed>` until its stdin ends.
 pub fn server_role() -> Res<()> {
     let dev = child_device()?;
     let buf = Arc::new(DeviceBuffer::new(&dev, LEN)?);
     buf.fill(0)?;
-    let port = ascend_launch::free_port()?;
-    let server = Server::new(&dev, LOCALHOST, port, &[endpoint(dev.id())?])?;
-    let reg = server.register("kv", buf.clone())?;
-    server.listen(16)?;
+    let mut attempt = 1;
+    loop {
+        let port = ascend_launch::free_port()?;
+        let server = Server::new(&dev, LOCALHOST, port, &[endpoint(dev.id())?])?;
+        let reg = server.register("kv", buf.clone())?;
+        match server.listen(16) {
+            Err(e) if port_taken(&e) && attempt < PORT_ATTEMPTS => attempt += 1,
+            Err(e) => return Err(e.into()),
+            Ok(()) => {
+                serve_kv(port, &buf)?;
+                drop(reg);
+                server.close()?;
+                return Ok(());
+            }
+        }
+    }
+}
+
+/// Says `READY <port>`, then answers the parent's commands on `buf` (as `kv`) until its
+/// stdin ends.
+fn serve_kv(port: u16, buf: &DeviceBuffer) -> Res<()> {
     let commands = Commands::open();
     say(&format!("READY {port}"));
     while let Some(line) = commands.next()? {
         say(&serve(&line, &[("kv", buf.slice(..LEN)?)])?);
     }
-    drop(reg);
-    server.close()?;
     Ok(())
 }
 

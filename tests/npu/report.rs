@@ -43,7 +43,7 @@ fn utc(secs: u64) -> String {
 }
 
 /// What the report says about the setup: from the opened context, or why it did not open.
-struct Setup {
+pub struct Setup {
     backend: String,
     emulated: Option<bool>,
     devices: Vec<i32>,
@@ -68,15 +68,7 @@ fn needs(c: &Ctx) -> Value {
 impl Setup {
     fn of(ctx: &Result<Ctx, String>) -> Setup {
         match ctx {
-            Ok(c) => Setup {
-                backend: c.rt.backend().to_string(),
-                emulated: Some(c.emulated()),
-                devices: c.devices.clone(),
-                caps_json: ascend::report::capabilities_json(&c.caps),
-                caps_md: ascend::report::capabilities_markdown(&c.caps),
-                needs: needs(c),
-                error: None,
-            },
+            Ok(c) => Setup::opened(c),
             Err(e) => Setup {
                 backend: "unknown (the suite did not start: see the setup error)".into(),
                 emulated: None,
@@ -86,6 +78,20 @@ impl Setup {
                 needs: Value::Null,
                 error: Some(e.clone()),
             },
+        }
+    }
+
+    /// The setup of an opened context (taken before the tests run, for a report written
+    /// while one of them still runs: see [`write_setup`]).
+    pub fn opened(c: &Ctx) -> Setup {
+        Setup {
+            backend: c.rt.backend().to_string(),
+            emulated: Some(c.emulated()),
+            devices: c.devices.clone(),
+            caps_json: ascend::report::capabilities_json(&c.caps),
+            caps_md: ascend::report::capabilities_markdown(&c.caps),
+            needs: needs(c),
+            error: None,
         }
     }
 
@@ -209,13 +215,18 @@ fn markdown_report(s: &Setup, secs: u64, filters: &[String], ran: &[Ran]) -> Str
 
 /// Writes both files; returns their paths.
 pub fn write(ctx: &Result<Ctx, String>, filters: &[String], ran: &[Ran]) -> Res<[PathBuf; 2]> {
+    write_setup(&Setup::of(ctx), filters, ran)
+}
+
+/// Writes both files for `setup`; returns their paths. Needs no context, so a thread other
+/// than the one running the tests can write it (the hang guard, while a test hangs).
+pub fn write_setup(setup: &Setup, filters: &[String], ran: &[Ran]) -> Res<[PathBuf; 2]> {
     let dir = dir();
     std::fs::create_dir_all(&dir)?;
     let secs = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
-    let setup = Setup::of(ctx);
     let (md, js) = (dir.join("npu-report.md"), dir.join("npu-report.json"));
-    std::fs::write(&md, markdown_report(&setup, secs, filters, ran))?;
-    let j = json_report(&setup, secs, filters, ran);
+    std::fs::write(&md, markdown_report(setup, secs, filters, ran))?;
+    let j = json_report(setup, secs, filters, ran);
     std::fs::write(&js, serde_json::to_string_pretty(&j)? + "\n")?;
     Ok([md, js])
 }

@@ -1,5 +1,7 @@
 //! A throwaway etcd for tests: `etcd` (Debian's `etcd-server`, or the binary `ETCD_BIN` names)
-//! on free loopback ports with a temporary data dir, killed and removed on drop.
+//! on free loopback ports with a temporary data dir, killed and removed on drop. On Linux it
+//! also dies with the process that started it, however that process ends (a SIGKILL, a
+//! timeout): the kernel sends it SIGKILL then, so no etcd outlives a killed test binary.
 //!
 //! Where etcd is not installed, [`LocalEtcd::start`] panics saying how to install it, so a
 //! test that needs etcd fails rather than passing without it. A test of a crate whose plain
@@ -10,6 +12,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// How long etcd may take to answer its health check after starting.
@@ -133,8 +137,8 @@ impl LocalEtcd {
             .append(true)
             .open(self.dir.join("etcd.log"))
             .expect("the etcd log file");
-        let spawned = Command::new(bin())
-            .arg("--name=test")
+        let mut cmd = Command::new(bin());
+        cmd.arg("--name=test")
             .arg(format!("--data-dir={}", self.dir.join("data").display()))
             .arg(format!("--listen-client-urls={}", self.url()))
             .arg(format!("--advertise-client-urls={}", self.url()))
@@ -143,9 +147,9 @@ impl LocalEtcd {
             .arg(format!("--initial-cluster=test={peer}"))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("the etcd log file"))
-            .stderr(log)
-            .spawn();
-        self.child = Some(match spawned {
+            .stderr(log);
+        die_with_parent(&mut cmd);
+        self.child = Some(match spawn_for_life(cmd) {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{}", not_installed()),
             Err(e) => panic!("cannot start {}: {e}", bin()),
@@ -219,6 +223,63 @@ impl LocalEtcd {
     }
 }
 
+/// Has `cmd`'s process killed (SIGKILL) when its parent dies, however the parent ends
+/// (`PR_SET_PDEATHSIG`, set between fork and exec; it survives the exec of etcd). A parent
+/// that died before the child set it sends no signal, so the child then exits at once.
+#[cfg(target_os = "linux")]
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = libc::pid_t::try_from(std::process::id()).expect("a pid fits in pid_t");
+    // SAFETY: the hook runs in the forked child before exec, where only async-signal-safe
+    // functions may be called: it calls prctl, getppid and _exit (and reads errno on a
+    // failure), allocates nothing and takes no lock; `parent` is a copied integer.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Reparented already: the parent died before the prctl, and no signal will come.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Elsewhere than Linux there is no parent-death signal: etcd goes on drop only.
+#[cfg(not(target_os = "linux"))]
+fn die_with_parent(_cmd: &mut Command) {}
+
+/// A command for the spawning thread, and where it sends the child back.
+type SpawnRequest = (Command, Sender<std::io::Result<Child>>);
+
+/// Starts `cmd` from a thread that lives as long as this process. The parent-death signal
+/// ([`die_with_parent`]) is sent when the *thread* that forked ends, so etcd started from a
+/// test's own thread would be killed when that test ends, even if its `LocalEtcd` lives on
+/// (moved to another thread, or shared by several tests); this thread only ends with the
+/// process.
+fn spawn_for_life(cmd: Command) -> std::io::Result<Child> {
+    static SPAWNER: OnceLock<Sender<SpawnRequest>> = OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, requests) = channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("testkit-etcd".into())
+            .spawn(move || {
+                for (mut cmd, reply) in requests {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("start the thread that spawns etcd");
+        tx
+    });
+    let (reply, spawned) = channel();
+    spawner
+        .send((cmd, reply))
+        .expect("the thread that spawns etcd is running");
+    spawned.recv().expect("the thread that spawns etcd answers")
+}
+
 impl Drop for LocalEtcd {
     fn drop(&mut self) {
         self.stop();
@@ -257,5 +318,51 @@ mod tests {
         let dir = e.dir.clone();
         drop(e);
         assert!(!dir.exists());
+    }
+
+    /// When process `pid` started (field 22 of `/proc/<pid>/stat`) while it runs; `None` once
+    /// it has exited (a zombie, or reaped). A pid reused since has another start time.
+    fn running_since(pid: u32) -> Option<u64> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The name, in parentheses, may hold spaces: fields start after the last `)`.
+        let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+        if matches!(fields.first(), Some(&("Z" | "X"))) {
+            return None;
+        }
+        fields.get(19)?.parse().ok()
+    }
+
+    /// A child of this test starts etcd and is SIGKILLed (no drop runs): its etcd dies too.
+    /// The data dir the child's drop would have removed is removed here.
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn etcd_dies_with_a_killed_parent() {
+        if crate::role().is_some() {
+            let e = LocalEtcd::start(crate::free_port);
+            let pid = e.child.as_ref().expect("etcd is running").id();
+            println!("ETCD {pid} {}", e.dir.display());
+            // Killed while waiting here; a parent gone before that closes our stdin.
+            let _ = crate::role::read_stdin_line();
+            return;
+        }
+        if !available() {
+            return;
+        }
+        let mut c = crate::Spawn::new(
+            crate::test_name!(etcd_dies_with_a_killed_parent),
+            "etcd-parent",
+        )
+        .start();
+        let said = c.expect_line("ETCD ");
+        let (pid, dir) = said.split_once(' ').expect("etcd's pid and data dir");
+        let pid: u32 = pid.parse().expect("etcd's pid");
+        let since = running_since(pid).expect("etcd runs while its parent does");
+        c.child.kill().expect("SIGKILL etcd's parent");
+        c.child.wait().expect("reap etcd's parent");
+        // The kernel kills etcd as its parent dies; the bound only ends a hang.
+        crate::wait_until("etcd to die with its parent", READY, || {
+            running_since(pid) != Some(since)
+        });
+        std::fs::remove_dir_all(dir).expect("remove the killed child's etcd data dir");
     }
 }
