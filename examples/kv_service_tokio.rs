@@ -31,7 +31,12 @@
 //! cargo run --example kv_service_tokio -- --role decode   # in one terminal
 //! cargo run --example kv_service_tokio -- --role prefill  # in another (no kill)
 //! ```
-//! Options: `--decode ADDR` (default 127.0.0.1:26110), `--seed N`, `--timeout SECS`.
+//! Options: `--decode ADDR` (default 127.0.0.1:26110), `--seed N`, `--timeout SECS`,
+//! `--metrics ADDR` (the prefill's engine metrics at `http://ADDR/metrics`, for Prometheus),
+//! `--hold` (with `--metrics`: keep serving them after the run until stdin closes).
+
+#[path = "common/metrics.rs"]
+mod metrics_endpoint;
 
 use std::collections::HashSet;
 use std::process::{Child, Command, ExitCode};
@@ -63,6 +68,8 @@ struct Args {
     decode: String,
     seed: usize,
     timeout: Duration,
+    metrics: Option<String>,
+    hold: bool,
 }
 
 fn parse_args() -> Res<Args> {
@@ -71,6 +78,8 @@ fn parse_args() -> Res<Args> {
         decode: "127.0.0.1:26110".into(),
         seed: 7,
         timeout: Duration::from_secs(90),
+        metrics: None,
+        hold: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -80,12 +89,17 @@ fn parse_args() -> Res<Args> {
             "--decode" => a.decode = v()?,
             "--seed" => a.seed = v()?.parse()?,
             "--timeout" => a.timeout = Duration::from_secs(v()?.parse()?),
+            "--metrics" => a.metrics = Some(v()?),
+            "--hold" => a.hold = true,
             "-h" | "--help" => {
-                println!("usage: kv_service_tokio [--role both|prefill|decode] [--decode ADDR] [--seed N] [--timeout SECS]");
+                println!("usage: kv_service_tokio [--role both|prefill|decode] [--decode ADDR] [--seed N] [--timeout SECS] [--metrics ADDR [--hold]]");
                 std::process::exit(0);
             }
             _ => return Err(format!("unknown argument {k}").into()),
         }
+    }
+    if a.hold && a.metrics.is_none() {
+        return Err("--hold needs --metrics".into());
     }
     if !["both", "prefill", "decode"].contains(&a.role.as_str()) {
         return Err(format!("--role must be both, prefill or decode, not {}", a.role).into());
@@ -488,6 +502,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(addr) = &a.metrics {
+        if let Err(e) = metrics_endpoint::serve(addr) {
+            eprintln!("kv_service_tokio: {e}");
+            return ExitCode::from(2);
+        }
+    }
     let mut child = None;
     let result = match a.role.as_str() {
         "decode" => decode(&a),
@@ -501,6 +521,9 @@ fn main() -> ExitCode {
     if let Some(mut c) = child {
         let _ = c.kill();
         let _ = c.wait();
+    }
+    if let (Some(addr), true) = (&a.metrics, a.hold) {
+        metrics_endpoint::hold(addr);
     }
     match result {
         Ok(true) => ExitCode::SUCCESS,

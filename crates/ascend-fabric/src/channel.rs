@@ -13,6 +13,7 @@ use parking_lot::{Mutex, RwLock};
 use ascend_mem::Addr;
 
 use crate::error::{Error, LostReason};
+use crate::metrics::PeerMetrics;
 use crate::remote::Remote;
 use crate::request::{fail_all, InFlight, ReqInner};
 use crate::stats::PeerStats;
@@ -61,6 +62,7 @@ impl Channel {
         addr: SocketAddr,
         remote: Remote,
         keepalive: TcpStream,
+        metrics: PeerMetrics,
     ) -> std::io::Result<Arc<Channel>> {
         let closer = keepalive.try_clone()?;
         Ok(Arc::new(Channel {
@@ -70,7 +72,7 @@ impl Channel {
             fixed: AtomicBool::new(false),
             growing: Mutex::new(()),
             gate: RwLock::new(Gate::Open(remote)),
-            book: Arc::default(),
+            book: Arc::new(InFlight::new(metrics)),
             keepalive: Mutex::new(keepalive),
             closer,
             reader: Mutex::new(None),
@@ -274,6 +276,7 @@ pub(crate) fn lose(map: &ChannelMap, ch: &Arc<Channel>, reason: LostReason) -> b
         },
     );
     drop(gate);
+    ch.book.metrics.lost(reason);
     // The slot waiters handed the dropped requests' room, with no lock held.
     for w in wake {
         w.wake();

@@ -9,6 +9,7 @@ use crate::channel::{self, Channel};
 use crate::control;
 use crate::engine::{Engine, EngineInner};
 use crate::error::{Error, LostReason, Result};
+use crate::metrics::{self, PeerMetrics};
 use crate::options::{EngineAddr, OptionError};
 use crate::remote::Remote;
 use crate::wire::NotifyMsg;
@@ -115,6 +116,20 @@ impl Engine {
     ) -> Result<()> {
         let _span =
             tracing::info_span!("connect", engine = %self.inner.addr, peer = remote).entered();
+        let r = self.try_connect(remote, timeout, until);
+        metrics::connected(&self.inner.channel_id, remote, r.is_ok());
+        if let Err(e) = &r {
+            tracing::debug!(error = %e, "connect failed");
+        }
+        r
+    }
+
+    /// The handles a channel to `remote` records into.
+    fn peer_metrics(&self, remote: &str) -> PeerMetrics {
+        PeerMetrics::new(&self.inner.channel_id, remote)
+    }
+
+    fn try_connect(&self, remote: &str, timeout: Duration, until: Option<Instant>) -> Result<()> {
         let addr = EngineAddr::parse(remote)?;
         if !addr.listens() {
             return Err(OptionError::BadAddress {
@@ -167,7 +182,8 @@ impl Engine {
                 let io = |source| Error::Listen { addr: sa, source };
                 let reader = keepalive.try_clone().map_err(io)?;
                 Ok((
-                    Channel::new(remote, sa, rem, keepalive).map_err(io)?,
+                    Channel::new(remote, sa, rem, keepalive, self.peer_metrics(remote))
+                        .map_err(io)?,
                     reader,
                 ))
             });

@@ -17,6 +17,7 @@ use crate::channel::{self, Channel, ChannelMap};
 use crate::control::{self, ControlHandler, ControlServer, ServerConfig};
 use crate::error::{Error, LostReason, Result};
 use crate::heartbeat::{spawn_heartbeats, Monitor};
+use crate::metrics::{EngineInfo, ServerMetrics};
 use crate::options::{EngineAddr, EngineOptions};
 use crate::pool::VaPool;
 use crate::progress::Progress;
@@ -70,6 +71,8 @@ pub(crate) struct EngineInner {
     monitor_thread: Mutex<Option<JoinHandle<()>>>,
     /// Observes awaited and queued requests (a thread started on first use).
     pub(crate) progress: Arc<Progress>,
+    /// `ascend_fabric_engine_info`: 1 while the engine lives.
+    _info: EngineInfo,
 }
 
 /// A Fabric Mem transfer engine (HIXL's FabricMem mode, host copy path).
@@ -144,6 +147,8 @@ impl Engine {
         opts.validate()?;
         dev.bind()?;
         let pool = VaPool::new(dev, opts.pool_capacity, opts.pool_start)?;
+        // Also the `engine` label of its metrics: unique even for engines that do not listen.
+        let id = channel_id(&addr);
         let registry = Registry::new(dev, pool.clone());
         let server = if addr.listens() {
             let handler = Arc::new(Handler {
@@ -158,7 +163,7 @@ impl Engine {
             };
             let sa = addr.socket_addr();
             let server = Arc::new(
-                ControlServer::start(sa, handler, config)
+                ControlServer::start_with(sa, handler, config, ServerMetrics::new(&id))
                     .map_err(|source| Error::Listen { addr: sa, source })?,
             );
             // Memory no registration covers any more is revoked: the peers that imported it
@@ -182,7 +187,7 @@ impl Engine {
         };
         let inner = Arc::new(EngineInner {
             slots: SlotPool::new(dev, opts.task_stream_num as usize),
-            channel_id: channel_id(&addr),
+            channel_id: id.clone(),
             addr,
             dev: dev.clone(),
             pool,
@@ -193,6 +198,7 @@ impl Engine {
             monitor: Arc::default(),
             monitor_thread: Mutex::new(None),
             progress: Progress::new(),
+            _info: EngineInfo::new(&id, &dev.runtime().backend().to_string(), dev.id()),
             opts,
         });
         let t = spawn_heartbeats(

@@ -175,6 +175,7 @@ mod engine;
 mod error;
 mod future;
 mod heartbeat;
+pub mod metrics;
 mod names;
 pub mod options;
 mod plan;

@@ -387,6 +387,24 @@ pub(crate) fn issue(
     failures.into_iter().min_by_key(|f| f.at).map(|f| f.error)
 }
 
+/// Each copy of a run queued on stream `stream`, at `trace` level (a branch when off).
+fn trace_copies(stream: usize, run: &[TableCopy]) {
+    if !tracing::enabled!(tracing::Level::TRACE) {
+        return;
+    }
+    for c in run {
+        tracing::trace!(
+            stream,
+            dst_entry = c.dst,
+            dst_offset = c.dst_offset,
+            src_entry = c.src,
+            src_offset = c.src_offset,
+            len = c.len,
+            "copy"
+        );
+    }
+}
+
 /// A failure queuing a stream's copies: where (round, stream) and the engine's error.
 struct Failure {
     at: (usize, usize),
@@ -446,6 +464,7 @@ impl Job<'_> {
                 if run.is_empty() {
                     continue;
                 }
+                trace_copies(*i, run);
                 let q = if self.batch {
                     s.copy_table_async(dst, src, run)
                 } else {

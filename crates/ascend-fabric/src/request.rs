@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
+use crate::metrics::{self, PeerMetrics};
 use crate::registry::RegUse;
 use crate::remote::SegMask;
 use crate::slots::{Slot, SlotPool};
@@ -51,10 +52,11 @@ pub(crate) fn next_id() -> u64 {
 /// A channel's requests in flight, by id, its counters (what a request updates when it
 /// finishes), and what dropped requests still hold while their aborted streams finish.
 /// Shared by the channel and its pending requests.
-#[derive(Default)]
 pub(crate) struct InFlight {
     reqs: Mutex<HashMap<u64, Weak<ReqInner>>>,
     pub(crate) counters: Counters,
+    /// The channel's handles of the installed metrics recorder.
+    pub(crate) metrics: PeerMetrics,
     draining: Mutex<Vec<Drain>>,
     /// Held while the drain list's entries are out of it being asked (by the progress
     /// thread) or settled (by a teardown), so a teardown never misses one.
@@ -90,6 +92,16 @@ impl Drain {
 }
 
 impl InFlight {
+    pub(crate) fn new(metrics: PeerMetrics) -> InFlight {
+        InFlight {
+            reqs: Mutex::default(),
+            counters: Counters::default(),
+            metrics,
+            draining: Mutex::default(),
+            scan: Mutex::default(),
+        }
+    }
+
     fn insert(&self, id: u64, req: &Arc<ReqInner>) {
         self.reqs.lock().insert(id, Arc::downgrade(req));
     }
@@ -187,6 +199,8 @@ pub(crate) struct Pending {
     pub(crate) write: bool,
     pub(crate) bytes: u64,
     pub(crate) descs: u64,
+    /// When the submission began (for the duration metric).
+    pub(crate) submitted: Instant,
 }
 
 impl Pending {
@@ -257,6 +271,8 @@ pub(crate) struct ReqInner {
     blocked: AtomicBool,
     /// Signalled, under the state lock, when the blocked thread is back.
     unblocked: Condvar,
+    /// The request's tracing span (disabled unless `debug` is on for this crate).
+    pub(crate) span: tracing::Span,
 }
 
 /// How long a waiter polls a request's completion flags before blocking on its streams: a
@@ -295,9 +311,11 @@ impl ReqInner {
         p: Pending,
         auto: Option<AutoDisconnect>,
         stall: Option<Duration>,
+        span: tracing::Span,
     ) -> Arc<ReqInner> {
         let book = p.book.clone();
         let spin = p.bytes < SPIN_BYTES;
+        book.metrics.submitted();
         let req = Arc::new(ReqInner {
             id,
             state: Mutex::new(ReqState::Pending(Box::new(p))),
@@ -311,6 +329,7 @@ impl ReqInner {
             spin,
             blocked: AtomicBool::new(false),
             unblocked: Condvar::new(),
+            span,
         });
         book.insert(id, &req);
         req
@@ -356,8 +375,20 @@ impl ReqInner {
             write,
             bytes,
             descs,
+            submitted,
             ..
         } = *p;
+        let took = submitted.elapsed();
+        let outcome = metrics::Outcome::of(&result);
+        book.metrics.ended(write, (bytes, descs), took, outcome);
+        match &result {
+            Ok(()) => {
+                tracing::debug!(parent: &self.span, took_us = took.as_micros() as u64, "completed")
+            }
+            Err(e) => {
+                tracing::debug!(parent: &self.span, outcome = outcome.label(), error = %e, took_us = took.as_micros() as u64, "ended")
+            }
+        }
         if result.is_err() {
             slot.abort(used);
         }
@@ -413,10 +444,18 @@ impl ReqInner {
             regs,
             book,
             slots,
+            write,
+            bytes,
+            descs,
+            submitted,
             ..
         } = *p;
         slot.abort_nowait(used);
         book.counters.finished(None);
+        let took = submitted.elapsed();
+        book.metrics
+            .ended(write, (bytes, descs), took, metrics::Outcome::Aborted);
+        tracing::debug!(parent: &self.span, took_us = took.as_micros() as u64, "dropped while pending: aborted");
         // In the drain list before it leaves the in-flight table (both under the state lock):
         // a teardown that finds it in neither has it failed already or drains it.
         book.draining.lock().push(Drain {
@@ -707,11 +746,6 @@ impl ReqInner {
             ReqState::Done(_) => TransferStatus::Failed,
             ReqState::Pending(_) => TransferStatus::Waiting,
         }
-    }
-
-    /// Aborts the request if still pending (its streams are aborted and waited for).
-    pub(crate) fn abort(&self) {
-        self.fail(Error::Aborted);
     }
 
     /// Cancels the request if its copies have not ended, as `TransferRequest::cancel`: the

@@ -43,8 +43,8 @@ impl Engine {
             SlotFrom::Given(_) => None,
         };
         let inner = &self.inner;
-        let _span = tracing::debug_span!("transfer", peer = remote, ?op, n = descs.len()).entered();
-        let bytes = plan::check_descs(descs)?;
+        let bytes = plan::check_descs(descs)
+            .inspect_err(|e| tracing::debug!(peer = remote, ?op, error = %e, "transfer refused"))?;
         let ch = match &slot_from {
             SlotFrom::Acquire(_) => self.channel_for(remote, slot_deadline)?,
             // A future's poll: no connect here (it blocks); the future connects on its
@@ -100,9 +100,25 @@ impl Engine {
         if let Gate::Lost(r) = *ch.gate.read() {
             return Err(ch.lost_error(r));
         }
+        let submitted = Instant::now();
+        let id = request::next_id();
+        // The request's span, from here to its end (it closes when the request is dropped).
+        let span = tracing::debug_span!(
+            "request",
+            id,
+            peer = %ch.peer,
+            op = if write { "write" } else { "read" },
+            descs = size.1,
+            bytes = size.0,
+        );
+        let _entered = span.enter();
         // Every exit from here until the request owns the slot gives it back.
         let mut slot = match slot_from {
-            SlotFrom::Acquire(d) => SlotGuard::acquire(&inner.slots, d)?,
+            SlotFrom::Acquire(d) => {
+                let s = SlotGuard::acquire(&inner.slots, d)?;
+                ch.book.metrics.waited_for_slot(submitted.elapsed());
+                s
+            }
             SlotFrom::Given(g) => g,
         };
         let gate = ch.gate.read();
@@ -112,9 +128,10 @@ impl Engine {
         };
         let mut regs = RegUse(Vec::new());
         let mut segs = SegMask::default();
-        let mut err = queue(rem, &mut slot, (&mut regs, &mut segs))?;
-        let id = request::next_id();
+        let mut err = queue(rem, &mut slot, (&mut regs, &mut segs))
+            .inspect_err(|e| tracing::debug!(error = %e, "transfer refused"))?;
         let (slot, used, slots) = slot.into_parts();
+        let streams = used.count_ones();
         let mut p = Pending {
             slot,
             used,
@@ -125,13 +142,21 @@ impl Engine {
             write,
             bytes: size.0,
             descs: size.1,
+            submitted,
         };
         if err.is_none() {
             if let Err(e) = p.record() {
                 err = Some(e);
             }
         }
-        let req = ReqInner::new(id, p, self.auto_disconnect(ch), opts.stall_timeout);
+        drop(_entered);
+        let req = ReqInner::new(
+            id,
+            p,
+            self.auto_disconnect(ch),
+            opts.stall_timeout,
+            span.clone(),
+        );
         drop(gate);
         if let Some(e) = err {
             req.fail(e);
@@ -150,6 +175,7 @@ impl Engine {
         if observer == Observer::Progress {
             inner.progress.watch(&req);
         }
+        tracing::debug!(parent: &span, streams, "submitted");
         Ok(req)
     }
 
@@ -181,11 +207,13 @@ impl Engine {
         match r {
             Some(r) => r,
             None => {
-                req.abort();
-                Err(Error::Timeout {
+                let e = || Error::Timeout {
                     what: "transfer",
                     after: timeout,
-                })
+                };
+                // Ends it as the timeout it is (its streams aborted), unless it ended now.
+                req.fail(e());
+                Err(e())
             }
         }
     }

@@ -287,6 +287,51 @@ fn removed_in_flight(dir: &Arc<EtcdDirectory>, a: &Node, b: &Node) {
     ));
 }
 
+/// The directory's metrics, through a debugging recorder installed while the directory and
+/// its members are made (their threads record through the handles made then): `a` sees
+/// itself and `b` arrive and `b` depart; every failed etcd call while etcd is stopped is
+/// counted as the directory's stats count it.
+fn metrics(etcd: &mut LocalEtcd, dev: &ascend_mem::Device) {
+    use ascend_fabric::metrics::*;
+    use ascend_testkit::metrics::{DebuggingRecorder, Recorded};
+    let rec = DebuggingRecorder::new();
+    let snap = rec.snapshotter();
+    let dir = Arc::new(
+        metrics::with_local_recorder(&rec, || {
+            EtcdDirectory::connect(EtcdOptions::new(etcd.url()).prefix("/metrics").ttl(TTL))
+        })
+        .unwrap(),
+    );
+    let a = metrics::with_local_recorder(&rec, || node(dev, &dir, "a"));
+    let events = a.member.subscribe();
+    let b = node(dev, &dir, "b");
+    until(
+        "b joined",
+        || matches!(events.try_recv(), Ok(DirectoryEvent::Joined { name, .. }) if name == "b"),
+    );
+    drop(b);
+    assert!(wait_left(&events, "b", T).is_some(), "b left");
+    etcd.stop();
+    assert!(matches!(
+        dir.lookup("a"),
+        Err(DirectoryError::Request { .. })
+    ));
+    etcd.restart();
+    until("the directory back", || dir.lookup("a").is_ok());
+    let errors = dir.stats().errors;
+    // Read after the stats: see `count_error`'s order.
+    let got = Recorded::take(&snap);
+    assert_eq!(got.counter(DIRECTORY_ARRIVALS, &[("member", "a")]), 2);
+    assert_eq!(got.counter(DIRECTORY_DEPARTURES, &[("member", "a")]), 1);
+    assert_eq!(got.gauge(DIRECTORY_MEMBERS, &[("member", "a")]), 1.0);
+    // The metric counts an error before the stats do: it has every error the stats had
+    // before the snapshot (the directory's tasks may count more meanwhile).
+    assert!(errors >= 1);
+    let counted = got.counter(DIRECTORY_ERRORS, &[]);
+    assert!(counted >= errors, "{counted} < {errors}");
+    drop(a);
+}
+
 #[test]
 fn directory_on_etcd() {
     bad_options();
@@ -294,6 +339,7 @@ fn directory_on_etcd() {
     let dev = rt.device(0).unwrap();
     {
         let mut etcd = etcd();
+        metrics(&mut etcd, &dev);
         let dir = open(&etcd.url());
         let a = node(&dev, &dir, "a");
         let b = node(&dev, &dir, "b");

@@ -13,7 +13,9 @@
 //! - [`hex`]: bytes as hex text, for handing binary values to a child on a line;
 //! - [`process`]: this process's live threads and open descriptors;
 //! - [`wait`](mod@wait): waiting for a state reached in the background, and free ports;
-//! - [`etcd`]: a throwaway etcd on free loopback ports (the binary is the machine's).
+//! - [`etcd`]: a throwaway etcd on free loopback ports (the binary is the machine's);
+//! - [`metrics`](mod@metrics): what a debugging metrics recorder recorded, looked up by name
+//!   and labels.
 //!
 //! With the `emulator` feature, `emulator` adds a test's session on the in-process emulator
 //! (the lock, cleared faults, device 0, and the check that nothing is left at its end).
@@ -23,6 +25,7 @@ pub mod emulator;
 pub mod etcd;
 pub mod hex;
 pub mod lock;
+pub mod metrics;
 pub mod net;
 pub mod pattern;
 pub mod process;

@@ -97,6 +97,7 @@ impl Loop {
             .counters
             .sessions
             .fetch_add(1, Ordering::Relaxed);
+        self.shared.metrics.sessions.increment(1.0);
         conn.phase = Phase::Session(SessionState {
             channel_id: req.channel_id.clone(),
             offered,

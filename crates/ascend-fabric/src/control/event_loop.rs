@@ -162,6 +162,7 @@ impl Loop {
         if let Some(allowed) = &cfg.allowed_peers {
             if !allowed.contains(&peer.ip()) {
                 counters.refused_not_allowed.fetch_add(1, Ordering::Relaxed);
+                self.shared.metrics.not_allowed.increment(1);
                 if let Some(held) = self.logs.not_allowed.allow(now) {
                     tracing::warn!(%peer, held, "control connection refused: peer not on the allow-list");
                 }
@@ -171,6 +172,7 @@ impl Loop {
         let from_ip = self.per_ip.get(&peer.ip()).copied().unwrap_or(0);
         if self.conns.len() >= cfg.max_connections || from_ip >= cfg.max_connections_per_ip {
             counters.refused_over_cap.fetch_add(1, Ordering::Relaxed);
+            self.shared.metrics.over_cap.increment(1);
             if let Some(held) = self.logs.over_cap.allow(now) {
                 tracing::warn!(%peer, open = self.conns.len(), from_ip, held, "control connection refused: over the connection cap");
             }
@@ -393,6 +395,7 @@ impl Loop {
                 shared.handler.session_closed(&s.channel_id);
                 shared.sessions.lock().remove(&s.channel_id);
                 shared.counters.sessions.fetch_sub(1, Ordering::Relaxed);
+                shared.metrics.sessions.decrement(1.0);
                 tracing::debug!(channel = %s.channel_id, reason = ?why, "session ended");
             }
         }

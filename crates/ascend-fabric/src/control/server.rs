@@ -4,6 +4,7 @@ use super::event_loop;
 use super::shared::{Command, Counters, RevokeWait, Shared, LISTENER_KEY};
 use super::source::Registered;
 use super::{ControlHandler, ServerConfig, ServerStats};
+use crate::metrics::ServerMetrics;
 use crate::wire::NotifyMsg;
 use parking_lot::Mutex;
 use polling::Poller;
@@ -37,10 +38,22 @@ impl ControlServer {
     ///
     /// # Errors
     /// The bind error (e.g. the port is taken), or failing to create the poller or the thread.
+    // Only the protocol's own tests start a server of no engine.
+    #[cfg_attr(not(feature = "protocol-internals"), allow(dead_code))]
     pub fn start(
         addr: SocketAddr,
         handler: Arc<dyn ControlHandler>,
         config: ServerConfig,
+    ) -> io::Result<Self> {
+        Self::start_with(addr, handler, config, ServerMetrics::none())
+    }
+
+    /// As [`ControlServer::start`], recording into `metrics` (an engine's server).
+    pub(crate) fn start_with(
+        addr: SocketAddr,
+        handler: Arc<dyn ControlHandler>,
+        config: ServerConfig,
+        metrics: ServerMetrics,
     ) -> io::Result<Self> {
         let listener = TcpListener::bind(addr)?;
         let addr = listener.local_addr()?;
@@ -56,6 +69,7 @@ impl ControlServer {
             sessions: Mutex::new(HashMap::new()),
             notifies: Mutex::new(VecDeque::new()),
             counters: Counters::default(),
+            metrics,
             loop_thread: OnceLock::new(),
         });
         let s = shared.clone();

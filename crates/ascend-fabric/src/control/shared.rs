@@ -2,6 +2,7 @@
 //! commands the handle queues for the loop, and the progress of a revocation.
 
 use super::{ControlHandler, ServerConfig};
+use crate::metrics::ServerMetrics;
 use crate::wire::NotifyMsg;
 use parking_lot::{Condvar, Mutex};
 use polling::Poller;
@@ -114,6 +115,8 @@ pub(super) struct Shared {
     pub(super) sessions: Mutex<HashMap<String, SessionEntry>>,
     pub(super) notifies: Mutex<VecDeque<NotifyMsg>>,
     pub(super) counters: Counters,
+    /// The same figures for the installed metrics recorder.
+    pub(super) metrics: ServerMetrics,
     pub(super) loop_thread: OnceLock<ThreadId>,
 }
 

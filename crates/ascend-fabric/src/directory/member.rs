@@ -11,6 +11,7 @@ use parking_lot::Mutex;
 
 use super::entry::{check_name, EngineEntry, SegmentInfo};
 use super::{Directory, DirectoryError, DirectoryEvent, Publication, Watch, WatchCancel};
+use crate::metrics::MemberMetrics;
 use crate::{Engine, LostReason};
 
 struct Inner {
@@ -21,6 +22,7 @@ struct Inner {
     /// Peers connected by name: name → the address their entry gave.
     peers: Mutex<HashMap<String, String>>,
     subscribers: Mutex<Vec<mpsc::Sender<DirectoryEvent>>>,
+    metrics: MemberMetrics,
 }
 
 /// An [`Engine`] published in a [`Directory`] under a name.
@@ -89,6 +91,7 @@ impl Member {
             entry,
             peers: Mutex::new(HashMap::new()),
             subscribers: Mutex::new(Vec::new()),
+            metrics: MemberMetrics::new(name),
         });
         let cancel = watch.canceller();
         let thread = {
@@ -212,7 +215,18 @@ impl Member {
 
 /// The watch thread: acts on each event, then hands it to the subscribers.
 fn run(inner: &Inner, watch: Watch) {
+    // The names in the directory, for the metrics (a changed entry is no arrival).
+    let mut present = std::collections::HashSet::new();
     while let Some(ev) = watch.recv() {
+        match &ev {
+            DirectoryEvent::Left { name } if present.remove(name) => {
+                inner.metrics.departed(present.len())
+            }
+            DirectoryEvent::Joined { name, .. } if present.insert(name.clone()) => {
+                inner.metrics.arrived(present.len())
+            }
+            _ => {}
+        }
         match &ev {
             DirectoryEvent::Left { name } => {
                 if *name == inner.name {

@@ -23,6 +23,7 @@ mod failure;
 mod futures;
 mod hixl_scenarios;
 mod late_segments;
+mod metrics;
 mod perf;
 mod pool;
 mod prepared;

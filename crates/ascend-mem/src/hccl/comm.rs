@@ -13,6 +13,7 @@ use parking_lot::Mutex;
 
 use super::collective::Collective;
 use super::config::{CommConfig, RootInfo};
+use super::metrics::CommMetrics;
 use super::state::{CommInner, WinInner};
 use super::table;
 use super::types::{CollectiveBuffer, HcclType, ReduceOp};
@@ -128,6 +129,7 @@ impl Comm {
                 sym_max: config.sym_window_max_per_rank_bytes(),
                 lock: Mutex::new(()),
                 windows: Mutex::new(Vec::new()),
+                metrics: CommMetrics::new(dev.id(), rank),
             }),
         };
         Ok(comm)
@@ -243,6 +245,8 @@ impl Comm {
                 .queue
                 .enqueue_collective::<T>(dev.lib(), &self.inner, coll)?;
         }
+        let sent = bufs.first().map_or(0, |b| b.len());
+        self.inner.metrics.collective(api, sent);
         for w in self.windows_holding(bufs) {
             stream.keep_other(w);
         }

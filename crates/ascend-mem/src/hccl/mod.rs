@@ -92,6 +92,7 @@
 mod collective;
 mod comm;
 mod config;
+pub mod metrics;
 mod onesided;
 mod peer;
 mod state;

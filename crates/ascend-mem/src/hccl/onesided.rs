@@ -18,6 +18,7 @@ use acl::AclLib;
 use bytemuck::Pod;
 
 use super::comm::Comm;
+use super::metrics::OneSided;
 use super::peer::{check_slot, PeerView};
 use super::state::WinInner;
 use super::window::SymWindow;
@@ -132,14 +133,21 @@ impl Stream {
         }
         let dev = self.device().clone();
         dev.enter()?;
+        let bytes = local.as_bytes();
         self.queue.enqueue_peer_copy(
             dev.lib(),
             &peer.win,
             &peer.part,
             offset * std::mem::size_of::<T>(),
-            &local.as_bytes(),
+            &bytes,
             dir,
-        )
+        )?;
+        let op = match dir {
+            PeerDir::Put => OneSided::Put,
+            PeerDir::Get => OneSided::Get,
+        };
+        peer.win.comm.metrics.onesided(op, bytes.len());
+        Ok(())
     }
 }
 
@@ -172,7 +180,9 @@ impl Stream {
             &peer.part,
             peer.sig + slot * 8,
             value,
-        )
+        )?;
+        peer.win.comm.metrics.onesided(OneSided::Signal, 0);
+        Ok(())
     }
 
     /// Queues a one-sided put and then a signal (as [`Stream::put`] followed by

@@ -10,6 +10,7 @@ use std::sync::{Arc, Weak};
 use hccl_sys::HcclLib;
 use parking_lot::Mutex;
 
+use super::metrics::CommMetrics;
 use crate::device::Device;
 use crate::error::Result;
 use crate::handle::{OwnedComm, OwnedWindow};
@@ -30,6 +31,8 @@ pub(crate) struct CommInner {
     pub(crate) lock: Mutex<()>,
     /// The windows registered through [`SymWindow::register`](super::SymWindow::register).
     pub(crate) windows: Mutex<Vec<Weak<WinInner>>>,
+    /// Its handles of the installed metrics recorder.
+    pub(crate) metrics: CommMetrics,
 }
 
 impl CommInner {
@@ -89,7 +92,7 @@ impl WinInner {
         dev.bind()?;
         let _g = self.comm.lock.lock();
         // Collectives queued over the window hold this Arc, so none is pending.
-        match self.win.deregister(self.comm.h, dev.lib()) {
+        let r = match self.win.deregister(self.comm.h, dev.lib()) {
             Ok(()) => Ok(()),
             Err(e) => {
                 // A timeout or a dead peer removes the window locally anyway: do not retry.
@@ -98,7 +101,11 @@ impl WinInner {
                 }
                 Err(e)
             }
+        };
+        if !self.win.is_live() {
+            self.comm.metrics.windows.decrement(1.0);
         }
+        r
     }
 }
 

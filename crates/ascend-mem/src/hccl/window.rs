@@ -110,6 +110,7 @@ impl SymWindow {
             map: map.clone(),
         });
         comm.inner.windows.lock().push(Arc::downgrade(&inner));
+        comm.inner.metrics.windows.increment(1.0);
         Ok(SymWindow { inner })
     }
 

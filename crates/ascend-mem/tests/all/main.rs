@@ -14,6 +14,7 @@ mod capabilities;
 mod drop_order;
 mod fault_injection;
 mod hccl_collectives;
+mod hccl_metrics;
 mod hccl_onesided;
 mod hccl_onesided_procs;
 mod hccl_procs;

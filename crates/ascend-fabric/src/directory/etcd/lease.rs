@@ -163,7 +163,7 @@ async fn stream(ctx: &Ctx, id: i64, every: Duration, backoff: &mut Backoff) -> E
             }
             Ok(Some(_)) => return End::LeaseGone,
             Ok(None) => {
-                bump(&ctx.stats.errors);
+                ctx.count_error();
                 return End::Failed("the keep-alive stream ended".into());
             }
             Err(e) => return End::Failed(e.to_string()),

@@ -116,12 +116,23 @@ pub(crate) fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
+impl Ctx {
+    /// A failed store call or a broken stream: counted in the metrics, then the stats (so
+    /// the metric never lags the stats).
+    pub(crate) fn count_error(&self) {
+        self.errors.increment(1);
+        bump(&self.stats.errors);
+    }
+}
+
 /// What the directory's tasks need: no handle to the runtime itself, so the runtime is only
 /// ever dropped by a thread outside it.
 #[derive(Clone)]
 pub(crate) struct Ctx {
     pub(crate) client: Client,
     pub(crate) stats: Arc<Counters>,
+    /// `ascend_fabric_directory_errors_total` of this endpoint.
+    pub(crate) errors: metrics::Counter,
     pub(crate) endpoint: Arc<str>,
     /// `<prefix>/engines/`.
     pub(crate) dir: Arc<str>,
@@ -159,7 +170,7 @@ impl Ctx {
             Ok(Err(e)) => e.to_string(),
             Err(_) => format!("no answer within {:?}", self.timeout),
         };
-        bump(&self.stats.errors);
+        self.count_error();
         Err(DirectoryError::Request {
             op,
             endpoint: self.endpoint.to_string(),
@@ -283,6 +294,7 @@ impl EtcdDirectory {
         let ctx = Ctx {
             client,
             stats: Arc::default(),
+            errors: crate::metrics::directory_errors(&endpoint),
             endpoint: endpoint.as_str().into(),
             dir: format!("{}/engines/", opts.prefix).into(),
             ttl: opts.ttl,

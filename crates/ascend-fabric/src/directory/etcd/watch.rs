@@ -148,6 +148,6 @@ async fn follow(
 }
 
 fn count(ctx: &Ctx, reason: String) -> String {
-    bump(&ctx.stats.errors);
+    ctx.count_error();
     reason
 }
