@@ -17,6 +17,7 @@ use crate::metrics::PeerMetrics;
 use crate::remote::Remote;
 use crate::request::{fail_all, InFlight, ReqInner};
 use crate::stats::PeerStats;
+use crate::summary::Window;
 use crate::wire::{self, WireError};
 
 pub(crate) type ChannelMap = RwLock<HashMap<String, Arc<Channel>>>;
@@ -62,7 +63,7 @@ impl Channel {
         addr: SocketAddr,
         remote: Remote,
         keepalive: TcpStream,
-        metrics: PeerMetrics,
+        (metrics, summary): (PeerMetrics, Window),
     ) -> std::io::Result<Arc<Channel>> {
         let closer = keepalive.try_clone()?;
         Ok(Arc::new(Channel {
@@ -72,7 +73,7 @@ impl Channel {
             fixed: AtomicBool::new(false),
             growing: Mutex::new(()),
             gate: RwLock::new(Gate::Open(remote)),
-            book: Arc::new(InFlight::new(metrics)),
+            book: Arc::new(InFlight::new(metrics, summary)),
             keepalive: Mutex::new(keepalive),
             closer,
             reader: Mutex::new(None),

@@ -12,6 +12,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::metrics::{self, PeerMetrics};
 use crate::options::{EngineAddr, OptionError};
 use crate::remote::Remote;
+use crate::summary::Window;
 use crate::wire::NotifyMsg;
 
 /// A control exchange's error: [`Error::Timeout`] naming `what` when its time ran out (the
@@ -124,9 +125,13 @@ impl Engine {
         r
     }
 
-    /// The handles a channel to `remote` records into.
-    fn peer_metrics(&self, remote: &str) -> PeerMetrics {
-        PeerMetrics::new(&self.inner.channel_id, remote)
+    /// What a channel to `remote` records into: its metrics handles and summary figures.
+    fn telemetry(&self, remote: &str) -> (PeerMetrics, Window) {
+        let summary = self.inner.opts.summary_interval.is_some();
+        (
+            PeerMetrics::new(&self.inner.channel_id, remote),
+            Window::new(summary),
+        )
     }
 
     fn try_connect(&self, remote: &str, timeout: Duration, until: Option<Instant>) -> Result<()> {
@@ -182,8 +187,7 @@ impl Engine {
                 let io = |source| Error::Listen { addr: sa, source };
                 let reader = keepalive.try_clone().map_err(io)?;
                 Ok((
-                    Channel::new(remote, sa, rem, keepalive, self.peer_metrics(remote))
-                        .map_err(io)?,
+                    Channel::new(remote, sa, rem, keepalive, self.telemetry(remote)).map_err(io)?,
                     reader,
                 ))
             });

@@ -24,6 +24,7 @@ use crate::progress::Progress;
 use crate::registry::{Registrable, Registration, Registry};
 use crate::slots::SlotPool;
 use crate::stats::PeerStats;
+use crate::summary;
 use crate::wire::{SegmentName, ShareHandleEntry};
 
 struct Handler {
@@ -68,7 +69,8 @@ pub(crate) struct EngineInner {
     pub(crate) server: Mutex<Option<Arc<ControlServer>>>,
     pub(crate) connect_lock: Mutex<()>,
     monitor: Arc<Monitor>,
-    monitor_thread: Mutex<Option<JoinHandle<()>>>,
+    /// The heartbeat thread and, with a summary interval, the summary's.
+    monitor_threads: Mutex<Vec<JoinHandle<()>>>,
     /// Observes awaited and queued requests (a thread started on first use).
     pub(crate) progress: Arc<Progress>,
     /// `ascend_fabric_engine_info`: 1 while the engine lives.
@@ -196,21 +198,27 @@ impl Engine {
             server: Mutex::new(server),
             connect_lock: Mutex::new(()),
             monitor: Arc::default(),
-            monitor_thread: Mutex::new(None),
+            monitor_threads: Mutex::new(Vec::new()),
             progress: Progress::new(),
             _info: EngineInfo::new(&id, &dev.runtime().backend().to_string(), dev.id()),
             opts,
         });
+        let no_thread = |source| Error::Listen {
+            addr: inner.addr.socket_addr(),
+            source,
+        };
+        let chans = Arc::downgrade(&inner.channels);
         let t = spawn_heartbeats(
-            Arc::downgrade(&inner.channels),
+            chans.clone(),
             inner.monitor.clone(),
             inner.opts.heartbeat_interval,
         )
-        .map_err(|source| Error::Listen {
-            addr: inner.addr.socket_addr(),
-            source,
-        })?;
-        *inner.monitor_thread.lock() = Some(t);
+        .map_err(no_thread)?;
+        inner.monitor_threads.lock().push(t);
+        if let Some(every) = inner.opts.summary_interval {
+            let t = summary::spawn(id, chans, inner.monitor.clone(), every).map_err(no_thread)?;
+            inner.monitor_threads.lock().push(t);
+        }
         tracing::info!(addr = %inner.addr, device = dev.id(), streams = inner.opts.task_stream_num, "engine ready");
         Ok(Engine { inner })
     }
@@ -441,7 +449,7 @@ impl Drop for EngineInner {
     fn drop(&mut self) {
         let _span = tracing::info_span!("engine_shutdown", addr = %self.addr).entered();
         self.monitor.stop();
-        if let Some(t) = self.monitor_thread.lock().take() {
+        for t in std::mem::take(&mut *self.monitor_threads.lock()) {
             if t.thread().id() != std::thread::current().id() {
                 let _ = t.join();
             }

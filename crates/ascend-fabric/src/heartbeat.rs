@@ -19,10 +19,19 @@ pub(crate) struct Monitor {
 }
 
 impl Monitor {
-    /// Tells the thread to end (it does within one wake-up).
+    /// Tells the threads watching it to end (they do within one wake-up).
     pub(crate) fn stop(&self) {
         *self.stop.lock() = true;
         self.cv.notify_all();
+    }
+
+    /// Waits `d` (or until stopped): whether to go on.
+    pub(crate) fn wait(&self, d: Duration) -> bool {
+        let mut stop = self.stop.lock();
+        if !*stop {
+            self.cv.wait_for(&mut stop, d);
+        }
+        !*stop
     }
 }
 
@@ -36,14 +45,8 @@ pub(crate) fn spawn_heartbeats(
     std::thread::Builder::new()
         .name("fabric-heartbeat".into())
         .spawn(move || loop {
-            {
-                let mut stop = monitor.stop.lock();
-                if !*stop {
-                    monitor.cv.wait_for(&mut stop, every);
-                }
-                if *stop {
-                    return;
-                }
+            if !monitor.wait(every) {
+                return;
             }
             let Some(map) = channels.upgrade() else {
                 return;

@@ -192,6 +192,7 @@ mod segment;
 mod slots;
 mod stats;
 mod submit;
+mod summary;
 mod transfer;
 mod transfer_request;
 #[cfg(feature = "protocol-internals")]

@@ -24,6 +24,7 @@ use crate::registry::RegUse;
 use crate::remote::SegMask;
 use crate::slots::{Slot, SlotPool};
 use crate::stats::Counters;
+use crate::summary::Window;
 use crate::transfer::TransferStatus;
 
 /// Who observes a submitted request until it ends.
@@ -57,6 +58,8 @@ pub(crate) struct InFlight {
     pub(crate) counters: Counters,
     /// The channel's handles of the installed metrics recorder.
     pub(crate) metrics: PeerMetrics,
+    /// Its figures for the periodic summary.
+    pub(crate) summary: Window,
     draining: Mutex<Vec<Drain>>,
     /// Held while the drain list's entries are out of it being asked (by the progress
     /// thread) or settled (by a teardown), so a teardown never misses one.
@@ -92,11 +95,12 @@ impl Drain {
 }
 
 impl InFlight {
-    pub(crate) fn new(metrics: PeerMetrics) -> InFlight {
+    pub(crate) fn new(metrics: PeerMetrics, summary: Window) -> InFlight {
         InFlight {
             reqs: Mutex::default(),
             counters: Counters::default(),
             metrics,
+            summary,
             draining: Mutex::default(),
             scan: Mutex::default(),
         }
@@ -381,6 +385,9 @@ impl ReqInner {
         let took = submitted.elapsed();
         let outcome = metrics::Outcome::of(&result);
         book.metrics.ended(write, (bytes, descs), took, outcome);
+        if result.is_ok() {
+            book.summary.completed(write, bytes, took);
+        }
         match &result {
             Ok(()) => {
                 tracing::debug!(parent: &self.span, took_us = took.as_micros() as u64, "completed")

@@ -207,6 +207,15 @@ pub struct EngineOptions {
     /// [`SUBMIT_THREAD_MIN_COPIES`](crate::SUBMIT_THREAD_MIN_COPIES) copies per thread; the
     /// others are submitted by the calling thread alone.
     pub submit_threads: u32,
+    /// Log a summary of each peer's transfers at INFO every this long, as HIXL's engine does
+    /// every 30 minutes (`None`, the default: no summary). Per peer and direction with
+    /// transfers completed in the interval, a `transfer summary` event (target
+    /// `ascend_fabric::summary`): `transfers`, `avg_size` (bytes), `avg_gbps` (the bytes over
+    /// the time the transfers took, submission to completion), `min_gbps` and `max_gbps` (of
+    /// single transfers), `max_ms` (the longest); then a `slowest link` event naming the peer
+    /// and direction with the lowest average. An interval without completed transfers logs
+    /// nothing; a lost channel takes its unlogged figures with it.
+    pub summary_interval: Option<Duration>,
 }
 
 pub(crate) const TB: usize = 1 << 40;
@@ -225,6 +234,7 @@ impl Default for EngineOptions {
             session_heartbeat_timeout: Some(Duration::from_secs(120)),
             batch_copies: true,
             submit_threads: 1,
+            summary_interval: None,
         }
     }
 }
@@ -280,6 +290,12 @@ impl EngineOptionsBuilder {
     /// Connect on demand; disconnect peers whose transfers fail.
     pub fn auto_connect(mut self, on: bool) -> Self {
         self.opts.auto_connect = on;
+        self
+    }
+
+    /// Log a transfer summary every `d` ([`EngineOptions::summary_interval`]).
+    pub fn summary_interval(mut self, d: Duration) -> Self {
+        self.opts.summary_interval = Some(d);
         self
     }
 
@@ -383,6 +399,13 @@ impl EngineOptions {
         }
         if o.heartbeat_interval.is_zero() {
             return Err(invalid("heartbeat_interval", "0s", "must be above 0"));
+        }
+        if o.summary_interval.is_some_and(|t| t.is_zero()) {
+            return Err(invalid(
+                "summary_interval",
+                "0s",
+                "must be above 0 (None logs no summary)",
+            ));
         }
         if o.session_heartbeat_timeout.is_some_and(|t| t.is_zero()) {
             return Err(invalid(

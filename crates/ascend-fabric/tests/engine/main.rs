@@ -34,6 +34,7 @@ mod sessions;
 mod spans;
 mod stall;
 mod submit_threads;
+mod summary;
 mod teardown;
 mod threads;
 mod transfer;
