@@ -100,6 +100,7 @@ mod peer;
 mod progress;
 mod report;
 mod soak;
+mod telemetry;
 mod transfer;
 mod translate;
 mod ucx;
@@ -120,6 +121,7 @@ enum Mode {
     Translate,
     Hixl,
     Collectives,
+    Metrics,
     All,
     Soak,
 }
@@ -176,6 +178,10 @@ enum Cmd {
     /// AllGather and AllReduce with symmetric windows against staged (the emulator only).
     #[command(after_help = ENV_HELP)]
     Collectives(RunOpts),
+    /// The cost of metrics: synchronous 4 KiB and 1 MiB WRITEs by engines made with a
+    /// recorder installed (Prometheus') against engines made without one.
+    #[command(after_help = ENV_HELP)]
+    Metrics(RunOpts),
     /// Everything above (collectives on the emulator only), then the RESULT line.
     #[command(after_help = ENV_HELP)]
     All(RunOpts),
@@ -234,6 +240,7 @@ impl From<Cli> for Args {
             Cmd::Translate(o) => run(Mode::Translate, o),
             Cmd::Hixl(o) => run(Mode::Hixl, o),
             Cmd::Collectives(o) => run(Mode::Collectives, o),
+            Cmd::Metrics(o) => run(Mode::Metrics, o),
             Cmd::All(o) => run(Mode::All, o),
             Cmd::Soak(o) => Args {
                 mode: Mode::Soak,
@@ -267,6 +274,7 @@ pub(crate) struct Results {
     pub(crate) ceiling: Option<transfer::CeilingName>,
     pub(crate) latency: Option<transfer::Latency>,
     pub(crate) cancel: Option<cancel::Cancel>,
+    pub(crate) telemetry: Option<telemetry::Telemetry>,
 }
 
 fn main() -> ExitCode {
@@ -344,6 +352,11 @@ fn run(args: &Args) -> Res<()> {
     }
     if do_c {
         res.collectives = collectives::run(args, &pb)?;
+    }
+    if matches!(args.mode, Mode::Metrics | Mode::All) {
+        pb.set_message("metrics on vs off");
+        let dev = util::device(&rt, util::Side::Bench)?;
+        res.telemetry = Some(telemetry::run(args, &dev)?);
     }
     pb.finish_and_clear();
     std::fs::create_dir_all(&args.out)?;

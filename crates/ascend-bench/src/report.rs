@@ -53,7 +53,7 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
         coll(res, Coll::AllToAll, false).map(|r| r.time.as_secs_f64()),
         coll(res, Coll::AllToAll, true).map(|r| r.time.as_secs_f64()),
     );
-    vec![
+    let mut pairs = vec![
         ("write_64MiB_vs_memcpy", walk(TransferOp::Write, 64 << 20)),
         ("read_64MiB_vs_memcpy", walk(TransferOp::Read, 64 << 20)),
         ("write_4KiB_ops_vs_memcpy", walk(TransferOp::Write, 4 << 10)),
@@ -121,7 +121,12 @@ pub(crate) fn result_pairs(res: &Results) -> Vec<(&'static str, Option<f64>)> {
             }),
         ),
         ("hixl_call_ns", hixl.map(|h| h.call_ns as f64)),
-    ]
+    ];
+    let tel = res.telemetry.as_ref();
+    pairs.extend(
+        crate::telemetry::SIZES.map(|(size, key)| (key, tel.and_then(|t| t.on_vs_off(size)))),
+    );
+    pairs
 }
 
 /// `RESULT k=v ...`.
@@ -157,8 +162,24 @@ pub(crate) fn print_tables(res: &Results) {
     if !res.collectives.is_empty() {
         print_collectives(res);
     }
+    if let Some(t) = &res.telemetry {
+        print_telemetry(t);
+    }
     for (k, v) in result_pairs(res) {
         println!("{k:<36} {}", fmt_opt(v, 3));
+    }
+}
+
+/// One line per size: a synchronous WRITE's time without and with a recorder installed.
+fn print_telemetry(t: &crate::telemetry::Telemetry) {
+    for (size, off, on) in &t.per_size {
+        println!(
+            "metrics: {} WRITE {:.2} us without a recorder, {:.2} us with Prometheus' (x{:.3})",
+            size_name(*size),
+            off.as_secs_f64() * 1e6,
+            on.as_secs_f64() * 1e6,
+            on.as_secs_f64() / off.as_secs_f64()
+        );
     }
 }
 

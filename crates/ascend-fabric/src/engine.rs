@@ -188,7 +188,11 @@ impl Engine {
             None
         };
         let inner = Arc::new(EngineInner {
-            slots: SlotPool::new(dev, opts.task_stream_num as usize),
+            slots: SlotPool::new(
+                dev,
+                opts.task_stream_num as usize,
+                crate::metrics::slot_wait(&id),
+            ),
             channel_id: id.clone(),
             addr,
             dev: dev.clone(),

@@ -14,8 +14,7 @@
 //! | `ascend_fabric_transfer_bytes_total` | counter | bytes | `engine`, `peer`, `op` | bytes moved by transfers that ended `ok` |
 //! | `ascend_fabric_transfer_descriptors_total` | counter | descriptors | `engine`, `peer`, `op` | descriptors of transfers that ended `ok` |
 //! | `ascend_fabric_transfer_duration_seconds` | histogram | seconds | `engine`, `peer`, `op` | submission to observed completion, of transfers that ended `ok` (the slot wait included) |
-//! | `ascend_fabric_transfer_size_bytes` | histogram | bytes | `engine`, `peer`, `op` | bytes of each transfer that ended `ok` |
-//! | `ascend_fabric_slot_wait_seconds` | histogram | seconds | `engine`, `peer` | time a submission waited for a stream slot |
+//! | `ascend_fabric_slot_wait_seconds` | histogram | seconds | `engine` | how long each submission that found every stream slot busy waited for one (back-pressure; a submission that found one free is not recorded) |
 //! | `ascend_fabric_transfers_in_flight` | gauge | transfers | `engine`, `peer` | transfers submitted and not ended |
 //! | `ascend_fabric_connects_total` | counter | connects | `engine`, `peer`, `result` | connects to a peer: `ok` or `failed` |
 //! | `ascend_fabric_disconnects_total` | counter | channels | `engine`, `peer`, `reason` | channels ended, by reason: `keepalive_closed`, `heartbeat_failed`, `disconnected`, `engine_shutdown`, `directory_left` |
@@ -46,9 +45,7 @@ pub const TRANSFER_BYTES: &str = "ascend_fabric_transfer_bytes_total";
 pub const TRANSFER_DESCRIPTORS: &str = "ascend_fabric_transfer_descriptors_total";
 /// Submission to observed completion of transfers that ended `ok`.
 pub const TRANSFER_DURATION: &str = "ascend_fabric_transfer_duration_seconds";
-/// Bytes of each transfer that ended `ok`.
-pub const TRANSFER_SIZE: &str = "ascend_fabric_transfer_size_bytes";
-/// Time a submission waited for a stream slot.
+/// Time a submission that found every stream slot busy waited for one.
 pub const SLOT_WAIT: &str = "ascend_fabric_slot_wait_seconds";
 /// Transfers submitted and not ended.
 pub const IN_FLIGHT: &str = "ascend_fabric_transfers_in_flight";
@@ -88,14 +85,9 @@ pub fn describe() {
         "submission to completion of completed transfers"
     );
     describe_histogram!(
-        TRANSFER_SIZE,
-        Unit::Bytes,
-        "bytes of each completed transfer"
-    );
-    describe_histogram!(
         SLOT_WAIT,
         Unit::Seconds,
-        "time a submission waited for a stream slot"
+        "time a submission waited for a busy stream slot"
     );
     describe_gauge!(IN_FLIGHT, "transfers submitted and not ended");
     describe_counter!(CONNECTS, "connects to a peer, by result");
@@ -186,7 +178,6 @@ struct OpMetrics {
     bytes: Counter,
     descriptors: Counter,
     duration: Histogram,
-    size: Histogram,
 }
 
 impl OpMetrics {
@@ -205,7 +196,6 @@ impl OpMetrics {
             bytes: metrics::counter!(TRANSFER_BYTES, &labels),
             descriptors: metrics::counter!(TRANSFER_DESCRIPTORS, &labels),
             duration: metrics::histogram!(TRANSFER_DURATION, &labels),
-            size: metrics::histogram!(TRANSFER_SIZE, &labels),
         }
     }
 }
@@ -216,7 +206,6 @@ pub(crate) struct PeerMetrics {
     write: OpMetrics,
     read: OpMetrics,
     in_flight: Gauge,
-    slot_wait: Histogram,
     disconnects: [Counter; 5],
 }
 
@@ -227,7 +216,6 @@ impl PeerMetrics {
             write: OpMetrics::new(engine, peer, "write"),
             read: OpMetrics::new(engine, peer, "read"),
             in_flight: metrics::gauge!(IN_FLIGHT, &labels),
-            slot_wait: metrics::histogram!(SLOT_WAIT, &labels),
             disconnects: REASONS.map(|r| {
                 metrics::counter!(DISCONNECTS, "engine" => engine.to_owned(),
                     "peer" => peer.to_owned(), "reason" => reason_label(r))
@@ -240,11 +228,6 @@ impl PeerMetrics {
         self.in_flight.increment(1.0);
     }
 
-    /// A submission waited `d` for its stream slot.
-    pub(crate) fn waited_for_slot(&self, d: Duration) {
-        self.slot_wait.record(d.as_secs_f64());
-    }
-
     /// A transfer ended: its direction, size (bytes, descriptors), time since submission and
     /// outcome.
     pub(crate) fn ended(&self, write: bool, size: (u64, u64), took: Duration, o: Outcome) {
@@ -255,7 +238,6 @@ impl PeerMetrics {
             m.bytes.increment(size.0);
             m.descriptors.increment(size.1);
             m.duration.record(took.as_secs_f64());
-            m.size.record(size.0 as f64);
         }
     }
 
@@ -264,6 +246,11 @@ impl PeerMetrics {
         let i = REASONS.iter().position(|x| *x == r).unwrap_or(0);
         self.disconnects[i].increment(1);
     }
+}
+
+/// The slot-wait histogram of `engine`, registered when it is made.
+pub(crate) fn slot_wait(engine: &str) -> Histogram {
+    metrics::histogram!(SLOT_WAIT, "engine" => engine.to_owned())
 }
 
 /// A connect to `peer` by `engine` ended (ok or failed); registered at the call, in the

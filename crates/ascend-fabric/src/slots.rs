@@ -29,6 +29,7 @@ use ascend_mem::acl;
 use ascend_mem::{
     Device, Event, FailureMode, PinnedWords, StreamFlags, StreamLease, StreamPool, StreamWaiter,
 };
+use metrics::Histogram;
 use parking_lot::Mutex;
 
 use crate::error::{Error, Result};
@@ -369,9 +370,22 @@ pub(crate) enum Grant {
 }
 
 /// One caller waiting for a slot: a future (woken through its waker) or a thread (unparked).
-#[derive(Default)]
 pub(crate) struct SlotWaiter {
     st: Mutex<WaiterState>,
+    /// When it began to wait (for the slot-wait metric).
+    since: Instant,
+}
+
+impl SlotWaiter {
+    fn new(waker: Waker) -> Arc<SlotWaiter> {
+        Arc::new(SlotWaiter {
+            st: Mutex::new(WaiterState {
+                waker: Some(waker),
+                ..WaiterState::default()
+            }),
+            since: Instant::now(),
+        })
+    }
 }
 
 #[derive(Default)]
@@ -399,11 +413,14 @@ pub(crate) struct SlotPool {
     /// What the engine learned about completion flags.
     flags: Arc<FlagState>,
     st: Mutex<SlotState>,
+    /// `ascend_fabric_slot_wait_seconds`: how long each caller that had to wait waited.
+    waited: Histogram,
 }
 
 impl SlotPool {
-    pub(crate) fn new(dev: &Device, per_slot: usize) -> Arc<SlotPool> {
+    pub(crate) fn new(dev: &Device, per_slot: usize, waited: Histogram) -> Arc<SlotPool> {
         Arc::new(SlotPool {
+            waited,
             dev: dev.clone(),
             per_slot,
             max_slots: (STREAM_BUDGET / per_slot).max(1),
@@ -463,21 +480,24 @@ impl SlotPool {
             let Some(_) = wait_until else {
                 return Err(self.exhausted());
             };
-            let w = Arc::new(SlotWaiter::default());
-            w.st.lock().waker = Some(Arc::new(ThreadWaker(std::thread::current())).into());
+            let w = SlotWaiter::new(Arc::new(ThreadWaker(std::thread::current())).into());
             st.waiters.push_back(w.clone());
             w
         };
         let deadline = wait_until.unwrap_or(t0);
         loop {
             if let Some(g) = w.st.lock().grant.take() {
+                self.waited.record(w.since.elapsed().as_secs_f64());
                 return self.realize(g);
             }
             let now = Instant::now();
             if now >= deadline {
                 // A grant handed over meanwhile is taken, not lost.
                 return match self.withdraw(&w) {
-                    Some(g) => self.realize(g),
+                    Some(g) => {
+                        self.waited.record(w.since.elapsed().as_secs_f64());
+                        self.realize(g)
+                    }
                     None => Err(Error::Timeout {
                         what: "waiting for a free stream slot",
                         after: t0.elapsed(),
@@ -500,6 +520,7 @@ impl SlotPool {
             let mut ws = w.st.lock();
             if let Some(g) = ws.grant.take() {
                 drop(ws);
+                self.waited.record(w.since.elapsed().as_secs_f64());
                 *waiter = None;
                 return Poll::Ready(self.realize(g));
             }
@@ -513,8 +534,7 @@ impl SlotPool {
             drop(st);
             return Poll::Ready(self.realize(g));
         }
-        let w = Arc::new(SlotWaiter::default());
-        w.st.lock().waker = Some(cx.waker().clone());
+        let w = SlotWaiter::new(cx.waker().clone());
         st.waiters.push_back(w.clone());
         *waiter = Some(w);
         Poll::Pending
@@ -684,7 +704,7 @@ mod tests {
     fn a_guard_gives_its_slot_back_on_every_exit() {
         let rt = ascend_mem::Runtime::emulated().unwrap();
         let dev = rt.device(0).unwrap();
-        let pool = SlotPool::new(&dev, 2);
+        let pool = SlotPool::new(&dev, 2, metrics::Histogram::noop());
 
         // Dropped before any work (an error on the way): released for reuse.
         drop(SlotGuard::acquire(&pool, None).unwrap());

@@ -114,11 +114,7 @@ impl Engine {
         let _entered = span.enter();
         // Every exit from here until the request owns the slot gives it back.
         let mut slot = match slot_from {
-            SlotFrom::Acquire(d) => {
-                let s = SlotGuard::acquire(&inner.slots, d)?;
-                ch.book.metrics.waited_for_slot(submitted.elapsed());
-                s
-            }
+            SlotFrom::Acquire(d) => SlotGuard::acquire(&inner.slots, d)?,
             SlotFrom::Given(g) => g,
         };
         let gate = ch.gate.read();

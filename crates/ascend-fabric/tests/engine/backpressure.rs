@@ -2,14 +2,20 @@
 //! the 512-stream budget) all wait their turn and complete with their data, while the
 //! synchronous API keeps failing at once with `stream slots exhausted` when every slot is
 //! busy. The first 128 are kept in flight with the emulator's process-wide stream hold, so
-//! the slots really are all busy; one test function.
+//! the slots really are all busy; one test function. Each of the others waited for its slot,
+//! and the slot-wait metric has exactly one sample for each.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::async_util::*;
 use crate::util::*;
+use ascend_fabric::metrics::SLOT_WAIT;
 use ascend_fabric::{Error, TransferDesc, TransferOp, STREAM_BUDGET};
 use ascend_mem::prelude::*;
+use ascend_testkit::metrics::{DebuggingRecorder, Recorded};
 
 const T: Duration = Duration::from_secs(120);
 const N: usize = 10_000;
@@ -26,7 +32,9 @@ fn until(what: &str, cond: impl FnMut() -> bool) {
 fn ten_thousand_transfers_wait_for_128_slots() {
     let _env = setup();
     assert_eq!(SLOTS, 128);
-    let p = Pair::new(N * BLOCK, options(STREAMS, 4), true);
+    let rec = DebuggingRecorder::new();
+    let snap = rec.snapshotter();
+    let p = metrics::with_local_recorder(&rec, || Pair::new(N * BLOCK, options(STREAMS, 4), true));
     let data = pattern(5, N * BLOCK);
     p.local.write_from(&data, 0).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -35,17 +43,35 @@ fn ten_thousand_transfers_wait_for_128_slots() {
         .unwrap();
 
     let hold = ascend_sim::testing::hold_all_streams();
+    // Counts the transfers polled once: each then holds a slot (its copies held) or waits
+    // in the slots' queue.
+    let polled = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..N)
         .map(|i| {
             let (e, peer) = (p.client.clone(), p.peer_addr.clone());
             let d = TransferDesc::raw(p.local_addr(i * BLOCK), p.remote_addr(i * BLOCK), BLOCK);
-            rt.spawn(async move { e.transfer(&peer, TransferOp::Write, &[d]).await })
+            let polled = polled.clone();
+            rt.spawn(async move {
+                let mut f = std::pin::pin!(e.transfer(&peer, TransferOp::Write, &[d]));
+                let mut first = true;
+                std::future::poll_fn(|cx| {
+                    let r = f.as_mut().poll(cx);
+                    if std::mem::take(&mut first) {
+                        polled.fetch_add(1, Ordering::SeqCst);
+                    }
+                    r
+                })
+                .await
+            })
         })
         .collect();
     // Every slot is taken by a transfer whose copies are held; the others wait.
     let stats = || p.client.peer_stats(&p.peer_addr).unwrap();
     until("128 transfers in flight", || {
         stats().in_flight == SLOTS as u64
+    });
+    until("every transfer polled", || {
+        polled.load(Ordering::SeqCst) == N
     });
     assert_eq!(p.client.stream_slots(), SLOTS);
     assert_eq!(stats().writes, 0);
@@ -75,6 +101,9 @@ fn ten_thousand_transfers_wait_for_128_slots() {
     let s = stats();
     assert_eq!((s.writes, s.in_flight, s.errors), (N as u64, 0, 0));
     assert!(p.client.stream_slots() <= SLOTS);
+    let waits = Recorded::take(&snap).samples(SLOT_WAIT, &[("engine", p.client.channel_id())]);
+    assert_eq!(waits.len(), N - SLOTS);
+    assert!(waits.iter().all(|w| *w > 0.0));
     drop(rt);
     p.close();
     let c = ascend_sim::counters();

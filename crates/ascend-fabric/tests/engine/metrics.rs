@@ -141,15 +141,12 @@ fn a_known_workload_gives_exact_figures_per_peer_and_operation() {
     assert_eq!(count(TRANSFER_DESCRIPTORS, &lab(b, "write")), 1);
     assert_eq!(samples(TRANSFER_DURATION, &lab(a, "write")).len(), 3);
     assert_eq!(samples(TRANSFER_DURATION, &lab(a, "read")).len(), 2);
-    assert_eq!(samples(TRANSFER_SIZE, &lab(a, "write")), [4096.0; 3]);
-    assert_eq!(samples(TRANSFER_SIZE, &lab(b, "write")), [MIB as f64]);
     assert!(samples(TRANSFER_DURATION, &lab(b, "write"))
         .iter()
         .all(|s| *s > 0.0));
-    // Every submission took a slot: five to a, three to b.
+    // No submission found every slot busy.
+    assert!(samples(SLOT_WAIT, &[("engine", c)]).is_empty());
     let peer = |p| peer_labels(c, p);
-    assert_eq!(samples(SLOT_WAIT, &peer(a)).len(), 5);
-    assert_eq!(samples(SLOT_WAIT, &peer(b)).len(), 3);
     assert_eq!(gauge(IN_FLIGHT, &peer(a)), 0.0);
     assert_eq!(gauge(IN_FLIGHT, &peer(b)), 0.0);
     // Connects: two made, one to nobody, one refused by the allow-list.
