@@ -172,13 +172,13 @@ pub(crate) fn print_tables(res: &Results) {
 
 /// One line per size: a synchronous WRITE's time without and with a recorder installed.
 fn print_telemetry(t: &crate::telemetry::Telemetry) {
-    for (size, off, on) in &t.per_size {
+    for r in &t.rows {
         println!(
-            "metrics: {} WRITE {:.2} us without a recorder, {:.2} us with Prometheus' (x{:.3})",
-            size_name(*size),
-            off.as_secs_f64() * 1e6,
-            on.as_secs_f64() * 1e6,
-            on.as_secs_f64() / off.as_secs_f64()
+            "metrics: {} WRITE {:.2} us without a recorder, {:.2} us with Prometheus' (x{:.3}, the median of the rounds' ratios)",
+            size_name(r.size),
+            r.off.as_secs_f64() * 1e6,
+            r.on.as_secs_f64() * 1e6,
+            r.ratio
         );
     }
 }

@@ -1,17 +1,18 @@
-//! The cost of metrics: synchronous WRITEs of 4 KiB and 1 MiB between two engines of this
-//! process, by a pair made while a recorder was installed (the Prometheus exporter's, as the
-//! examples install it: counters, gauges and summaries with quantiles) against a pair made
-//! without one (every handle a no-op), passes alternated so a change in the machine's load
-//! falls on both. `metrics_on_vs_off_<size>` is the best pass's time with over without.
+//! The cost of metrics: synchronous WRITEs of 4 KiB and 1 MiB into one listening engine's
+//! memory by two clients of this process, one made while a recorder was installed (the
+//! Prometheus exporter's, as the examples install it: counters, gauges and summaries with
+//! quantiles), one made without (every handle a no-op). Passes alternate between the two,
+//! the one going first alternating too, so a change in the machine's load falls on both;
+//! `metrics_on_vs_off_<size>` is the median over rounds of the pass time with over without.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ascend_fabric::{Engine, EngineOptions, TransferDesc, TransferOp};
 use ascend_mem::prelude::*;
 use ascend_mem::{Device, DeviceBuffer};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
-use crate::util::{best_of_alternating, free_port};
+use crate::util::free_port;
 use crate::{Args, Res};
 
 const T: Duration = Duration::from_secs(30);
@@ -22,88 +23,112 @@ pub(crate) const SIZES: [(usize, &str); 2] = [
     (1 << 20, "metrics_on_vs_off_1MiB"),
 ];
 
-/// What the part found: per size of [`SIZES`], the time per transfer without and with
-/// metrics.
+/// One size's figures: the median time per transfer without and with metrics, and the
+/// median over rounds of with over without.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SizeRow {
+    pub(crate) size: usize,
+    pub(crate) off: Duration,
+    pub(crate) on: Duration,
+    pub(crate) ratio: f64,
+}
+
+/// What the part found, per size of [`SIZES`].
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Telemetry {
-    pub(crate) per_size: Vec<(usize, Duration, Duration)>,
+    pub(crate) rows: Vec<SizeRow>,
 }
 
 impl Telemetry {
     /// With over without, for `size`.
     pub(crate) fn on_vs_off(&self, size: usize) -> Option<f64> {
-        self.per_size
-            .iter()
-            .find(|r| r.0 == size)
-            .map(|(_, off, on)| on.as_secs_f64() / off.as_secs_f64())
+        self.rows.iter().find(|r| r.size == size).map(|r| r.ratio)
     }
 }
 
-/// A listening engine with a registered buffer, and a client connected to it with its own.
-struct Pair {
-    _server: Engine,
-    addr: String,
-    remote: DeviceBuffer,
-    client: Engine,
-    local: DeviceBuffer,
-    _regs: [ascend_fabric::Registration; 2],
+fn options() -> Res<EngineOptions> {
+    Ok(EngineOptions::builder().pool_capacity(4 << 30).build()?)
 }
 
-impl Pair {
-    fn new(dev: &Device) -> Res<Pair> {
-        let opts = || EngineOptions::builder().pool_capacity(4 << 30).build();
-        let addr = format!("127.0.0.1:{}", free_port()?);
-        let server = Engine::new(dev, &addr, opts()?)?;
-        let len = SIZES[1].0;
-        let remote = server.alloc_device(len)?;
-        let client = Engine::new(dev, "127.0.0.1", opts()?)?;
-        let local = client.alloc_device(len)?;
-        let regs = [server.register(&remote)?, client.register(&local)?];
-        client.connect(&addr, T)?;
-        Ok(Pair {
-            _server: server,
-            addr,
-            remote,
-            client,
+/// A client connected to the server at `addr`, with a registered buffer of its own.
+struct Client {
+    engine: Engine,
+    local: DeviceBuffer,
+    _reg: ascend_fabric::Registration,
+}
+
+impl Client {
+    fn new(dev: &Device, addr: &str) -> Res<Client> {
+        let engine = Engine::new(dev, "127.0.0.1", options()?)?;
+        let local = engine.alloc_device(SIZES[1].0)?;
+        let reg = engine.register(&local)?;
+        engine.connect(addr, T)?;
+        Ok(Client {
+            engine,
             local,
-            _regs: regs,
+            _reg: reg,
         })
     }
 
-    /// `n` synchronous WRITEs of `size` bytes.
-    fn writes(&self, n: usize, size: usize) -> Res<()> {
-        let d = [TransferDesc::raw(
-            self.local.addr(),
-            self.remote.addr(),
-            size,
-        )];
+    /// The time of `n` synchronous WRITEs of `size` bytes to `remote` at `addr`.
+    fn writes(&self, addr: &str, remote: &DeviceBuffer, n: usize, size: usize) -> Res<Duration> {
+        let d = [TransferDesc::raw(self.local.addr(), remote.addr(), size)];
+        let t = Instant::now();
         for _ in 0..n {
-            self.client
-                .transfer_sync(&self.addr, TransferOp::Write, &d, T)?;
+            self.engine.transfer_sync(addr, TransferOp::Write, &d, T)?;
         }
-        Ok(())
+        Ok(t.elapsed() / n as u32)
     }
+}
+
+fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+    v[v.len() / 2]
 }
 
 pub(crate) fn run(args: &Args, dev: &Device) -> Res<Telemetry> {
     let recorder = PrometheusBuilder::new().build_recorder();
-    let off = Pair::new(dev)?;
-    let on = metrics::with_local_recorder(&recorder, || Pair::new(dev))?;
-    let passes = if args.quick { 5 } else { 15 };
-    let mut per_size = Vec::new();
+    let addr = format!("127.0.0.1:{}", free_port()?);
+    let server = Engine::new(dev, &addr, options()?)?;
+    let remote = server.alloc_device(SIZES[1].0)?;
+    let _reg = server.register(&remote)?;
+    let off = Client::new(dev, &addr)?;
+    let on = metrics::with_local_recorder(&recorder, || Client::new(dev, &addr))?;
+    let rounds = if args.quick { 5 } else { 21 };
+    let mut rows = Vec::new();
     for (size, _) in SIZES {
         let n = if size <= 4 << 10 { 500 } else { 50 } / if args.quick { 5 } else { 1 };
         // Warm both (slots, pages) before timing.
-        off.writes(n, size)?;
-        on.writes(n, size)?;
-        let (t_off, t_on) =
-            best_of_alternating(passes, || off.writes(n, size), || on.writes(n, size))?;
-        per_size.push((size, t_off / n as u32, t_on / n as u32));
+        off.writes(&addr, &remote, n, size)?;
+        on.writes(&addr, &remote, n, size)?;
+        let (mut offs, mut ons, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+        for r in 0..rounds {
+            let pass = |c: &Client| c.writes(&addr, &remote, n, size);
+            let (a, b) = if r % 2 == 0 {
+                let a = pass(&off)?;
+                (a, pass(&on)?)
+            } else {
+                let b = pass(&on)?;
+                (pass(&off)?, b)
+            };
+            ratios.push(b.as_secs_f64() / a.as_secs_f64());
+            offs.push(a);
+            ons.push(b);
+        }
+        rows.push(SizeRow {
+            size,
+            off: median(offs),
+            on: median(ons),
+            ratio: median(ratios),
+        });
     }
-    // The recorder saw every transfer of the pair made with it.
-    let text = recorder.handle().render();
-    if !text.contains(ascend_fabric::metrics::TRANSFERS) {
-        return Err("the recorder saw no transfer of the engines made with it".into());
+    // The recorder saw the transfers of the client made with it.
+    if !recorder
+        .handle()
+        .render()
+        .contains(ascend_fabric::metrics::TRANSFERS)
+    {
+        return Err("the recorder saw no transfer of the client made with it".into());
     }
-    Ok(Telemetry { per_size })
+    Ok(Telemetry { rows })
 }
