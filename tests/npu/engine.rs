@@ -3,7 +3,7 @@
 //! is checked on the side that receives; then prepared block lists, cancellation, and a
 //! peer killed under the engine.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ascend::fabric::{
     Engine, EngineOptions, Error, LocalBlocks, Need, Registration, RemoteBlocks, SegmentRef,
@@ -286,15 +286,10 @@ pub fn killed_peer(ctx: &Ctx) -> Res<Outcome> {
         Ok(()) | Err(Error::PeerLost { .. }) => {}
         Err(e) => return Err(format!("the transfer in flight at the kill ended with {e}").into()),
     }
-    let deadline = Instant::now() + STEP;
-    while s.engine.is_connected(&s.addr) {
-        ensure(
-            Instant::now() < deadline,
-            format!("still connected {STEP:?} after the kill"),
-        )?;
-        // The loss is found in the background; nothing to wait on but its result.
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    // The loss is found in the background; nothing to wait on but its result.
+    ascend_testkit::wait_until("the killed peer's channel to end", STEP, || {
+        !s.engine.is_connected(&s.addr)
+    });
     ensure(
         !s.engine.peers().contains(&s.addr),
         "the killed peer is still listed",

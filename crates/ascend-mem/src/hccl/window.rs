@@ -175,8 +175,9 @@ impl SymWindow {
     /// window at the same point), returning the error and the window on failure.
     ///
     /// # Errors
-    /// [`Error::Busy`] while another handle (from [`Comm::window_of`]) or a stream with
-    /// queued collectives over the window holds it. From `HcclCommSymWinDeregister`:
+    /// [`Error::Busy`] while another handle (from [`Comm::window_of`]), a
+    /// [`PeerView`](super::PeerView) of it, or a stream with queued collectives or one-sided
+    /// operations over the window holds it (drop those, or synchronize the stream, first). From `HcclCommSymWinDeregister`:
     /// `E_PARA` when the ranks name different windows (the window stays registered: close the
     /// matching one and retry); `E_TIMEOUT` or `E_REMOTE` when a peer does not come or is
     /// gone, in which case the window is removed locally anyway (the returned window then

@@ -95,10 +95,13 @@ impl fmt::Debug for MappingSlice<'_> {
     }
 }
 
-/// The memcpy kind between two sides; `true` = host DRAM, `false` = device memory.
+/// The memcpy kind between two sides; `true` = host memory, `false` = device memory.
+///
+/// Callers pass `false` for any mapped VMM memory when it is the address that counts: HBM
+/// and host DRAM mapped in device VA alike are device-side for a single copy, as HIXL issues
+/// them (device to device). A batch names its copies' directions by what each side holds
+/// (host DRAM is host), which is where the host kinds come from.
 pub(crate) fn memcpy_kind(dst_host_slice: bool, src_host_slice: bool) -> acl::aclrtMemcpyKind {
-    // Mapped VMM memory (HBM or host DRAM alike) lives in device VA: copies to and from it
-    // are device-side copies, as HIXL issues them.
     match (dst_host_slice, src_host_slice) {
         (false, false) => acl::ACL_MEMCPY_DEVICE_TO_DEVICE,
         (false, true) => acl::ACL_MEMCPY_HOST_TO_DEVICE,
