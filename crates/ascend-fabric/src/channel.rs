@@ -16,8 +16,7 @@ use crate::error::{Error, LostReason};
 use crate::metrics::PeerMetrics;
 use crate::remote::Remote;
 use crate::request::{fail_all, InFlight, ReqInner};
-use crate::stats::PeerStats;
-use crate::summary::Window;
+use crate::stats::{PeerStats, Window};
 use crate::wire::{self, WireError};
 
 pub(crate) type ChannelMap = RwLock<HashMap<String, Arc<Channel>>>;
@@ -277,7 +276,7 @@ pub(crate) fn lose(map: &ChannelMap, ch: &Arc<Channel>, reason: LostReason) -> b
         },
     );
     drop(gate);
-    ch.book.metrics.lost(reason);
+    ch.book.metrics.lost(reason.label());
     // The slot waiters handed the dropped requests' room, with no lock held.
     for w in wake {
         w.wake();

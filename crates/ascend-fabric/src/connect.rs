@@ -12,7 +12,7 @@ use crate::error::{Error, LostReason, Result};
 use crate::metrics::{self, PeerMetrics};
 use crate::options::{EngineAddr, OptionError};
 use crate::remote::Remote;
-use crate::summary::Window;
+use crate::stats::Window;
 use crate::wire::NotifyMsg;
 
 /// A control exchange's error: [`Error::Timeout`] naming `what` when its time ran out (the

@@ -29,6 +29,20 @@ pub enum LostReason {
     DirectoryLeft,
 }
 
+impl LostReason {
+    /// Its `reason` label in the engine's metrics (`keepalive_closed`, `heartbeat_failed`,
+    /// `disconnected`, `engine_shutdown`, `directory_left`).
+    pub fn label(self) -> &'static str {
+        match self {
+            LostReason::KeepaliveClosed => "keepalive_closed",
+            LostReason::HeartbeatFailed => "heartbeat_failed",
+            LostReason::Disconnected => "disconnected",
+            LostReason::EngineShutdown => "engine_shutdown",
+            LostReason::DirectoryLeft => "directory_left",
+        }
+    }
+}
+
 impl fmt::Display for LostReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

@@ -35,8 +35,6 @@ use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Unit};
 
-use crate::error::{Error, LostReason};
-
 /// Transfers ended, by outcome.
 pub const TRANSFERS: &str = "ascend_fabric_transfers_total";
 /// Bytes moved by transfers that ended `ok`.
@@ -128,18 +126,6 @@ impl Outcome {
         Outcome::PeerLost,
     ];
 
-    /// The outcome of a transfer's result.
-    pub(crate) fn of(r: &Result<(), Error>) -> Outcome {
-        match r {
-            Ok(()) => Outcome::Ok,
-            Err(Error::Timeout { .. }) => Outcome::Timeout,
-            Err(Error::Cancelled { .. }) => Outcome::Cancelled,
-            Err(Error::Aborted) => Outcome::Aborted,
-            Err(Error::PeerLost { .. }) => Outcome::PeerLost,
-            Err(_) => Outcome::Failed,
-        }
-    }
-
     /// The label value.
     pub(crate) fn label(self) -> &'static str {
         match self {
@@ -153,23 +139,13 @@ impl Outcome {
     }
 }
 
-/// The `reason` label of a lost channel.
-pub(crate) fn reason_label(r: LostReason) -> &'static str {
-    match r {
-        LostReason::KeepaliveClosed => "keepalive_closed",
-        LostReason::HeartbeatFailed => "heartbeat_failed",
-        LostReason::Disconnected => "disconnected",
-        LostReason::EngineShutdown => "engine_shutdown",
-        LostReason::DirectoryLeft => "directory_left",
-    }
-}
-
-const REASONS: [LostReason; 5] = [
-    LostReason::KeepaliveClosed,
-    LostReason::HeartbeatFailed,
-    LostReason::Disconnected,
-    LostReason::EngineShutdown,
-    LostReason::DirectoryLeft,
+/// The `reason` labels of a lost channel (`LostReason::label`).
+const REASONS: [&str; 5] = [
+    "keepalive_closed",
+    "heartbeat_failed",
+    "disconnected",
+    "engine_shutdown",
+    "directory_left",
 ];
 
 /// One direction's handles of a channel.
@@ -218,7 +194,7 @@ impl PeerMetrics {
             in_flight: metrics::gauge!(IN_FLIGHT, &labels),
             disconnects: REASONS.map(|r| {
                 metrics::counter!(DISCONNECTS, "engine" => engine.to_owned(),
-                    "peer" => peer.to_owned(), "reason" => reason_label(r))
+                    "peer" => peer.to_owned(), "reason" => r)
             }),
         }
     }
@@ -241,10 +217,11 @@ impl PeerMetrics {
         }
     }
 
-    /// The channel was lost for `r`.
-    pub(crate) fn lost(&self, r: LostReason) {
-        let i = REASONS.iter().position(|x| *x == r).unwrap_or(0);
-        self.disconnects[i].increment(1);
+    /// The channel was lost for the reason labelled `reason` (`LostReason::label`).
+    pub(crate) fn lost(&self, reason: &str) {
+        if let Some(i) = REASONS.iter().position(|x| *x == reason) {
+            self.disconnects[i].increment(1);
+        }
     }
 }
 

@@ -23,9 +23,21 @@ use crate::metrics::{self, PeerMetrics};
 use crate::registry::RegUse;
 use crate::remote::SegMask;
 use crate::slots::{Slot, SlotPool};
-use crate::stats::Counters;
-use crate::summary::Window;
+use crate::stats::{Counters, Window};
 use crate::transfer::TransferStatus;
+
+/// How a transfer's result reads in the metrics' `outcome` label.
+fn outcome_of(r: &Result<()>) -> metrics::Outcome {
+    use metrics::Outcome;
+    match r {
+        Ok(()) => Outcome::Ok,
+        Err(Error::Timeout { .. }) => Outcome::Timeout,
+        Err(Error::Cancelled { .. }) => Outcome::Cancelled,
+        Err(Error::Aborted) => Outcome::Aborted,
+        Err(Error::PeerLost { .. }) => Outcome::PeerLost,
+        Err(_) => Outcome::Failed,
+    }
+}
 
 /// Who observes a submitted request until it ends.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -383,7 +395,7 @@ impl ReqInner {
             ..
         } = *p;
         let took = submitted.elapsed();
-        let outcome = metrics::Outcome::of(&result);
+        let outcome = outcome_of(&result);
         book.metrics.ended(write, (bytes, descs), took, outcome);
         if result.is_ok() {
             book.summary.completed(write, bytes, took);
