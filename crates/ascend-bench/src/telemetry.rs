@@ -97,7 +97,7 @@ pub(crate) fn run(args: &Args, dev: &Device) -> Res<Telemetry> {
     let rounds = if args.quick { 5 } else { 21 };
     let mut rows = Vec::new();
     for (size, _) in SIZES {
-        let n = if size <= 4 << 10 { 500 } else { 50 } / if args.quick { 5 } else { 1 };
+        let n = if size <= 4 << 10 { 5000 } else { 500 } / if args.quick { 50 } else { 1 };
         // Warm both (slots, pages) before timing.
         off.writes(&addr, &remote, n, size)?;
         on.writes(&addr, &remote, n, size)?;
