@@ -1,7 +1,7 @@
 //! The CANN toolkit this crate was built against, as its build script found it.
 //!
 //! The build script looks for a toolkit where the `-sys` crates do (`ASCEND_HOME_PATH`, then
-//! `ASCEND_TOOLKIT_HOME`, then `/usr/local/Ascend/ascend-toolkit/latest`), reads its version
+//! `ASCEND_TOOLKIT_HOME`, then `/usr/local/Ascend/cann` or `/usr/local/Ascend/ascend-toolkit/latest`), reads its version
 //! from the toolkit's version files (the runtime package's first: the same text ACL's
 //! `aclsysGetVersionStr` reports at run time) and records both in the crate. The build runs
 //! again when either variable or the version file changes.

@@ -11,33 +11,22 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Where `ascend_build::cann_home` looks when neither variable is set.
-const DEFAULT_HOME: &str = "/usr/local/Ascend/ascend-toolkit/latest";
-
 /// The toolkit folder this build could have seen: the variables as they were when this test was
-/// compiled (in the same build as the crate), else the default folder, if it is a folder.
+/// compiled (in the same build as the crate), else the first default folder that is a folder.
 fn toolkit_seen_by_this_build() -> Option<PathBuf> {
-    [
+    let named = [
         option_env!("ASCEND_HOME_PATH"),
         option_env!("ASCEND_TOOLKIT_HOME"),
     ]
     .into_iter()
     .flatten()
-    .find(|v| !v.is_empty())
-    .map_or_else(|| PathBuf::from(DEFAULT_HOME), PathBuf::from)
-    .canonicalize()
-    .ok()
-    .filter(|home| home.is_dir())
-}
-
-/// The value of the first `version=` line (key in any case) of a version file.
-fn version_line(contents: &str) -> Option<&str> {
-    contents.lines().find_map(|line| {
-        let (key, value) = line.split_once('=')?;
-        key.trim()
-            .eq_ignore_ascii_case("version")
-            .then(|| value.trim().trim_matches(['"', '\'']).trim())
-    })
+    .find(|v| !v.is_empty());
+    match named {
+        Some(v) => PathBuf::from(v).canonicalize().ok().filter(|h| h.is_dir()),
+        None => ascend_build::DEFAULT_CANN_HOMES
+            .iter()
+            .find_map(|d| PathBuf::from(d).canonicalize().ok().filter(|h| h.is_dir())),
+    }
 }
 
 #[test]
@@ -57,8 +46,12 @@ fn this_build_records_the_toolkit_it_saw_or_none() {
     match (info.cann_version(), info.version_file()) {
         (Some(version), Some(file)) => {
             assert!(file.starts_with(info.cann_home()), "{info:?}");
-            let contents = fs::read_to_string(file).expect("the recorded version file is readable");
-            assert_eq!(version_line(&contents), Some(version), "{}", file.display());
+            assert_eq!(
+                ascend_build::read_cann_version(info.cann_home()),
+                Some((version.to_owned(), file.to_path_buf())),
+                "{}",
+                file.display()
+            );
             assert_eq!(
                 info.to_string(),
                 format!("CANN {version} at {}", info.cann_home().display())
@@ -220,9 +213,12 @@ fn an_old_toolkit_is_recorded_with_a_warning() {
 #[test]
 fn without_a_toolkit_the_build_prints_nothing_and_records_none() {
     let run = build_and_run_fixture("none", None);
-    if Path::new(DEFAULT_HOME).is_dir() {
-        // This machine has a toolkit at the default place: the build must have found it.
-        assert_eq!(run.said("home"), DEFAULT_HOME);
+    let default = ascend_build::DEFAULT_CANN_HOMES
+        .into_iter()
+        .find(|d| Path::new(d).is_dir());
+    if let Some(default) = default {
+        // This machine has a toolkit at a default place: the build must have found it.
+        assert_eq!(run.said("home"), default);
         return;
     }
     assert_eq!(run.said("build_info"), "none");

@@ -15,16 +15,25 @@
 
 use std::path::PathBuf;
 
+/// Where CANN is installed when no variable says, in the order [`cann_home`] looks: CANN 9.x's
+/// default folder, then the toolkit folder of older releases.
+pub const DEFAULT_CANN_HOMES: [&str; 2] = [
+    "/usr/local/Ascend/cann",
+    "/usr/local/Ascend/ascend-toolkit/latest",
+];
+
 /// The CANN install this build sees: `ASCEND_HOME_PATH`, then `ASCEND_TOOLKIT_HOME`, then the
-/// default `/usr/local/Ascend/ascend-toolkit/latest` if it exists.
+/// first of [`DEFAULT_CANN_HOMES`] that is a folder.
 pub fn cann_home() -> Option<PathBuf> {
     for var in ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"] {
         if let Some(v) = std::env::var_os(var).filter(|v| !v.is_empty()) {
             return Some(PathBuf::from(v));
         }
     }
-    let default = PathBuf::from("/usr/local/Ascend/ascend-toolkit/latest");
-    default.is_dir().then_some(default)
+    DEFAULT_CANN_HOMES
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_dir())
 }
 
 /// Sets the compile-time variable `env_name` to the install's `lib64` when it holds one of
