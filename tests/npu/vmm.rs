@@ -66,15 +66,7 @@ pub fn drop_orders(ctx: &Ctx) -> Res<Outcome> {
     skip_if!(ctx.lacks(Need::Mem(Feature::Vmm)));
     let dev = ctx.device()?;
     let len = dev.round_up(1)?;
-    const ORDERS: [[usize; 3]; 6] = [
-        [0, 1, 2],
-        [0, 2, 1],
-        [1, 0, 2],
-        [1, 2, 0],
-        [2, 0, 1],
-        [2, 1, 0],
-    ];
-    for (n, order) in ORDERS.iter().enumerate() {
+    for (n, order) in ascend_testkit::orders::ORDERS_OF_THREE.iter().enumerate() {
         let va = ReservedVa::new(&dev, len)?;
         let mem = PhysicalMem::hbm(&dev, len)?;
         let map = va.map(&mem, len.zero())?;

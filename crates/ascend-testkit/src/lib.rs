@@ -15,7 +15,8 @@
 //! - [`wait`](mod@wait): waiting for a state reached in the background, and free ports;
 //! - [`etcd`]: a throwaway etcd on free loopback ports (the binary is the machine's);
 //! - [`metrics`](mod@metrics): what a debugging metrics recorder recorded, looked up by name
-//!   and labels.
+//!   and labels;
+//! - [`orders`]: every order of three things, for drop-order tests.
 //!
 //! With the `emulator` feature, `emulator` adds a test's session on the in-process emulator
 //! (the lock, cleared faults, device 0, and the check that nothing is left at its end).
@@ -27,6 +28,7 @@ pub mod hex;
 pub mod lock;
 pub mod metrics;
 pub mod net;
+pub mod orders;
 pub mod pattern;
 pub mod process;
 pub mod result;

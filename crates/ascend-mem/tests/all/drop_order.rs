@@ -46,15 +46,7 @@ fn name(o: &Obj) -> &'static str {
 #[test]
 fn all_six_drop_orders() {
     let env = setup();
-    let orders: [[usize; 3]; 6] = [
-        [0, 1, 2],
-        [0, 2, 1],
-        [1, 0, 2],
-        [1, 2, 0],
-        [2, 0, 1],
-        [2, 1, 0],
-    ];
-    for order in orders {
+    for order in ascend_testkit::orders::ORDERS_OF_THREE {
         let g = env.dev.granular(2 << 20).unwrap();
         let va = ReservedVa::new(&env.dev, g).unwrap();
         let mem = PhysicalMem::hbm(&env.dev, g).unwrap();
