@@ -16,6 +16,7 @@ pub fn serve(addr: &str) -> Result<(), Box<dyn Error + Send + Sync>> {
         .install()
         .map_err(|e| format!("--metrics {addr}: {e}"))?;
     ascend::fabric::metrics::describe();
+    ascend::hccl::metrics::describe();
     Ok(())
 }
 

@@ -127,9 +127,9 @@ impl Target<'_> {
     }
 }
 
-fn median(mut v: Vec<Duration>) -> f64 {
-    v.sort();
-    v[v.len() / 2].as_secs_f64() * 1e3
+/// The median of `v` in milliseconds.
+fn median_ms(v: Vec<Duration>) -> f64 {
+    crate::util::median(v).as_secs_f64() * 1e3
 }
 
 /// Measures the drop and the cancel loop.
@@ -146,8 +146,8 @@ pub(crate) fn measure(t: &Target<'_>) -> Res<Cancel> {
     Ok(Cancel {
         futures: FUTURES,
         in_flight,
-        drop_ms: median(drops),
-        released_ms: median(releases),
-        cancel_ms: median(cancels),
+        drop_ms: median_ms(drops),
+        released_ms: median_ms(releases),
+        cancel_ms: median_ms(cancels),
     })
 }

@@ -28,6 +28,7 @@ use indicatif::ProgressBar;
 
 use crate::peer::{engine_options, start_peer_with_host, ChildProc};
 use crate::transfer::{Ceiling, CeilingName};
+use crate::util::median;
 use crate::{Args, Res};
 
 /// Block sizes of the table.
@@ -207,11 +208,6 @@ fn thread_cpu() -> Duration {
     // SAFETY: `ts` is a valid out-pointer; CLOCK_THREAD_CPUTIME_ID needs no other argument.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
-}
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v.get(v.len() / 2).copied().unwrap_or_default()
 }
 
 fn env<T: std::str::FromStr>(k: &str) -> Res<T>

@@ -12,7 +12,7 @@ use ascend_mem::prelude::*;
 use ascend_mem::{Device, DeviceBuffer};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
-use crate::util::free_port;
+use crate::util::{free_port, median};
 use crate::{Args, Res};
 
 const T: Duration = Duration::from_secs(30);
@@ -81,8 +81,9 @@ impl Client {
     }
 }
 
-fn median<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
-    v.sort_by(|a, b| a.partial_cmp(b).expect("no NaN"));
+/// The median of ratios (the upper one of an even count).
+fn median_ratio(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
     v[v.len() / 2]
 }
 
@@ -119,7 +120,7 @@ pub(crate) fn run(args: &Args, dev: &Device) -> Res<Telemetry> {
             size,
             off: median(offs),
             on: median(ons),
-            ratio: median(ratios),
+            ratio: median_ratio(ratios),
         });
     }
     // The recorder saw the transfers of the client made with it.

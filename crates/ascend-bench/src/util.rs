@@ -238,6 +238,12 @@ pub(crate) fn free_port() -> Res<u16> {
     Ok(ascend_testkit::free_port())
 }
 
+/// The median of `v` (the upper one of an even count; zero when empty).
+pub(crate) fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v.get(v.len() / 2).copied().unwrap_or_default()
+}
+
 /// Runs `f` `n` times and returns the shortest duration.
 pub(crate) fn best_of(n: usize, mut f: impl FnMut() -> Res<()>) -> Res<Duration> {
     let mut best = Duration::MAX;

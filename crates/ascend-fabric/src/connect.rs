@@ -9,7 +9,7 @@ use crate::channel::{self, Channel};
 use crate::control;
 use crate::engine::{Engine, EngineInner};
 use crate::error::{Error, LostReason, Result};
-use crate::metrics::{self, PeerMetrics};
+use crate::metrics::PeerMetrics;
 use crate::options::{EngineAddr, OptionError};
 use crate::remote::Remote;
 use crate::stats::Window;
@@ -118,8 +118,8 @@ impl Engine {
         let _span =
             tracing::info_span!("connect", engine = %self.inner.addr, peer = remote).entered();
         let r = self.try_connect(remote, timeout, until);
-        metrics::connected(&self.inner.channel_id, remote, r.is_ok());
         if let Err(e) = &r {
+            self.inner.connect_failures.increment(1);
             tracing::debug!(error = %e, "connect failed");
         }
         r
@@ -211,6 +211,7 @@ impl Engine {
             return Err(Error::Listen { addr: sa, source });
         }
         ch.subscribe();
+        ch.book.metrics.connected();
         tracing::info!(peer = remote, segments = ch.stats().segments, "connected");
         Ok(())
     }

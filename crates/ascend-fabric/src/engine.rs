@@ -75,6 +75,8 @@ pub(crate) struct EngineInner {
     pub(crate) progress: Arc<Progress>,
     /// `ascend_fabric_engine_info`: 1 while the engine lives.
     _info: EngineInfo,
+    /// `ascend_fabric_connect_failures_total`.
+    pub(crate) connect_failures: metrics::Counter,
 }
 
 /// A Fabric Mem transfer engine (HIXL's FabricMem mode, host copy path).
@@ -205,6 +207,7 @@ impl Engine {
             monitor_threads: Mutex::new(Vec::new()),
             progress: Progress::new(),
             _info: EngineInfo::new(&id, &dev.runtime().backend().to_string(), dev.id()),
+            connect_failures: crate::metrics::connect_failures(&id),
             opts,
         });
         let no_thread = |source| Error::Listen {

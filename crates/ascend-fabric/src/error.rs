@@ -396,3 +396,24 @@ impl<T> From<ascend_mem::CloseError<T>> for Error {
         Error::Mem(e.into_error())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::LostReason;
+
+    #[test]
+    fn every_loss_reason_has_its_series_in_the_metrics() {
+        let all = [
+            LostReason::KeepaliveClosed,
+            LostReason::HeartbeatFailed,
+            LostReason::Disconnected,
+            LostReason::EngineShutdown,
+            LostReason::DirectoryLeft,
+        ];
+        // A new reason added here without a series would go uncounted.
+        for r in all {
+            assert!(crate::metrics::REASONS.contains(&r.label()), "{r:?}");
+        }
+        assert_eq!(all.len(), crate::metrics::REASONS.len());
+    }
+}

@@ -10,21 +10,25 @@
 //!
 //! | name | kind | unit | labels | what |
 //! |---|---|---|---|---|
-//! | `ascend_fabric_transfers_total` | counter | transfers | `engine`, `peer`, `op`, `outcome` | transfers ended, by outcome: `ok`, `failed` (a copy or the runtime refused), `timeout` (the stall deadline or a synchronous transfer's timeout), `cancelled` (`cancel`), `aborted` (dropped while pending), `peer_lost` (the channel was lost under it) |
+//! | `ascend_fabric_transfers_total` | counter | transfers | `engine`, `peer`, `op`, `outcome` | transfers ended, by outcome: `ok`, `timeout` (the stall deadline or a synchronous transfer's timeout), `cancelled` (`cancel`), `aborted` (dropped while pending), `peer_lost` (the channel was lost under it), `failed` (any other error: a copy or queuing it refused, the memory revoked by its owner, ...) |
 //! | `ascend_fabric_transfer_bytes_total` | counter | bytes | `engine`, `peer`, `op` | bytes moved by transfers that ended `ok` |
 //! | `ascend_fabric_transfer_descriptors_total` | counter | descriptors | `engine`, `peer`, `op` | descriptors of transfers that ended `ok` |
 //! | `ascend_fabric_transfer_duration_seconds` | histogram | seconds | `engine`, `peer`, `op` | submission to observed completion, of transfers that ended `ok` (the slot wait included) |
-//! | `ascend_fabric_slot_wait_seconds` | histogram | seconds | `engine` | how long each submission that found every stream slot busy waited for one (back-pressure; a submission that found one free is not recorded) |
+//! | `ascend_fabric_slot_wait_seconds` | histogram | seconds | `engine` | how long each submission that found every stream slot busy waited, until it got one, timed out or was dropped (back-pressure; a submission that found one free is not recorded) |
 //! | `ascend_fabric_transfers_in_flight` | gauge | transfers | `engine`, `peer` | transfers submitted and not ended |
-//! | `ascend_fabric_connects_total` | counter | connects | `engine`, `peer`, `result` | connects to a peer: `ok` or `failed` |
+//! | `ascend_fabric_connects_total` | counter | connects | `engine`, `peer` | channels made to a peer (a reconnect counts again) |
+//! | `ascend_fabric_connect_failures_total` | counter | connects | `engine` | connects that failed (no peer label: a failed connect may name anything) |
 //! | `ascend_fabric_disconnects_total` | counter | channels | `engine`, `peer`, `reason` | channels ended, by reason: `keepalive_closed`, `heartbeat_failed`, `disconnected`, `engine_shutdown`, `directory_left` |
 //! | `ascend_fabric_control_rejected_total` | counter | connections | `engine`, `reason` | control-plane connections the server refused: `not_allowed` (not in the allow-list), `over_cap` (over its connection cap) |
 //! | `ascend_fabric_control_sessions` | gauge | sessions | `engine` | peers' control sessions open at this engine's server |
-//! | `ascend_fabric_engine_info` | gauge | - | `engine`, `backend`, `device` | 1 for each live engine: its address, the runtime's backend, its device |
-//! | `ascend_fabric_directory_members` | gauge | engines | `member` | engines in the directory, as the [`Member`](crate::directory::Member) published under `member` sees it |
+//! | `ascend_fabric_engine_info` | gauge | - | `engine`, `backend`, `device` | 1 for each live engine: its address, the runtime's backend, its device (0 once it is dropped) |
+//! | `ascend_fabric_directory_members` | gauge | engines | `member` | engines in the directory, as the [`Member`](crate::directory::Member) published under `member` sees it (0 once it is dropped) |
 //! | `ascend_fabric_directory_arrivals_total` | counter | engines | `member` | engines that joined the directory (the ones there when the member joined included) |
 //! | `ascend_fabric_directory_departures_total` | counter | engines | `member` | engines that left it (key deleted, lease expired) |
 //! | `ascend_fabric_directory_errors_total` | counter | errors | `endpoint` | etcd calls that failed or timed out, and broken watch and keep-alive streams |
+//!
+//! A channel's series stay after it is lost (a reconnect to the same peer records into them
+//! again): each peer an engine connected to adds its series for the life of the process.
 //!
 //! `op` is `write` or `read`; `engine` is the engine's identity on the wire
 //! ([`Engine::channel_id`](crate::Engine::channel_id): its `ip:port`, with a suffix unique to
@@ -47,8 +51,10 @@ pub const TRANSFER_DURATION: &str = "ascend_fabric_transfer_duration_seconds";
 pub const SLOT_WAIT: &str = "ascend_fabric_slot_wait_seconds";
 /// Transfers submitted and not ended.
 pub const IN_FLIGHT: &str = "ascend_fabric_transfers_in_flight";
-/// Connects to a peer, by result.
+/// Channels made to a peer.
 pub const CONNECTS: &str = "ascend_fabric_connects_total";
+/// Connects that failed.
+pub const CONNECT_FAILURES: &str = "ascend_fabric_connect_failures_total";
 /// Channels ended, by reason.
 pub const DISCONNECTS: &str = "ascend_fabric_disconnects_total";
 /// Control-plane connections the server refused, by reason.
@@ -88,7 +94,8 @@ pub fn describe() {
         "time a submission waited for a busy stream slot"
     );
     describe_gauge!(IN_FLIGHT, "transfers submitted and not ended");
-    describe_counter!(CONNECTS, "connects to a peer, by result");
+    describe_counter!(CONNECTS, "channels made to a peer");
+    describe_counter!(CONNECT_FAILURES, "connects that failed");
     describe_counter!(DISCONNECTS, "channels to a peer ended, by reason");
     describe_counter!(
         CONTROL_REJECTED,
@@ -139,8 +146,8 @@ impl Outcome {
     }
 }
 
-/// The `reason` labels of a lost channel (`LostReason::label`).
-const REASONS: [&str; 5] = [
+/// The `reason` labels of a lost channel (`LostReason::label`; `error.rs` checks each is here).
+pub(crate) const REASONS: [&str; 5] = [
     "keepalive_closed",
     "heartbeat_failed",
     "disconnected",
@@ -181,6 +188,7 @@ impl OpMetrics {
 pub(crate) struct PeerMetrics {
     write: OpMetrics,
     read: OpMetrics,
+    connects: Counter,
     in_flight: Gauge,
     disconnects: [Counter; 5],
 }
@@ -191,12 +199,18 @@ impl PeerMetrics {
         PeerMetrics {
             write: OpMetrics::new(engine, peer, "write"),
             read: OpMetrics::new(engine, peer, "read"),
+            connects: metrics::counter!(CONNECTS, &labels),
             in_flight: metrics::gauge!(IN_FLIGHT, &labels),
             disconnects: REASONS.map(|r| {
                 metrics::counter!(DISCONNECTS, "engine" => engine.to_owned(),
                     "peer" => peer.to_owned(), "reason" => r)
             }),
         }
+    }
+
+    /// The channel is made (it counts as a connect).
+    pub(crate) fn connected(&self) {
+        self.connects.increment(1);
     }
 
     /// A transfer was submitted.
@@ -230,13 +244,9 @@ pub(crate) fn slot_wait(engine: &str) -> Histogram {
     metrics::histogram!(SLOT_WAIT, "engine" => engine.to_owned())
 }
 
-/// A connect to `peer` by `engine` ended (ok or failed); registered at the call, in the
-/// connecting thread.
-pub(crate) fn connected(engine: &str, peer: &str, ok: bool) {
-    let result = if ok { "ok" } else { "failed" };
-    metrics::counter!(CONNECTS, "engine" => engine.to_owned(), "peer" => peer.to_owned(),
-        "result" => result)
-    .increment(1);
+/// The failed-connect counter of `engine`, registered when it is made.
+pub(crate) fn connect_failures(engine: &str) -> Counter {
+    metrics::counter!(CONNECT_FAILURES, "engine" => engine.to_owned())
 }
 
 /// The handles of an engine's control server, registered when the engine is made.
@@ -318,6 +328,13 @@ impl MemberMetrics {
     pub(crate) fn departed(&self, now: usize) {
         self.departures.increment(1);
         self.members.set(now as f64);
+    }
+}
+
+impl Drop for MemberMetrics {
+    fn drop(&mut self) {
+        // A member that is gone sees no engine.
+        self.members.set(0.0);
     }
 }
 

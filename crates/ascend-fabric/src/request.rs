@@ -217,6 +217,9 @@ pub(crate) struct Pending {
     pub(crate) descs: u64,
     /// When the submission began (for the duration metric).
     pub(crate) submitted: Instant,
+    /// The request's tracing span (disabled unless `debug` is on for this crate): it closes
+    /// when the request ends, with the pending state.
+    pub(crate) span: tracing::Span,
 }
 
 impl Pending {
@@ -287,8 +290,6 @@ pub(crate) struct ReqInner {
     blocked: AtomicBool,
     /// Signalled, under the state lock, when the blocked thread is back.
     unblocked: Condvar,
-    /// The request's tracing span (disabled unless `debug` is on for this crate).
-    pub(crate) span: tracing::Span,
 }
 
 /// How long a waiter polls a request's completion flags before blocking on its streams: a
@@ -327,7 +328,6 @@ impl ReqInner {
         p: Pending,
         auto: Option<AutoDisconnect>,
         stall: Option<Duration>,
-        span: tracing::Span,
     ) -> Arc<ReqInner> {
         let book = p.book.clone();
         let spin = p.bytes < SPIN_BYTES;
@@ -345,7 +345,6 @@ impl ReqInner {
             spin,
             blocked: AtomicBool::new(false),
             unblocked: Condvar::new(),
-            span,
         });
         book.insert(id, &req);
         req
@@ -392,6 +391,7 @@ impl ReqInner {
             bytes,
             descs,
             submitted,
+            span,
             ..
         } = *p;
         let took = submitted.elapsed();
@@ -402,10 +402,10 @@ impl ReqInner {
         }
         match &result {
             Ok(()) => {
-                tracing::debug!(parent: &self.span, took_us = took.as_micros() as u64, "completed")
+                tracing::debug!(parent: &span, took_us = took.as_micros() as u64, "completed")
             }
             Err(e) => {
-                tracing::debug!(parent: &self.span, outcome = outcome.label(), error = %e, took_us = took.as_micros() as u64, "ended")
+                tracing::debug!(parent: &span, outcome = outcome.label(), error = %e, took_us = took.as_micros() as u64, "ended")
             }
         }
         if result.is_err() {
@@ -467,6 +467,7 @@ impl ReqInner {
             bytes,
             descs,
             submitted,
+            span,
             ..
         } = *p;
         slot.abort_nowait(used);
@@ -474,7 +475,7 @@ impl ReqInner {
         let took = submitted.elapsed();
         book.metrics
             .ended(write, (bytes, descs), took, metrics::Outcome::Aborted);
-        tracing::debug!(parent: &self.span, took_us = took.as_micros() as u64, "dropped while pending: aborted");
+        tracing::debug!(parent: &span, took_us = took.as_micros() as u64, "dropped while pending: aborted");
         // In the drain list before it leaves the in-flight table (both under the state lock):
         // a teardown that finds it in neither has it failed already or drains it.
         book.draining.lock().push(Drain {

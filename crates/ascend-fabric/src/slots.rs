@@ -494,10 +494,7 @@ impl SlotPool {
             if now >= deadline {
                 // A grant handed over meanwhile is taken, not lost.
                 return match self.withdraw(&w) {
-                    Some(g) => {
-                        self.waited.record(w.since.elapsed().as_secs_f64());
-                        self.realize(g)
-                    }
+                    Some(g) => self.realize(g),
                     None => Err(Error::Timeout {
                         what: "waiting for a free stream slot",
                         after: t0.elapsed(),
@@ -542,7 +539,9 @@ impl SlotPool {
 
     /// Takes `w` out of the queue; returns what it was handed meanwhile, if anything (the
     /// caller uses it or gives it back with [`SlotPool::give`]).
+    /// The wait ends here, slot or not: it counts in the slot-wait metric.
     pub(crate) fn withdraw(&self, w: &Arc<SlotWaiter>) -> Option<Grant> {
+        self.waited.record(w.since.elapsed().as_secs_f64());
         let mut st = self.st.lock();
         let mut ws = w.st.lock();
         ws.gone = true;

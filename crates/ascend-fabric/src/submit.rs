@@ -102,7 +102,7 @@ impl Engine {
         }
         let submitted = Instant::now();
         let id = request::next_id();
-        // The request's span, from here to its end (it closes when the request is dropped).
+        // The request's span, from here to its end (the pending request holds it).
         let span = tracing::debug_span!(
             "request",
             id,
@@ -139,6 +139,7 @@ impl Engine {
             bytes: size.0,
             descs: size.1,
             submitted,
+            span: span.clone(),
         };
         if err.is_none() {
             if let Err(e) = p.record() {
@@ -146,13 +147,7 @@ impl Engine {
             }
         }
         drop(_entered);
-        let req = ReqInner::new(
-            id,
-            p,
-            self.auto_disconnect(ch),
-            opts.stall_timeout,
-            span.clone(),
-        );
+        let req = ReqInner::new(id, p, self.auto_disconnect(ch), opts.stall_timeout);
         drop(gate);
         if let Some(e) = err {
             req.fail(e);
@@ -199,19 +194,17 @@ impl Engine {
     /// a failed copy or a timeout disconnects the peer.
     pub(crate) fn wait_sync(req: &ReqInner, deadline: Instant, timeout: Duration) -> Result<()> {
         let r = req.wait(Some(deadline));
-        req.disconnect_if_due(r.is_none());
-        match r {
-            Some(r) => r,
-            None => {
-                let e = || Error::Timeout {
-                    what: "transfer",
-                    after: timeout,
-                };
-                // Ends it as the timeout it is (its streams aborted), unless it ended now.
-                req.fail(e());
-                Err(e())
-            }
+        let e = || Error::Timeout {
+            what: "transfer",
+            after: timeout,
+        };
+        if r.is_none() {
+            // Ends it as the timeout it is (its streams aborted), unless it ended now, before
+            // AutoConnect's disconnect could end it as the channel's loss.
+            req.fail(e());
         }
+        req.disconnect_if_due(r.is_none());
+        r.unwrap_or_else(|| Err(e()))
     }
 }
 

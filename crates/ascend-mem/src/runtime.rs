@@ -206,8 +206,9 @@ impl Runtime {
                     );
                     let mut rt = Self::emulated()?;
                     // Just made by `emulated` (`from_table`), so not shared yet.
-                    if let Some(inner) = Arc::get_mut(&mut rt.inner) {
-                        inner.fallback = Some(e);
+                    match Arc::get_mut(&mut rt.inner) {
+                        Some(inner) => inner.fallback = Some(e),
+                        None => tracing::debug!("the fallback reason is not kept: runtime shared"),
                     }
                     Ok(rt)
                 }
@@ -345,14 +346,15 @@ impl BackendChoice {
     /// The variable read: `ASCEND_MEM_BACKEND`.
     pub const VAR: &'static str = "ASCEND_MEM_BACKEND";
 
-    /// Reads [`BackendChoice::VAR`] from the environment (see [`BackendChoice::parse`]). A
-    /// value that is not valid Unicode reads as unset.
+    /// Reads [`BackendChoice::VAR`] from the environment (see [`BackendChoice::parse`]).
     ///
     /// # Errors
-    /// [`Error::UnknownBackend`] naming the variable, the value as found and the values this
-    /// build accepts.
+    /// [`Error::UnknownBackend`] naming the variable, the value as found (a value that is not
+    /// valid Unicode shown with replacement characters: it is refused, never read as unset)
+    /// and the values this build accepts.
     pub fn from_env() -> Result<BackendChoice> {
-        Self::parse(&std::env::var(Self::VAR).unwrap_or_default())
+        let v = std::env::var_os(Self::VAR).unwrap_or_default();
+        Self::parse(&v.to_string_lossy())
     }
 
     /// Reads a value of [`BackendChoice::VAR`]: case and surrounding white space are ignored;

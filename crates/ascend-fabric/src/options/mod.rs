@@ -293,9 +293,10 @@ impl EngineOptionsBuilder {
         self
     }
 
-    /// Log a transfer summary every `d` ([`EngineOptions::summary_interval`]).
-    pub fn summary_interval(mut self, d: Duration) -> Self {
-        self.opts.summary_interval = Some(d);
+    /// Log a transfer summary every `d`, or none (`None`, the default)
+    /// ([`EngineOptions::summary_interval`]).
+    pub fn summary_interval(mut self, d: Option<Duration>) -> Self {
+        self.opts.summary_interval = d;
         self
     }
 

@@ -197,7 +197,13 @@ fn batch_directions(dev: &Device) -> Answer<BatchDirections> {
                     "{}: accepted, but the bytes did not arrive",
                     dir.label()
                 )),
-                Err(e) => refused.push(format!("{}: {e}", dir.label())),
+                Err(e) => {
+                    // A copy may still be queued: nothing more goes on this stream, and what
+                    // is queued is discarded so that closing it does not wait for ever.
+                    refused.push(format!("{}: {e}", dir.label()));
+                    let _ = s.abort();
+                    break;
+                }
             }
         }
         let closed = s.close().map_err(|e| e.to_string());

@@ -7,7 +7,7 @@
 //! | `ascend_mem_hccl_collectives_total` | counter | collectives | `device`, `rank`, `op` | collectives queued: `all_gather`, `reduce_scatter`, `all_reduce`, `all_to_all`, `broadcast`, `barrier` |
 //! | `ascend_mem_hccl_collective_bytes_total` | counter | bytes | `device`, `rank`, `op` | bytes of this rank's send buffer (the buffer, for a broadcast) of the collectives queued |
 //! | `ascend_mem_hccl_onesided_total` | counter | operations | `device`, `rank`, `op` | one-sided operations queued: `put`, `get`, `signal` |
-//! | `ascend_mem_hccl_onesided_bytes_total` | counter | bytes | `device`, `rank`, `op` | bytes of the puts and gets queued |
+//! | `ascend_mem_hccl_onesided_bytes_total` | counter | bytes | `device`, `rank`, `op` | bytes of the puts and gets queued (a signal's series stays 0: it moves a value, not bytes) |
 //! | `ascend_mem_hccl_windows` | gauge | windows | `device`, `rank` | symmetric windows registered on the communicator |
 //!
 //! Counted when the operation is queued on its stream (its failures surface at the stream's

@@ -91,6 +91,7 @@ impl WinInner {
         let dev = &self.comm.dev;
         dev.bind()?;
         let _g = self.comm.lock.lock();
+        let was_live = self.win.is_live();
         // Collectives queued over the window hold this Arc, so none is pending.
         let r = match self.win.deregister(self.comm.h, dev.lib()) {
             Ok(()) => Ok(()),
@@ -102,7 +103,7 @@ impl WinInner {
                 Err(e)
             }
         };
-        if !self.win.is_live() {
+        if was_live && !self.win.is_live() {
             self.comm.metrics.windows.decrement(1.0);
         }
         r
