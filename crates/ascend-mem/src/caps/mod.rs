@@ -508,7 +508,9 @@ impl Runtime {
     /// found on the first call and kept for the process. Use
     /// [`capabilities_on`](Runtime::capabilities_on) to probe the device a program uses.
     ///
-    /// Never fails: what could not be found is an answer that says so.
+    /// Never fails: what could not be found is an answer that says so. Answers are kept as
+    /// found, a probe whose stream did not finish within its wait (5 s) included: ask while
+    /// the device is not busy with other work.
     pub fn capabilities(&self) -> Arc<Capabilities> {
         let device = match self.device_count() {
             Ok(n) if n > 0 => Some(0),
