@@ -79,6 +79,24 @@ impl Counters {
         *self == Counters::default()
     }
 
+    /// Every counter with its field's name, in field order.
+    pub fn named(&self) -> [(&'static str, u64); NCTR] {
+        [
+            ("reservations", self.reservations),
+            ("physical", self.physical),
+            ("imports", self.imports),
+            ("mappings", self.mappings),
+            ("exports", self.exports),
+            ("streams", self.streams),
+            ("events", self.events),
+            ("contexts", self.contexts),
+            ("device_mallocs", self.device_mallocs),
+            ("host_mallocs", self.host_mallocs),
+            ("comms", self.comms),
+            ("windows", self.windows),
+        ]
+    }
+
     fn from_array(a: [u64; NCTR]) -> Self {
         Counters {
             reservations: a[0],

@@ -1,0 +1,109 @@
+//! Rust futures as asyncio futures: `Pending` polls the engine's future from the event loop's
+//! thread and is polled again when the engine wakes it (its progress thread, or the thread
+//! that freed a stream slot, schedules the next poll with `call_soon_threadsafe`): no thread
+//! waits per request. Cancelling the asyncio future (`task.cancel()`) drops the Rust future,
+//! which cancels the transfer with the Rust API's guarantee (the drop never waits; the memory
+//! it used is let go once the runtime says the aborted copies are done).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+use pyo3::prelude::*;
+
+use crate::error;
+
+type EngineFuture = Pin<Box<dyn Future<Output = ascend_fabric::Result<()>> + Send>>;
+
+/// A Rust future bound to an asyncio future of a loop.
+#[pyclass(name = "_Pending", module = "ascend_fabric", frozen)]
+pub(crate) struct PyPending {
+    fut: Mutex<Option<EngineFuture>>,
+    aio: Py<PyAny>,
+    event_loop: Py<PyAny>,
+}
+
+/// Schedules the next poll of a `Pending` on its loop.
+struct LoopWaker(Py<PyPending>);
+
+impl Wake for LoopWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        Python::attach(|py| {
+            let p = self.0.bind(py);
+            let poll = p.getattr("_poll");
+            let sched = poll.and_then(|cb| {
+                p.get()
+                    .event_loop
+                    .bind(py)
+                    .call_method1("call_soon_threadsafe", (cb,))
+            });
+            // A loop that is closed has no one left to tell.
+            drop(sched);
+        });
+    }
+}
+
+/// The asyncio future of `fut`, on the running loop, polled the first time now.
+pub(crate) fn awaitable<'py, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = ascend_fabric::Result<()>> + Send + 'static,
+{
+    let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
+    let aio = event_loop.call_method0("create_future")?;
+    let pending = Py::new(
+        py,
+        PyPending {
+            fut: Mutex::new(Some(Box::pin(fut))),
+            aio: aio.clone().unbind(),
+            event_loop: event_loop.unbind(),
+        },
+    )?;
+    aio.call_method1("add_done_callback", (pending.bind(py).getattr("_done")?,))?;
+    PyPending::_poll(pending.bind(py))?;
+    Ok(aio)
+}
+
+#[pymethods]
+impl PyPending {
+    /// Polls the Rust future (without the GIL); settles the asyncio future when it is done.
+    fn _poll(slf: &Bound<'_, Self>) -> PyResult<()> {
+        let py = slf.py();
+        let this = slf.get();
+        let waker = Waker::from(Arc::new(LoopWaker(slf.clone().unbind())));
+        let out = py.detach(|| {
+            let mut guard = this.fut.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(fut) = guard.as_mut() else {
+                return None; // settled or cancelled already
+            };
+            match fut.as_mut().poll(&mut Context::from_waker(&waker)) {
+                Poll::Ready(r) => {
+                    *guard = None;
+                    Some(r)
+                }
+                Poll::Pending => None,
+            }
+        });
+        let Some(r) = out else { return Ok(()) };
+        let aio = this.aio.bind(py);
+        if aio.call_method0("done")?.is_truthy()? {
+            return Ok(());
+        }
+        match r {
+            Ok(()) => aio.call_method1("set_result", (py.None(),))?,
+            Err(e) => aio.call_method1("set_exception", (error::fabric(e).into_value(py),))?,
+        };
+        Ok(())
+    }
+
+    /// The asyncio future is done: if it was cancelled, the Rust future is dropped (which
+    /// cancels its transfer).
+    fn _done(&self, py: Python<'_>, _aio: &Bound<'_, PyAny>) {
+        let fut = self.fut.lock().map(|mut f| f.take()).unwrap_or(None);
+        py.detach(|| drop(fut));
+    }
+}

@@ -1,0 +1,272 @@
+//! `Engine` (the Fabric Mem engine: memory, registrations, peers, synchronous transfers) and
+//! `Registration` (memory offered to peers until it is deregistered or dropped).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use ascend_fabric::{Engine, EngineOptions, Registration, TransferDesc, TransferOp};
+use ascend_mem::Addr;
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use crate::aio;
+use crate::buffer::{PyDeviceBuffer, PyHostBuffer};
+use crate::error;
+use crate::runtime::PyDevice;
+
+/// A Fabric Mem engine on a device, listening at `local` (`ip:port`) or not (`ip`).
+#[pyclass(name = "Engine", module = "ascend_fabric", frozen)]
+pub(crate) struct PyEngine {
+    engine: Engine,
+}
+
+/// Memory offered to peers: deregistered by `deregister()` or when dropped. It keeps the
+/// buffer it was made from alive.
+#[pyclass(name = "Registration", module = "ascend_fabric", frozen)]
+pub(crate) struct PyRegistration {
+    reg: Mutex<Option<Registration>>,
+    /// The buffer registered (None for raw memory the caller owns).
+    _owner: Option<Py<PyAny>>,
+    addr: u64,
+    len: usize,
+}
+
+/// A timeout in seconds as a duration; a negative or non-finite one is refused.
+fn seconds(what: &str, s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| PyValueError::new_err(format!("{what}: timeout {s} s is not a duration")))
+}
+
+/// Descriptors from `(local_addr, remote_addr, len)` tuples.
+fn raw_descs(descs: Vec<(u64, u64, usize)>) -> Vec<TransferDesc> {
+    descs
+        .into_iter()
+        .map(|(l, r, n)| TransferDesc::raw(Addr::new(l), Addr::new(r), n))
+        .collect()
+}
+
+/// `"read"` or `"write"`.
+fn op_of(op: &str) -> PyResult<TransferOp> {
+    match op.to_ascii_lowercase().as_str() {
+        "read" => Ok(TransferOp::Read),
+        "write" => Ok(TransferOp::Write),
+        _ => Err(PyValueError::new_err(format!(
+            "Engine.transfer: op {op:?} is neither \"read\" nor \"write\""
+        ))),
+    }
+}
+
+#[pymethods]
+impl PyEngine {
+    /// An engine on `device` at `local`, with `task_stream_num` copy streams per transfer and
+    /// a VA pool of `pool_capacity` bytes (the engine's default when not given).
+    #[new]
+    #[pyo3(signature = (device, local, task_stream_num = 4, pool_capacity = None))]
+    fn new(
+        py: Python<'_>,
+        device: &PyDevice,
+        local: &str,
+        task_stream_num: u32,
+        pool_capacity: Option<usize>,
+    ) -> PyResult<PyEngine> {
+        let mut b = EngineOptions::builder().task_stream_num(task_stream_num);
+        if let Some(c) = pool_capacity {
+            b = b.pool_capacity(c);
+        }
+        let opts = b.build().map_err(|e| error::fabric(e.into()))?;
+        let engine = py
+            .detach(|| Engine::new(&device.dev, local, opts))
+            .map_err(error::fabric)?;
+        Ok(PyEngine { engine })
+    }
+
+    /// Its address as peers name it.
+    #[getter]
+    fn local_addr(&self) -> String {
+        self.engine.local_addr().as_str().to_owned()
+    }
+
+    /// Its identity on the control wire.
+    #[getter]
+    fn channel_id(&self) -> String {
+        self.engine.channel_id().to_owned()
+    }
+
+    /// Host DRAM of `size` bytes, mapped for the device.
+    fn alloc_host(&self, py: Python<'_>, size: usize) -> PyResult<PyHostBuffer> {
+        let buf = py
+            .detach(|| self.engine.alloc_host(size))
+            .map_err(error::fabric)?;
+        Ok(PyHostBuffer { buf })
+    }
+
+    /// Device memory of `size` bytes.
+    fn alloc_device(&self, py: Python<'_>, size: usize) -> PyResult<PyDeviceBuffer> {
+        let buf = py
+            .detach(|| self.engine.alloc_device(size))
+            .map_err(error::fabric)?;
+        Ok(PyDeviceBuffer { buf })
+    }
+
+    /// Offers `buffer` (a HostBuffer or DeviceBuffer) to peers.
+    fn register(&self, py: Python<'_>, buffer: Bound<'_, PyAny>) -> PyResult<PyRegistration> {
+        let reg = if let Ok(h) = buffer.cast::<PyHostBuffer>() {
+            let h = h.get();
+            py.detach(|| self.engine.register(&h.buf))
+        } else if let Ok(d) = buffer.cast::<PyDeviceBuffer>() {
+            let d = d.get();
+            py.detach(|| self.engine.register(&d.buf))
+        } else {
+            return Err(PyValueError::new_err(format!(
+                "Engine.register: a HostBuffer or DeviceBuffer, not {}",
+                buffer.get_type().name()?
+            )));
+        }
+        .map_err(error::fabric)?;
+        Ok(PyRegistration::new(reg, Some(buffer.unbind())))
+    }
+
+    /// Offers `[addr, addr + len)`, memory the caller owns (mapped by another library, a
+    /// `torch_npu` tensor's `data_ptr()`), with the same checks as for a buffer: the range
+    /// must lie in memory the runtime knows. The caller keeps the memory mapped until the
+    /// registration is gone.
+    fn register_raw(&self, py: Python<'_>, addr: u64, len: usize) -> PyResult<PyRegistration> {
+        let reg = py
+            .detach(|| self.engine.register_raw(Addr::new(addr), len))
+            .map_err(error::fabric)?;
+        Ok(PyRegistration::new(reg, None))
+    }
+
+    /// Connects to the engine at `remote` (`ip:port`), within `timeout` seconds.
+    #[pyo3(signature = (remote, timeout = 10.0))]
+    fn connect(&self, py: Python<'_>, remote: &str, timeout: f64) -> PyResult<()> {
+        let t = seconds("Engine.connect", timeout)?;
+        py.detach(|| self.engine.connect(remote, t))
+            .map_err(error::fabric)
+    }
+
+    /// Disconnects from `remote` (its transfers in flight fail with a peer-lost error).
+    #[pyo3(signature = (remote, timeout = 10.0))]
+    fn disconnect(&self, py: Python<'_>, remote: &str, timeout: f64) -> PyResult<()> {
+        let t = seconds("Engine.disconnect", timeout)?;
+        py.detach(|| self.engine.disconnect(remote, t))
+            .map_err(error::fabric)
+    }
+
+    /// The peers connected to.
+    fn peers(&self) -> Vec<String> {
+        self.engine.peers()
+    }
+
+    /// Copies each `(local_addr, remote_addr, len)` of `descs` to (`op="write"`) or from
+    /// (`"read"`) `remote`, and waits up to `timeout` seconds (on timeout the transfer is
+    /// aborted). Every descriptor is checked against the registrations first.
+    #[pyo3(signature = (remote, op, descs, timeout = 30.0))]
+    fn transfer_sync(
+        &self,
+        py: Python<'_>,
+        remote: &str,
+        op: &str,
+        descs: Vec<(u64, u64, usize)>,
+        timeout: f64,
+    ) -> PyResult<()> {
+        let (op, t) = (op_of(op)?, seconds("Engine.transfer_sync", timeout)?);
+        let descs = raw_descs(descs);
+        py.detach(|| self.engine.transfer_sync(remote, op, &descs, t))
+            .map_err(error::fabric)
+    }
+
+    /// The same transfer, awaitable on the running asyncio loop: it waits for a free stream
+    /// slot in turn (back-pressure), then for its copies; the loop is woken when it ends (no
+    /// thread waits for it). Cancelling the awaiting task cancels the transfer: nothing was
+    /// queued, or its copies are aborted and the memory they use is let go once the runtime
+    /// says they are done.
+    fn transfer<'py>(
+        &self,
+        py: Python<'py>,
+        remote: &str,
+        op: &str,
+        descs: Vec<(u64, u64, usize)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let op = op_of(op)?;
+        let fut = self.engine.transfer(remote, op, &raw_descs(descs));
+        aio::awaitable(py, fut)
+    }
+
+    /// [`connect`](Self::connect), awaitable on the running asyncio loop (the exchange runs on
+    /// a helper thread; the loop is woken when it ends).
+    #[pyo3(signature = (remote, timeout = 10.0))]
+    fn connect_async<'py>(
+        &self,
+        py: Python<'py>,
+        remote: &str,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let t = seconds("Engine.connect_async", timeout)?;
+        aio::awaitable(py, self.engine.connect_async(remote, t))
+    }
+
+    /// This engine's counters for `remote` (completed writes and reads, bytes, descriptors,
+    /// errors, in flight, segments), or None when not connected.
+    fn peer_stats(&self, remote: &str) -> Option<std::collections::BTreeMap<&'static str, u64>> {
+        self.engine.peer_stats(remote).map(|s| {
+            [
+                ("writes", s.writes),
+                ("reads", s.reads),
+                ("bytes_written", s.bytes_written),
+                ("bytes_read", s.bytes_read),
+                ("descriptors", s.descriptors),
+                ("errors", s.errors),
+                ("in_flight", s.in_flight),
+                ("segments", s.segments),
+            ]
+            .into_iter()
+            .collect()
+        })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Engine({:?})", self.local_addr())
+    }
+}
+
+impl PyRegistration {
+    fn new(reg: Registration, owner: Option<Py<PyAny>>) -> PyRegistration {
+        PyRegistration {
+            addr: reg.addr().get(),
+            len: reg.len(),
+            reg: Mutex::new(Some(reg)),
+            _owner: owner,
+        }
+    }
+}
+
+#[pymethods]
+impl PyRegistration {
+    /// The first address registered.
+    #[getter]
+    fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    fn __len__(&self) -> usize {
+        self.len
+    }
+
+    /// Deregisters now (waiting for transfers that use it, and for peers to let go of their
+    /// imports of it); a second call does nothing.
+    fn deregister(&self, py: Python<'_>) {
+        let reg = self.reg.lock().map(|mut r| r.take()).unwrap_or(None);
+        py.detach(|| drop(reg));
+    }
+
+    /// Whether it is still registered.
+    #[getter]
+    fn registered(&self) -> bool {
+        self.reg.lock().map(|r| r.is_some()).unwrap_or(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Registration(addr={:#x}, len={})", self.addr, self.len)
+    }
+}

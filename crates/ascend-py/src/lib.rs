@@ -1,0 +1,35 @@
+//! The Python package `ascend_fabric`'s native module (`ascend_fabric._native`): the runtime and
+//! its devices, host and device buffers, and the Fabric Mem engine, over the Rust crates.
+//!
+//! `Engine.transfer` and `Engine.connect_async` are awaitable on the running asyncio loop
+//! (`aio.rs`): the engine wakes the loop when they end, and cancelling the task cancels them.
+//! Every call that may block (connecting, transferring, allocating, reading or writing device
+//! memory) releases the GIL. Errors are `ascend_fabric.AscendError`, carrying the HIXL status
+//! code and the Rust error's text. Host buffers expose `__array_interface__`, so
+//! `numpy.asarray(buf)` is a view of the memory without a copy (numpy keeps the buffer alive);
+//! device memory is only reached through explicit copies.
+//!
+//! Built as a wheel with maturin (`pyproject.toml`); the Python half is in `python/`.
+
+mod aio;
+mod buffer;
+mod engine;
+mod error;
+mod runtime;
+
+use pyo3::prelude::*;
+
+/// The module.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<runtime::PyRuntime>()?;
+    m.add_class::<runtime::PyDevice>()?;
+    m.add_class::<buffer::PyHostBuffer>()?;
+    m.add_class::<buffer::PyDeviceBuffer>()?;
+    m.add_class::<engine::PyEngine>()?;
+    m.add_class::<engine::PyRegistration>()?;
+    m.add_class::<aio::PyPending>()?;
+    m.add_function(wrap_pyfunction!(runtime::emulator_live_objects, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

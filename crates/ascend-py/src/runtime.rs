@@ -1,0 +1,82 @@
+//! `Runtime` and `Device`: the backend `ASCEND_MEM_BACKEND` names (`cann`, or `sim` for the
+//! emulator built into the package; unset means CANN), and a device of it.
+
+use ascend_mem::{Device, Runtime};
+use pyo3::prelude::*;
+
+use crate::error;
+
+/// The CANN runtime, or the emulator when `ASCEND_MEM_BACKEND=sim` says so.
+#[pyclass(name = "Runtime", module = "ascend_fabric", frozen)]
+pub(crate) struct PyRuntime {
+    pub(crate) rt: Runtime,
+}
+
+#[pymethods]
+impl PyRuntime {
+    /// The runtime `ASCEND_MEM_BACKEND` names: `cann` or unset, CANN (an error naming what is
+    /// missing when it does not load: never the emulator); `sim`, the built-in emulator.
+    #[new]
+    fn new(py: Python<'_>) -> PyResult<PyRuntime> {
+        let rt = py.detach(Runtime::from_env).map_err(error::mem)?;
+        Ok(PyRuntime { rt })
+    }
+
+    /// Which implementation serves the runtime (`emulator (in-process)`, or the CANN library).
+    #[getter]
+    fn backend(&self) -> String {
+        self.rt.backend().to_string()
+    }
+
+    /// Whether the emulator serves it.
+    #[getter]
+    fn is_emulator(&self) -> bool {
+        self.rt.backend().is_emulator()
+    }
+
+    /// The number of devices.
+    fn device_count(&self, py: Python<'_>) -> PyResult<u32> {
+        py.detach(|| self.rt.device_count()).map_err(error::mem)
+    }
+
+    /// Device `id` (opened on first use).
+    fn device(&self, py: Python<'_>, id: i32) -> PyResult<PyDevice> {
+        let dev = py.detach(|| self.rt.device(id)).map_err(error::mem)?;
+        Ok(PyDevice { dev })
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Runtime(backend={:?})", self.backend())
+    }
+}
+
+/// One device of a runtime.
+#[pyclass(name = "Device", module = "ascend_fabric", frozen)]
+pub(crate) struct PyDevice {
+    pub(crate) dev: Device,
+}
+
+#[pymethods]
+impl PyDevice {
+    /// The device id.
+    #[getter]
+    fn id(&self) -> i32 {
+        self.dev.id()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("Device({})", self.dev.id())
+    }
+}
+
+/// The emulator's live objects (allocations, mappings, reservations, streams, ...) as a dict,
+/// for tests that check nothing is left behind; empty counts are zero. The emulator's, whatever
+/// the backend: on CANN it counts nothing.
+#[pyfunction]
+pub(crate) fn emulator_live_objects() -> std::collections::BTreeMap<String, u64> {
+    ascend_sim::counters()
+        .named()
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+}
