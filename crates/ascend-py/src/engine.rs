@@ -80,6 +80,22 @@ impl PyEngine {
         Ok(PyEngine { engine })
     }
 
+    /// An engine configured by HIXL's option map (`Hixl.initialize`'s options: strings, with
+    /// `EnableUseFabricMem` "1" selecting this engine), on `device` at `local`.
+    #[staticmethod]
+    fn from_hixl(
+        py: Python<'_>,
+        device: &PyDevice,
+        local: &str,
+        options: std::collections::BTreeMap<String, String>,
+    ) -> PyResult<PyEngine> {
+        let opts = EngineOptions::from_hixl(&options).map_err(|e| error::fabric(e.into()))?;
+        let engine = py
+            .detach(|| Engine::new(&device.dev, local, opts))
+            .map_err(error::fabric)?;
+        Ok(PyEngine { engine })
+    }
+
     /// Its address as peers name it.
     #[getter]
     fn local_addr(&self) -> String {
@@ -176,6 +192,43 @@ impl PyEngine {
             .map_err(error::fabric)
     }
 
+    /// Starts the transfer and returns at once with its request (`TransferAsync`): fails at
+    /// once when every stream slot is busy.
+    fn transfer_async(
+        &self,
+        py: Python<'_>,
+        remote: &str,
+        op: &str,
+        descs: Vec<(u64, u64, usize)>,
+    ) -> PyResult<PyRequest> {
+        let op = op_of(op)?;
+        let descs = raw_descs(descs);
+        let req = py
+            .detach(|| self.engine.transfer_async(remote, op, &descs))
+            .map_err(error::fabric)?;
+        Ok(PyRequest { req })
+    }
+
+    /// Sends the notify (`name`, `msg`) to `remote` (`SendNotify`).
+    #[pyo3(signature = (remote, name, msg, timeout = 1.0))]
+    fn send_notify(
+        &self,
+        py: Python<'_>,
+        remote: &str,
+        name: &str,
+        msg: &str,
+        timeout: f64,
+    ) -> PyResult<()> {
+        let t = seconds("Engine.send_notify", timeout)?;
+        py.detach(|| self.engine.send_notify(remote, name, msg, t))
+            .map_err(error::fabric)
+    }
+
+    /// The notifies received since the last call, as (name, message) pairs (`GetNotifies`).
+    fn take_notifies(&self) -> Vec<(String, String)> {
+        self.engine.take_notifies()
+    }
+
     /// The same transfer, awaitable on the running asyncio loop: it waits for a free stream
     /// slot in turn (back-pressure), then for its copies; the loop is woken when it ends (no
     /// thread waits for it). Cancelling the awaiting task cancels the transfer: nothing was
@@ -227,6 +280,42 @@ impl PyEngine {
 
     fn __repr__(&self) -> String {
         format!("Engine({:?})", self.local_addr())
+    }
+}
+
+/// A running transfer (`Engine.transfer_async`). Dropping it while it runs aborts it.
+#[pyclass(name = "Request", module = "ascend_fabric", frozen)]
+pub(crate) struct PyRequest {
+    req: ascend_fabric::TransferRequest,
+}
+
+#[pymethods]
+impl PyRequest {
+    /// Its id, unique in the process.
+    #[getter]
+    fn id(&self) -> u64 {
+        self.req.id()
+    }
+
+    /// `"waiting"`, `"completed"` or `"failed"` (asking the runtime without waiting).
+    fn status(&self, py: Python<'_>) -> &'static str {
+        match py.detach(|| self.req.status()) {
+            ascend_fabric::TransferStatus::Waiting => "waiting",
+            ascend_fabric::TransferStatus::Completed => "completed",
+            _ => "failed",
+        }
+    }
+
+    /// Waits up to `timeout` seconds for it to end; raises its error if it failed.
+    #[pyo3(signature = (timeout = 30.0))]
+    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
+        let t = seconds("Request.wait", timeout)?;
+        py.detach(|| self.req.wait(t)).map_err(error::fabric)
+    }
+
+    /// Cancels it if its copies have not ended; whether it did.
+    fn cancel(&self, py: Python<'_>) -> bool {
+        py.detach(|| self.req.cancel())
     }
 }
 

@@ -28,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::PyDeviceBuffer>()?;
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<engine::PyRegistration>()?;
+    m.add_class::<engine::PyRequest>()?;
     m.add_class::<aio::PyPending>()?;
     m.add_function(wrap_pyfunction!(runtime::emulator_live_objects, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

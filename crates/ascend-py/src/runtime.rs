@@ -64,6 +64,23 @@ impl PyDevice {
         self.dev.id()
     }
 
+    /// Device memory of at least `size` bytes (whole allocation granules), of no engine:
+    /// for memory a program registers by address (`Engine.register_raw`, `Hixl.register_mem`).
+    fn alloc_device(&self, py: Python<'_>, size: usize) -> PyResult<crate::buffer::PyDeviceBuffer> {
+        let buf = py
+            .detach(|| ascend_mem::DeviceBuffer::new(&self.dev, size))
+            .map_err(error::mem)?;
+        Ok(crate::buffer::PyDeviceBuffer { buf })
+    }
+
+    /// Host DRAM of at least `size` bytes mapped for the device, of no engine.
+    fn alloc_host(&self, py: Python<'_>, size: usize) -> PyResult<crate::buffer::PyHostBuffer> {
+        let buf = py
+            .detach(|| ascend_mem::HostBuffer::new(&self.dev, size))
+            .map_err(error::mem)?;
+        Ok(crate::buffer::PyHostBuffer { buf })
+    }
+
     fn __repr__(&self) -> String {
         format!("Device({})", self.dev.id())
     }

@@ -1,0 +1,360 @@
+"""HIXL's Python names over this package's engine, so a program written for ``import hixl``
+runs with ``import ascend_fabric.hixl as hixl``.
+
+Every method returns HIXL's status codes (and HIXL's tuples) instead of raising; the engine is
+this package's Fabric Mem engine, so the options must select FabricMem
+(``OPTION_ENABLE_USE_FABRIC_MEM: "1"``), as with HIXL. What differs from HIXL's module:
+
+* ``get_all_transfer_status`` works in FabricMem mode (HIXL's answers UNSUPPORTED there): the
+  requests of ``transfer_async`` that ended since, each once, with their user data.
+* The device is the one ``set_device`` named (0 by default), as HIXL uses the thread's current
+  device; the backend is the one ``ASCEND_MEM_BACKEND`` names.
+"""
+
+import enum
+import threading
+
+from . import _native
+from ._errors import AscendError
+
+SUCCESS = 0
+PARAM_INVALID = 103900
+TIMEOUT = 103901
+NOT_CONNECTED = 103902
+ALREADY_CONNECTED = 103903
+NOTIFY_FAILED = 103904
+UNSUPPORTED = 103905
+RESOURCE_EXHAUSTED = 203900
+FAILED = 503900
+
+OPTION_ENABLE_USE_FABRIC_MEM = "EnableUseFabricMem"
+OPTION_RDMA_TRAFFIC_CLASS = "RdmaTrafficClass"
+OPTION_RDMA_SERVICE_LEVEL = "RdmaServiceLevel"
+OPTION_BUFFER_POOL = "BufferPool"
+OPTION_GLOBAL_RESOURCE_CONFIG = "GlobalResourceConfig"
+OPTION_AUTO_CONNECT = "AutoConnect"
+OPTION_LOCAL_COMM_RES = "LocalCommRes"
+
+FEATURE_SUPPORTED = 1
+FEATURE_NOT_SUPPORTED = 0
+
+_DEFAULT_TIMEOUT_MS = 1000
+
+
+class MemType(enum.IntEnum):
+    MEM_DEVICE = 0
+    MEM_HOST = 1
+
+
+class TransferOp(enum.IntEnum):
+    READ = 0
+    WRITE = 1
+
+
+class TransferStatus(enum.IntEnum):
+    WAITING = 0
+    COMPLETED = 1
+    TIMEOUT = 2
+    FAILED = 3
+
+
+class AsyncConnectStatus(enum.IntEnum):
+    NOT_CONNECT = 0
+    CONNECT_PENDING = 1
+    CONNECTING = 2
+    CONNECTED = 3
+    CONNECT_FAILED = 4
+    DISCONNECT_PENDING = 5
+    DISCONNECTING = 6
+
+
+class FeatureType(enum.IntEnum):
+    AUTO_CONNECT = 0
+    CLIENT_SERVER_COMM = 1
+
+
+MEM_DEVICE, MEM_HOST = MemType.MEM_DEVICE, MemType.MEM_HOST
+READ, WRITE = TransferOp.READ, TransferOp.WRITE
+(
+    NOT_CONNECT,
+    CONNECT_PENDING,
+    CONNECTING,
+    CONNECTED,
+    CONNECT_FAILED,
+    DISCONNECT_PENDING,
+    DISCONNECTING,
+) = tuple(AsyncConnectStatus)
+AUTO_CONNECT, CLIENT_SERVER_COMM = FeatureType.AUTO_CONNECT, FeatureType.CLIENT_SERVER_COMM
+
+
+class MemDesc:
+    def __init__(self, addr, len):
+        self.addr, self.len = addr, len
+
+
+class TransferOpDesc:
+    def __init__(self, local_addr, remote_addr, len):
+        self.local_addr, self.remote_addr, self.len = local_addr, remote_addr, len
+
+
+class TransferArgs:
+    def __init__(self):
+        self.user_data = 0
+
+
+class GetTransferStatusArgs:
+    def __init__(self, max_query_count=0xFFFFFFFF, skip_waiting=False):
+        self.max_query_count, self.skip_waiting = max_query_count, skip_waiting
+
+
+class TransferResult:
+    def __init__(self):
+        self.req, self.user_data, self.status = 0, 0, TransferStatus.WAITING
+
+
+class NotifyDesc:
+    def __init__(self, name, notify_msg):
+        self.name, self.notify_msg = name, notify_msg
+
+
+_device = 0
+
+
+def set_device(device_id):
+    """The device the next ``Hixl.initialize`` uses (HIXL: the thread's current device)."""
+    global _device
+    _device = int(device_id)
+
+
+def get_capability(feature):
+    """``(SUCCESS, FEATURE_SUPPORTED or FEATURE_NOT_SUPPORTED)``: AutoConnect is supported;
+    the client/server engine is not (this face is the Fabric Mem engine's)."""
+    if feature == FeatureType.AUTO_CONNECT:
+        return SUCCESS, FEATURE_SUPPORTED
+    if feature == FeatureType.CLIENT_SERVER_COMM:
+        return SUCCESS, FEATURE_NOT_SUPPORTED
+    return PARAM_INVALID, FEATURE_NOT_SUPPORTED
+
+
+def _status(call):
+    """Runs ``call``; its error as HIXL's status."""
+    try:
+        call()
+        return SUCCESS
+    except AscendError as e:
+        return e.status
+    except (ValueError, TypeError, OverflowError):
+        return PARAM_INVALID
+
+
+def _op_name(op):
+    if op == TransferOp.READ:
+        return "read"
+    if op == TransferOp.WRITE:
+        return "write"
+    raise ValueError(f"op {op!r}")
+
+
+def _descs(op_descs):
+    return [(d.local_addr, d.remote_addr, d.len) for d in op_descs]
+
+
+class Hixl:
+    """One engine, as HIXL's ``Hixl``."""
+
+    def __init__(self):
+        self._engine = None
+        self._regs = {}
+        self._reqs = {}
+        self._connects = {}
+        self._lock = threading.Lock()
+        self._next = 1
+
+    def _take_id(self):
+        with self._lock:
+            n, self._next = self._next, self._next + 1
+            return n
+
+    def initialize(self, local_engine, options={}):  # noqa: B006 (HIXL's signature)
+        if self._engine is not None:
+            return SUCCESS
+        try:
+            dev = _native.Runtime().device(_device)
+            self._engine = _native.Engine.from_hixl(dev, local_engine, dict(options))
+            return SUCCESS
+        except AscendError as e:
+            return e.status
+        except (ValueError, TypeError):
+            return PARAM_INVALID
+
+    def finalize(self):
+        with self._lock:
+            regs, self._regs = self._regs, {}
+            self._reqs.clear()
+        for r in regs.values():
+            r.deregister()
+        self._engine = None
+
+    def _ready(self):
+        return self._engine is not None
+
+    def register_mem(self, mem_desc, mem_type):
+        if not self._ready():
+            return FAILED, 0
+        holder = []
+
+        def reg():
+            holder.append(self._engine.register_raw(mem_desc.addr, mem_desc.len))
+
+        st = _status(reg)
+        if st != SUCCESS:
+            return st, 0
+        handle = self._take_id()
+        with self._lock:
+            self._regs[handle] = holder[0]
+        return SUCCESS, handle
+
+    def deregister_mem(self, mem_handle):
+        with self._lock:
+            reg = self._regs.pop(mem_handle, None)
+        if reg is None:
+            return PARAM_INVALID
+        reg.deregister()
+        return SUCCESS
+
+    def connect(self, remote_engine, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
+        if not self._ready():
+            return FAILED
+        return _status(lambda: self._engine.connect(remote_engine, timeout_in_millis / 1000.0))
+
+    def disconnect(self, remote_engine, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
+        if not self._ready():
+            return FAILED
+        return _status(lambda: self._engine.disconnect(remote_engine, timeout_in_millis / 1000.0))
+
+    def _in_background(self, remote, pending, running, done, call):
+        with self._lock:
+            self._connects[remote] = pending
+
+        def run():
+            with self._lock:
+                self._connects[remote] = running
+            st = call()
+            with self._lock:
+                self._connects[remote] = done(st)
+
+        threading.Thread(target=run, daemon=True).start()
+        return SUCCESS
+
+    def connect_async(self, remote_engine, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
+        if not self._ready():
+            return FAILED
+        return self._in_background(
+            remote_engine,
+            CONNECT_PENDING,
+            CONNECTING,
+            lambda st: CONNECTED if st == SUCCESS else CONNECT_FAILED,
+            lambda: self.connect(remote_engine, timeout_in_millis),
+        )
+
+    def disconnect_async(self, remote_engine, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
+        if not self._ready():
+            return FAILED
+        return self._in_background(
+            remote_engine,
+            DISCONNECT_PENDING,
+            DISCONNECTING,
+            lambda st: NOT_CONNECT,
+            lambda: self.disconnect(remote_engine, timeout_in_millis),
+        )
+
+    def get_async_connect_status(self, remote_engine):
+        with self._lock:
+            state = self._connects.get(remote_engine)
+        if state is None:
+            connected = self._ready() and remote_engine in self._engine.peers()
+            state = CONNECTED if connected else NOT_CONNECT
+        return SUCCESS, state
+
+    def get_all_async_connect_status(self):
+        with self._lock:
+            return SUCCESS, dict(self._connects)
+
+    def transfer_sync(self, remote_engine, op, op_descs, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
+        if not self._ready():
+            return FAILED
+        return _status(
+            lambda: self._engine.transfer_sync(
+                remote_engine, _op_name(op), _descs(op_descs), timeout_in_millis / 1000.0
+            )
+        )
+
+    def transfer_async(self, remote_engine, op, op_descs, args=None):
+        if not self._ready():
+            return FAILED, 0
+        holder = []
+        st = _status(
+            lambda: holder.append(
+                self._engine.transfer_async(remote_engine, _op_name(op), _descs(op_descs))
+            )
+        )
+        if st != SUCCESS:
+            return st, 0
+        req = self._take_id()
+        user_data = args.user_data if args is not None else 0
+        with self._lock:
+            self._reqs[req] = (holder[0], user_data)
+        return SUCCESS, req
+
+    @staticmethod
+    def _state(request):
+        s = request.status()
+        if s == "waiting":
+            return TransferStatus.WAITING
+        return TransferStatus.COMPLETED if s == "completed" else TransferStatus.FAILED
+
+    def get_transfer_status(self, req):
+        with self._lock:
+            entry = self._reqs.get(req)
+        if entry is None:
+            return PARAM_INVALID, TransferStatus.FAILED
+        state = self._state(entry[0])
+        if state != TransferStatus.WAITING:
+            # As HIXL: an ended request is forgotten once its end is reported.
+            with self._lock:
+                self._reqs.pop(req, None)
+        return SUCCESS, state
+
+    def get_all_transfer_status(self, args=None):
+        args = args or GetTransferStatusArgs()
+        with self._lock:
+            entries = list(self._reqs.items())
+        out = []
+        for req, (request, user_data) in entries:
+            if len(out) >= args.max_query_count:
+                break
+            state = self._state(request)
+            if state == TransferStatus.WAITING and args.skip_waiting:
+                continue
+            r = TransferResult()
+            r.req, r.user_data, r.status = req, user_data, state
+            out.append(r)
+            if state != TransferStatus.WAITING:
+                with self._lock:
+                    self._reqs.pop(req, None)
+        return SUCCESS, out
+
+    def send_notify(self, remote_engine, notify, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
+        if not self._ready():
+            return FAILED
+        st = _status(
+            lambda: self._engine.send_notify(
+                remote_engine, notify.name, notify.notify_msg, timeout_in_millis / 1000.0
+            )
+        )
+        return NOTIFY_FAILED if st == FAILED else st
+
+    def get_notifies(self):
+        if not self._ready():
+            return FAILED, []
+        return SUCCESS, [NotifyDesc(n, m) for n, m in self._engine.take_notifies()]
