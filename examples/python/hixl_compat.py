@@ -4,13 +4,14 @@ and waits; a client process connects, WRITEs a pattern with transfer_sync, READs
 transfer_async polled through get_transfer_status, and tells the server by a notify; the server
 checks its memory holds the pattern. Exits 0 when both sides verified.
 
-    ASCEND_MEM_BACKEND=sim python examples/python/hixl_compat.py      # both roles, two processes
+    ASCEND_MEM_BACKEND=sim python examples/python/hixl_compat.py [ADDR]   # both roles, two processes
 
 HIXL programs take their memory from torch_npu; here the package's own allocation stands in
 (the only line that is not HIXL's).
 """
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -92,7 +93,12 @@ def main():
         return server(sys.argv[2])
     if len(sys.argv) >= 2 and sys.argv[1] == "--client":
         return client(sys.argv[2], int(sys.argv[3]))
-    addr = sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:26200"
+    if len(sys.argv) > 1:
+        addr = sys.argv[1]
+    else:
+        with socket.socket() as s:  # a free port, for the server to take at once
+            s.bind(("127.0.0.1", 0))
+            addr = f"127.0.0.1:{s.getsockname()[1]}"
     srv = subprocess.Popen([sys.executable, __file__, "--server", addr], stdout=subprocess.PIPE, text=True)
     try:
         line = srv.stdout.readline().split()

@@ -33,7 +33,8 @@ impl Wake for LoopWaker {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        Python::attach(|py| {
+        // At interpreter exit there is no loop left to tell.
+        let _ = Python::try_attach(|py| {
             let p = self.0.bind(py);
             let poll = p.getattr("_poll");
             let sched = poll.and_then(|cb| {
@@ -42,8 +43,12 @@ impl Wake for LoopWaker {
                     .bind(py)
                     .call_method1("call_soon_threadsafe", (cb,))
             });
-            // A loop that is closed has no one left to tell.
-            drop(sched);
+            if sched.is_err() {
+                // The loop is closed: nobody will poll the future again. Let it go (which
+                // cancels its transfer), so it holds no slot and no memory for ever.
+                let fut = p.get().fut.try_lock().ok().and_then(|mut f| f.take());
+                py.detach(|| drop(fut));
+            }
         });
     }
 }

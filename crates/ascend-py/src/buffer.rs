@@ -8,11 +8,13 @@ use pyo3::types::{PyBytes, PyDict};
 
 use crate::error;
 
-/// Host DRAM mapped in device VA. `numpy.asarray(buf)` is a `uint8` view of it without a copy
-/// (the array keeps the buffer alive); `read` and `write` copy.
+/// Host DRAM mapped in device VA. On the emulator `numpy.asarray(buf)` is a `uint8` view of it
+/// without a copy (the array keeps the buffer alive); `read` and `write` copy everywhere.
 #[pyclass(name = "HostBuffer", module = "ascend_fabric", frozen)]
 pub(crate) struct PyHostBuffer {
     pub(crate) buf: HostBuffer,
+    /// The runtime is the emulator, whose mappings the host reaches at their device VA.
+    pub(crate) host_visible: bool,
 }
 
 /// Device memory (HBM): `read` and `write` copy through the runtime; there is no view.
@@ -29,6 +31,15 @@ fn read(
     len: Option<usize>,
 ) -> PyResult<Py<PyBytes>> {
     let len = len.unwrap_or_else(|| m.len().saturating_sub(offset));
+    // Checked before anything is allocated for it.
+    if offset.checked_add(len).map_or(true, |end| end > m.len()) {
+        return Err(error::mem(ascend_mem::Error::OutOfBounds {
+            what: "read",
+            offset,
+            len,
+            size: m.len(),
+        }));
+    }
     let mut out = vec![0u8; len];
     py.detach(|| m.read_into(&mut out, offset))
         .map_err(error::mem)?;
@@ -63,9 +74,17 @@ impl PyHostBuffer {
         write(py, &self.buf, data, offset)
     }
 
-    /// numpy's array interface: the bytes as `uint8`, writable, in place.
+    /// numpy's array interface: the bytes as `uint8`, writable, in place. Only where the host
+    /// reaches the mapping at its address (the emulator); elsewhere an AttributeError, and
+    /// `read`/`write` copy.
     #[getter]
     fn __array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        if !self.host_visible {
+            return Err(pyo3::exceptions::PyAttributeError::new_err(
+                "HostBuffer.__array_interface__: this runtime's host mappings are not known to \
+                 be readable by the CPU at their address; use read() and write()",
+            ));
+        }
         let d = PyDict::new(py);
         d.set_item("shape", (self.buf.len(),))?;
         d.set_item("typestr", "|u1")?;
@@ -113,5 +132,12 @@ impl PyDeviceBuffer {
             self.addr(),
             self.buf.len()
         )
+    }
+}
+
+impl PyHostBuffer {
+    pub(crate) fn new(buf: HostBuffer) -> PyHostBuffer {
+        let host_visible = buf.mapping().device().runtime().backend().is_emulator();
+        PyHostBuffer { buf, host_visible }
     }
 }

@@ -17,7 +17,8 @@ use crate::runtime::PyDevice;
 /// A Fabric Mem engine on a device, listening at `local` (`ip:port`) or not (`ip`).
 #[pyclass(name = "Engine", module = "ascend_fabric", frozen)]
 pub(crate) struct PyEngine {
-    engine: Engine,
+    /// Taken by `Drop`, which lets the engine go without the GIL.
+    engine: Option<Engine>,
 }
 
 /// Memory offered to peers: deregistered by `deregister()` or when dropped. It keeps the
@@ -77,7 +78,9 @@ impl PyEngine {
         let engine = py
             .detach(|| Engine::new(&device.dev, local, opts))
             .map_err(error::fabric)?;
-        Ok(PyEngine { engine })
+        Ok(PyEngine {
+            engine: Some(engine),
+        })
     }
 
     /// An engine configured by HIXL's option map (`Hixl.initialize`'s options: strings, with
@@ -93,33 +96,35 @@ impl PyEngine {
         let engine = py
             .detach(|| Engine::new(&device.dev, local, opts))
             .map_err(error::fabric)?;
-        Ok(PyEngine { engine })
+        Ok(PyEngine {
+            engine: Some(engine),
+        })
     }
 
     /// Its address as peers name it.
     #[getter]
     fn local_addr(&self) -> String {
-        self.engine.local_addr().as_str().to_owned()
+        self.engine().local_addr().as_str().to_owned()
     }
 
     /// Its identity on the control wire.
     #[getter]
     fn channel_id(&self) -> String {
-        self.engine.channel_id().to_owned()
+        self.engine().channel_id().to_owned()
     }
 
     /// Host DRAM of `size` bytes, mapped for the device.
     fn alloc_host(&self, py: Python<'_>, size: usize) -> PyResult<PyHostBuffer> {
         let buf = py
-            .detach(|| self.engine.alloc_host(size))
+            .detach(|| self.engine().alloc_host(size))
             .map_err(error::fabric)?;
-        Ok(PyHostBuffer { buf })
+        Ok(PyHostBuffer::new(buf))
     }
 
     /// Device memory of `size` bytes.
     fn alloc_device(&self, py: Python<'_>, size: usize) -> PyResult<PyDeviceBuffer> {
         let buf = py
-            .detach(|| self.engine.alloc_device(size))
+            .detach(|| self.engine().alloc_device(size))
             .map_err(error::fabric)?;
         Ok(PyDeviceBuffer { buf })
     }
@@ -128,10 +133,10 @@ impl PyEngine {
     fn register(&self, py: Python<'_>, buffer: Bound<'_, PyAny>) -> PyResult<PyRegistration> {
         let reg = if let Ok(h) = buffer.cast::<PyHostBuffer>() {
             let h = h.get();
-            py.detach(|| self.engine.register(&h.buf))
+            py.detach(|| self.engine().register(&h.buf))
         } else if let Ok(d) = buffer.cast::<PyDeviceBuffer>() {
             let d = d.get();
-            py.detach(|| self.engine.register(&d.buf))
+            py.detach(|| self.engine().register(&d.buf))
         } else {
             return Err(PyValueError::new_err(format!(
                 "Engine.register: a HostBuffer or DeviceBuffer, not {}",
@@ -148,7 +153,7 @@ impl PyEngine {
     /// registration is gone.
     fn register_raw(&self, py: Python<'_>, addr: u64, len: usize) -> PyResult<PyRegistration> {
         let reg = py
-            .detach(|| self.engine.register_raw(Addr::new(addr), len))
+            .detach(|| self.engine().register_raw(Addr::new(addr), len))
             .map_err(error::fabric)?;
         Ok(PyRegistration::new(reg, None))
     }
@@ -157,7 +162,7 @@ impl PyEngine {
     #[pyo3(signature = (remote, timeout = 10.0))]
     fn connect(&self, py: Python<'_>, remote: &str, timeout: f64) -> PyResult<()> {
         let t = seconds("Engine.connect", timeout)?;
-        py.detach(|| self.engine.connect(remote, t))
+        py.detach(|| self.engine().connect(remote, t))
             .map_err(error::fabric)
     }
 
@@ -165,13 +170,13 @@ impl PyEngine {
     #[pyo3(signature = (remote, timeout = 10.0))]
     fn disconnect(&self, py: Python<'_>, remote: &str, timeout: f64) -> PyResult<()> {
         let t = seconds("Engine.disconnect", timeout)?;
-        py.detach(|| self.engine.disconnect(remote, t))
+        py.detach(|| self.engine().disconnect(remote, t))
             .map_err(error::fabric)
     }
 
     /// The peers connected to.
     fn peers(&self) -> Vec<String> {
-        self.engine.peers()
+        self.engine().peers()
     }
 
     /// Copies each `(local_addr, remote_addr, len)` of `descs` to (`op="write"`) or from
@@ -188,7 +193,7 @@ impl PyEngine {
     ) -> PyResult<()> {
         let (op, t) = (op_of(op)?, seconds("Engine.transfer_sync", timeout)?);
         let descs = raw_descs(descs);
-        py.detach(|| self.engine.transfer_sync(remote, op, &descs, t))
+        py.detach(|| self.engine().transfer_sync(remote, op, &descs, t))
             .map_err(error::fabric)
     }
 
@@ -204,9 +209,9 @@ impl PyEngine {
         let op = op_of(op)?;
         let descs = raw_descs(descs);
         let req = py
-            .detach(|| self.engine.transfer_async(remote, op, &descs))
+            .detach(|| self.engine().transfer_async(remote, op, &descs))
             .map_err(error::fabric)?;
-        Ok(PyRequest { req })
+        Ok(PyRequest { req: Some(req) })
     }
 
     /// Sends the notify (`name`, `msg`) to `remote` (`SendNotify`).
@@ -220,13 +225,13 @@ impl PyEngine {
         timeout: f64,
     ) -> PyResult<()> {
         let t = seconds("Engine.send_notify", timeout)?;
-        py.detach(|| self.engine.send_notify(remote, name, msg, t))
+        py.detach(|| self.engine().send_notify(remote, name, msg, t))
             .map_err(error::fabric)
     }
 
     /// The notifies received since the last call, as (name, message) pairs (`GetNotifies`).
     fn take_notifies(&self) -> Vec<(String, String)> {
-        self.engine.take_notifies()
+        self.engine().take_notifies()
     }
 
     /// The same transfer, awaitable on the running asyncio loop: it waits for a free stream
@@ -242,7 +247,7 @@ impl PyEngine {
         descs: Vec<(u64, u64, usize)>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let op = op_of(op)?;
-        let fut = self.engine.transfer(remote, op, &raw_descs(descs));
+        let fut = self.engine().transfer(remote, op, &raw_descs(descs));
         aio::awaitable(py, fut)
     }
 
@@ -256,13 +261,13 @@ impl PyEngine {
         timeout: f64,
     ) -> PyResult<Bound<'py, PyAny>> {
         let t = seconds("Engine.connect_async", timeout)?;
-        aio::awaitable(py, self.engine.connect_async(remote, t))
+        aio::awaitable(py, self.engine().connect_async(remote, t))
     }
 
     /// This engine's counters for `remote` (completed writes and reads, bytes, descriptors,
     /// errors, in flight, segments), or None when not connected.
     fn peer_stats(&self, remote: &str) -> Option<std::collections::BTreeMap<&'static str, u64>> {
-        self.engine.peer_stats(remote).map(|s| {
+        self.engine().peer_stats(remote).map(|s| {
             [
                 ("writes", s.writes),
                 ("reads", s.reads),
@@ -286,7 +291,8 @@ impl PyEngine {
 /// A running transfer (`Engine.transfer_async`). Dropping it while it runs aborts it.
 #[pyclass(name = "Request", module = "ascend_fabric", frozen)]
 pub(crate) struct PyRequest {
-    req: ascend_fabric::TransferRequest,
+    /// Taken by `Drop`, which lets the request go without the GIL.
+    req: Option<ascend_fabric::TransferRequest>,
 }
 
 #[pymethods]
@@ -294,12 +300,12 @@ impl PyRequest {
     /// Its id, unique in the process.
     #[getter]
     fn id(&self) -> u64 {
-        self.req.id()
+        self.req().id()
     }
 
     /// `"waiting"`, `"completed"` or `"failed"` (asking the runtime without waiting).
     fn status(&self, py: Python<'_>) -> &'static str {
-        match py.detach(|| self.req.status()) {
+        match py.detach(|| self.req().status()) {
             ascend_fabric::TransferStatus::Waiting => "waiting",
             ascend_fabric::TransferStatus::Completed => "completed",
             _ => "failed",
@@ -310,12 +316,54 @@ impl PyRequest {
     #[pyo3(signature = (timeout = 30.0))]
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let t = seconds("Request.wait", timeout)?;
-        py.detach(|| self.req.wait(t)).map_err(error::fabric)
+        py.detach(|| self.req().wait(t)).map_err(error::fabric)
     }
 
     /// Cancels it if its copies have not ended; whether it did.
     fn cancel(&self, py: Python<'_>) -> bool {
-        py.detach(|| self.req.cancel())
+        py.detach(|| self.req().cancel())
+    }
+}
+
+impl PyEngine {
+    fn engine(&self) -> &Engine {
+        self.engine
+            .as_ref()
+            .expect("an engine is live until dropped")
+    }
+}
+
+impl PyRequest {
+    fn req(&self) -> &ascend_fabric::TransferRequest {
+        self.req.as_ref().expect("a request is live until dropped")
+    }
+}
+
+/// Lets `value` go with the GIL released: a drop may wait for the engine's threads, which may
+/// themselves wait for the GIL to wake an asyncio loop.
+pub(crate) fn drop_detached<T: Send>(value: T) {
+    let mut value = Some(value);
+    // At interpreter exit there is no GIL to release: drop it as we are.
+    let _ = Python::try_attach(|py| py.detach(|| drop(value.take())));
+    drop(value);
+}
+
+impl Drop for PyEngine {
+    fn drop(&mut self) {
+        drop_detached(self.engine.take());
+    }
+}
+
+impl Drop for PyRequest {
+    fn drop(&mut self) {
+        drop_detached(self.req.take());
+    }
+}
+
+impl Drop for PyRegistration {
+    fn drop(&mut self) {
+        let reg = self.reg.get_mut().map(Option::take).unwrap_or(None);
+        drop_detached(reg);
     }
 }
 

@@ -78,7 +78,7 @@ impl PyDevice {
         let buf = py
             .detach(|| ascend_mem::HostBuffer::new(&self.dev, size))
             .map_err(error::mem)?;
-        Ok(crate::buffer::PyHostBuffer { buf })
+        Ok(crate::buffer::PyHostBuffer::new(buf))
     }
 
     fn __repr__(&self) -> String {

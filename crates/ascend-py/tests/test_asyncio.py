@@ -4,6 +4,7 @@ with its destination holding only its own old or new bytes, and nothing left beh
 
 import asyncio
 import random
+import time
 import zlib
 
 import numpy as np
@@ -62,8 +63,12 @@ def test_a_thousand_transfers_with_a_hundred_cancelled(dev):
     # A cancel asked of a task that had already finished is no cancel.
     assert cancelled == sum(1 for v in asked.values() if v)
     assert cancelled > 0
-    stats = client.peer_stats(addr)
-    assert stats["in_flight"] == 0
+    # A cancelled transfer's drop may leave its abort to the engine's progress thread: it ends
+    # soon after, not necessarily by now.
+    end = time.monotonic() + 20
+    while client.peer_stats(addr)["in_flight"]:
+        assert time.monotonic() < end, "transfers still in flight 20 s after the cancels"
+        time.sleep(0.001)
     client.disconnect(addr)
     sreg.deregister()
     dreg.deregister()

@@ -135,6 +135,9 @@ def test_bad_input_raises_typed_errors(dev):
         eng.register(b"not memory")
     with pytest.raises(af.AscendError):
         src.read(len(src) - 1, 2)
+    # Checked before anything is allocated for it.
+    with pytest.raises(af.AscendError):
+        src.read(0, 1 << 62)
     with pytest.raises(af.AscendError):
         eng.connect("not an address")
     with pytest.raises(af.AscendError):

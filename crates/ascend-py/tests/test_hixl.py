@@ -66,8 +66,18 @@ def test_hixl_programs_run_unchanged(dev):
         st, req = client.transfer_async(addr, hixl.READ, back, args)
         assert st == hixl.SUCCESS
         reqs.append(req)
-    first = reqs[0]
-    until("the first read", lambda: client.get_transfer_status(first)[1] != hixl.TransferStatus.WAITING)
+    first, ends = reqs[0], []
+
+    def first_ended():
+        st, state = client.get_transfer_status(first)
+        assert st == hixl.SUCCESS
+        if state != hixl.TransferStatus.WAITING:
+            ends.append(state)
+        return bool(ends)
+
+    until("the first read", first_ended)
+    assert ends == [hixl.TransferStatus.COMPLETED]
+    # Reported once, then forgotten, as HIXL.
     assert client.get_transfer_status(first) == (hixl.PARAM_INVALID, hixl.TransferStatus.FAILED)
     seen = {}
 
@@ -120,5 +130,11 @@ def test_bad_input_is_a_status(dev):
     assert hixl.get_capability(hixl.AUTO_CONNECT) == (hixl.SUCCESS, hixl.FEATURE_SUPPORTED)
     assert h.deregister_mem(handle) == hixl.SUCCESS
     h.finalize()
+    # Before initialize (here: after finalize) every call is FAILED, as HIXL's.
     assert h.transfer_sync("127.0.0.1:1", hixl.WRITE, desc) == hixl.FAILED
+    assert h.get_transfer_status(1) == (hixl.FAILED, hixl.TransferStatus.FAILED)
+    assert h.get_all_transfer_status() == (hixl.FAILED, [])
+    assert h.get_async_connect_status("127.0.0.1:1") == (hixl.FAILED, hixl.NOT_CONNECT)
+    assert h.deregister_mem(handle) == hixl.FAILED
+    assert hixl.get_capability(99) == (hixl.SUCCESS, hixl.FEATURE_NOT_SUPPORTED)
     del buf, h

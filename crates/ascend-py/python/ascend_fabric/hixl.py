@@ -14,6 +14,19 @@ this package's Fabric Mem engine, so the options must select FabricMem
 import enum
 import threading
 
+__all__ = [
+    "SUCCESS", "PARAM_INVALID", "TIMEOUT", "NOT_CONNECTED", "ALREADY_CONNECTED",
+    "NOTIFY_FAILED", "UNSUPPORTED", "FAILED", "RESOURCE_EXHAUSTED",
+    "OPTION_ENABLE_USE_FABRIC_MEM", "OPTION_RDMA_TRAFFIC_CLASS", "OPTION_RDMA_SERVICE_LEVEL",
+    "OPTION_BUFFER_POOL", "OPTION_GLOBAL_RESOURCE_CONFIG", "OPTION_AUTO_CONNECT",
+    "OPTION_LOCAL_COMM_RES", "FEATURE_SUPPORTED", "FEATURE_NOT_SUPPORTED",
+    "MemType", "MEM_DEVICE", "MEM_HOST", "TransferOp", "READ", "WRITE", "TransferStatus",
+    "AsyncConnectStatus", "NOT_CONNECT", "CONNECT_PENDING", "CONNECTING", "CONNECTED",
+    "CONNECT_FAILED", "DISCONNECT_PENDING", "DISCONNECTING", "FeatureType", "AUTO_CONNECT",
+    "CLIENT_SERVER_COMM", "MemDesc", "TransferOpDesc", "TransferArgs", "GetTransferStatusArgs",
+    "TransferResult", "NotifyDesc", "Hixl", "get_capability",
+]
+
 from . import _native
 from ._errors import AscendError
 
@@ -128,12 +141,13 @@ def set_device(device_id):
 
 def get_capability(feature):
     """``(SUCCESS, FEATURE_SUPPORTED or FEATURE_NOT_SUPPORTED)``: AutoConnect is supported;
-    the client/server engine is not (this face is the Fabric Mem engine's)."""
+    the client/server engine is not (this face is the Fabric Mem engine's), nor any feature
+    it does not know; a negative feature is PARAM_INVALID."""
+    if int(feature) < 0:
+        return PARAM_INVALID, FEATURE_NOT_SUPPORTED
     if feature == FeatureType.AUTO_CONNECT:
         return SUCCESS, FEATURE_SUPPORTED
-    if feature == FeatureType.CLIENT_SERVER_COMM:
-        return SUCCESS, FEATURE_NOT_SUPPORTED
-    return PARAM_INVALID, FEATURE_NOT_SUPPORTED
+    return SUCCESS, FEATURE_NOT_SUPPORTED
 
 
 def _status(call):
@@ -215,6 +229,8 @@ class Hixl:
         return SUCCESS, handle
 
     def deregister_mem(self, mem_handle):
+        if not self._ready():
+            return FAILED
         with self._lock:
             reg = self._regs.pop(mem_handle, None)
         if reg is None:
@@ -269,16 +285,23 @@ class Hixl:
         )
 
     def get_async_connect_status(self, remote_engine):
+        engine = self._engine
+        if engine is None:
+            return FAILED, NOT_CONNECT
         with self._lock:
             state = self._connects.get(remote_engine)
-        if state is None:
-            connected = self._ready() and remote_engine in self._engine.peers()
+        connected = remote_engine in engine.peers()
+        if state in (None, CONNECTED, NOT_CONNECT):
+            # Settled states follow the engine (a later disconnect or a lost peer shows).
             state = CONNECTED if connected else NOT_CONNECT
         return SUCCESS, state
 
     def get_all_async_connect_status(self):
+        if self._engine is None:
+            return FAILED, {}
         with self._lock:
-            return SUCCESS, dict(self._connects)
+            remotes = list(self._connects)
+        return SUCCESS, {r: self.get_async_connect_status(r)[1] for r in remotes}
 
     def transfer_sync(self, remote_engine, op, op_descs, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
         if not self._ready():
@@ -313,19 +336,27 @@ class Hixl:
             return TransferStatus.WAITING
         return TransferStatus.COMPLETED if s == "completed" else TransferStatus.FAILED
 
+    def _ended(self, req):
+        """Forgets an ended request; whether this caller did (so it reports the end, once)."""
+        with self._lock:
+            return self._reqs.pop(req, None) is not None
+
     def get_transfer_status(self, req):
+        if not self._ready():
+            return FAILED, TransferStatus.FAILED
         with self._lock:
             entry = self._reqs.get(req)
         if entry is None:
             return PARAM_INVALID, TransferStatus.FAILED
         state = self._state(entry[0])
-        if state != TransferStatus.WAITING:
-            # As HIXL: an ended request is forgotten once its end is reported.
-            with self._lock:
-                self._reqs.pop(req, None)
+        if state != TransferStatus.WAITING and not self._ended(req):
+            # Another thread reported its end first: as HIXL, it is forgotten.
+            return PARAM_INVALID, TransferStatus.FAILED
         return SUCCESS, state
 
     def get_all_transfer_status(self, args=None):
+        if not self._ready():
+            return FAILED, []
         args = args or GetTransferStatusArgs()
         with self._lock:
             entries = list(self._reqs.items())
@@ -336,23 +367,23 @@ class Hixl:
             state = self._state(request)
             if state == TransferStatus.WAITING and args.skip_waiting:
                 continue
+            if state != TransferStatus.WAITING and not self._ended(req):
+                continue
             r = TransferResult()
             r.req, r.user_data, r.status = req, user_data, state
             out.append(r)
-            if state != TransferStatus.WAITING:
-                with self._lock:
-                    self._reqs.pop(req, None)
         return SUCCESS, out
 
     def send_notify(self, remote_engine, notify, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
         if not self._ready():
             return FAILED
-        st = _status(
+        if timeout_in_millis <= 0:
+            return PARAM_INVALID
+        return _status(
             lambda: self._engine.send_notify(
                 remote_engine, notify.name, notify.notify_msg, timeout_in_millis / 1000.0
             )
         )
-        return NOTIFY_FAILED if st == FAILED else st
 
     def get_notifies(self):
         if not self._ready():
