@@ -16,6 +16,7 @@
 //! cargo run --release -p ascend-bench -- <transfer|translate|hixl|collectives|all> [--quick] [--out DIR]
 //!     [--call-ns NS] [--submit-threads N]
 //! cargo run --release -p ascend-bench -- soak [--seconds N] [--seed S] [--peers P] [--strict]
+//! cargo run --release -p ascend-bench -- python [--quick] [--python PATH]
 //! ```
 //!
 //! * **transfer**: two engines in two processes (this binary re-executed as the peer), WRITE
@@ -58,6 +59,9 @@
 //! * **soak**: a randomized run against peer processes that are killed and restarted, with
 //!   ACL faults injected and every byte checked against a model; it has its own `RESULT`
 //!   line (see the `soak` module).
+//! * **python**: a 4 KiB and a 1 MiB WRITE from Python (`ascend_fabric`, in a child process)
+//!   against the same from Rust, sync and awaited, as ratios; its own table and `RESULT` line
+//!   (see the `python` module).
 //!
 //! RESULT keys: `write_64MiB_vs_memcpy`, `read_64MiB_vs_memcpy` (walk, engine GB/s over
 //! memcpy GB/s), `write_4KiB_ops_vs_memcpy` (walk, descriptors/s over memcpy's),
@@ -98,6 +102,7 @@ mod collectives;
 mod hixl;
 mod peer;
 mod progress;
+mod python;
 mod report;
 mod soak;
 mod telemetry;
@@ -124,6 +129,7 @@ enum Mode {
     Metrics,
     All,
     Soak,
+    Python,
 }
 
 /// Parsed command line.
@@ -137,6 +143,7 @@ pub(crate) struct Args {
     pub(crate) submit_threads: u32,
     pub(crate) out: PathBuf,
     soak: soak::SoakArgs,
+    python: python::PyArgs,
 }
 
 /// Benchmarks of the Fabric Mem engine (ratios measured in one run against memcpy between
@@ -189,6 +196,10 @@ enum Cmd {
     /// exits non-zero on anything unexpected or leaked.
     #[command(after_help = ENV_HELP)]
     Soak(SoakOpts),
+    /// A 4 KiB and a 1 MiB WRITE from Python (the ascend_fabric package, in a child process),
+    /// sync and awaited on asyncio, against the same from Rust: Python's time over Rust's.
+    #[command(after_help = ENV_HELP)]
+    Python(PythonOpts),
 }
 
 #[derive(Debug, clap::Args)]
@@ -225,6 +236,16 @@ struct SoakOpts {
     strict: bool,
 }
 
+#[derive(Debug, clap::Args)]
+struct PythonOpts {
+    /// Fewer rounds and transfers (a smoke test).
+    #[arg(long)]
+    quick: bool,
+    /// The interpreter with ascend_fabric installed (default: $PYTHON, else python3).
+    #[arg(long, value_name = "PATH")]
+    python: Option<PathBuf>,
+}
+
 impl From<Cli> for Args {
     fn from(cli: Cli) -> Args {
         let run = |mode, o: RunOpts| Args {
@@ -234,6 +255,7 @@ impl From<Cli> for Args {
             submit_threads: o.submit_threads,
             out: o.out,
             soak: soak::SoakArgs::default(),
+            python: python::PyArgs::default(),
         };
         match cli.cmd {
             Cmd::Transfer(o) => run(Mode::Transfer, o),
@@ -253,6 +275,19 @@ impl From<Cli> for Args {
                     seed: o.seed,
                     peers: o.peers.into(),
                     strict: o.strict,
+                },
+                python: python::PyArgs::default(),
+            },
+            Cmd::Python(o) => Args {
+                mode: Mode::Python,
+                quick: o.quick,
+                call_ns: 0,
+                submit_threads: 1,
+                out: PathBuf::from("target/bench"),
+                soak: soak::SoakArgs::default(),
+                python: python::PyArgs {
+                    quick: o.quick,
+                    python: o.python,
                 },
             },
         }
@@ -305,6 +340,9 @@ fn exit(r: Res<()>) -> ExitCode {
 fn run(args: &Args) -> Res<()> {
     if args.mode == Mode::Soak {
         return soak::run(&args.soak);
+    }
+    if args.mode == Mode::Python {
+        return python::run(&args.python);
     }
     let t0 = std::time::Instant::now();
     // What needs the emulator is refused before any runtime is opened when

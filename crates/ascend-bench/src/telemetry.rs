@@ -12,7 +12,7 @@ use ascend_mem::prelude::*;
 use ascend_mem::{Device, DeviceBuffer};
 use metrics_exporter_prometheus::PrometheusBuilder;
 
-use crate::util::{free_port, median};
+use crate::util::{free_port, median, median_ratio};
 use crate::{Args, Res};
 
 const T: Duration = Duration::from_secs(30);
@@ -79,12 +79,6 @@ impl Client {
         }
         Ok(t.elapsed() / n as u32)
     }
-}
-
-/// The median of ratios (the upper one of an even count).
-fn median_ratio(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 pub(crate) fn run(args: &Args, dev: &Device) -> Res<Telemetry> {

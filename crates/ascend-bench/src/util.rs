@@ -238,6 +238,12 @@ pub(crate) fn free_port() -> Res<u16> {
     Ok(ascend_testkit::free_port())
 }
 
+/// The median of ratios `v` (the upper one of an even count; NaN when empty).
+pub(crate) fn median_ratio(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
 /// The median of `v` (the upper one of an even count; zero when empty).
 pub(crate) fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
