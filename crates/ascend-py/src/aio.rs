@@ -14,7 +14,10 @@ use pyo3::prelude::*;
 
 use crate::error;
 
-type EngineFuture = Pin<Box<dyn Future<Output = ascend_fabric::Result<()>> + Send>>;
+/// What an ended Rust future gives its asyncio future: the result, made with the GIL.
+pub(crate) type Settle = Box<dyn FnOnce(Python<'_>) -> PyResult<Py<PyAny>> + Send>;
+
+type EngineFuture = Pin<Box<dyn Future<Output = Settle> + Send>>;
 
 /// A Rust future bound to an asyncio future of a loop.
 #[pyclass(name = "_Pending", module = "ascend_fabric", frozen)]
@@ -34,7 +37,7 @@ impl Wake for LoopWaker {
 
     fn wake_by_ref(self: &Arc<Self>) {
         // At interpreter exit there is no loop left to tell.
-        let _ = Python::try_attach(|py| {
+        let _ = crate::detach::attach(|py| {
             let p = self.0.bind(py);
             let poll = p.getattr("_poll");
             let sched = poll.and_then(|cb| {
@@ -53,10 +56,23 @@ impl Wake for LoopWaker {
     }
 }
 
-/// The asyncio future of `fut`, on the running loop, polled the first time now.
+/// The asyncio future of an engine call that returns nothing (`None`, or its error raised),
+/// on the running loop, polled the first time now.
 pub(crate) fn awaitable<'py, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
 where
     F: Future<Output = ascend_fabric::Result<()>> + Send + 'static,
+{
+    awaitable_with(py, async move {
+        let r = fut.await;
+        Box::new(move |py: Python<'_>| r.map(|()| py.None()).map_err(error::fabric)) as Settle
+    })
+}
+
+/// The asyncio future of `fut`, whose output makes the result, on the running loop, polled
+/// the first time now.
+pub(crate) fn awaitable_with<'py, F>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = Settle> + Send + 'static,
 {
     let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
     let aio = event_loop.call_method0("create_future")?;
@@ -93,14 +109,14 @@ impl PyPending {
                 Poll::Pending => None,
             }
         });
-        let Some(r) = out else { return Ok(()) };
+        let Some(settle) = out else { return Ok(()) };
         let aio = this.aio.bind(py);
         if aio.call_method0("done")?.is_truthy()? {
             return Ok(());
         }
-        match r {
-            Ok(()) => aio.call_method1("set_result", (py.None(),))?,
-            Err(e) => aio.call_method1("set_exception", (error::fabric(e).into_value(py),))?,
+        match settle(py) {
+            Ok(v) => aio.call_method1("set_result", (v,))?,
+            Err(e) => aio.call_method1("set_exception", (e.into_value(py),))?,
         };
         Ok(())
     }

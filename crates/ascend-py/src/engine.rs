@@ -4,21 +4,22 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use ascend_fabric::{Engine, EngineOptions, Registration, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, EngineOptions, Registrable, Registration, TransferDesc, TransferOp};
 use ascend_mem::Addr;
-use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
 use crate::aio;
 use crate::buffer::{PyDeviceBuffer, PyHostBuffer};
+use crate::detach::{drop_detached, Detached};
 use crate::error;
+use crate::request::PyRequest;
 use crate::runtime::PyDevice;
 
 /// A Fabric Mem engine on a device, listening at `local` (`ip:port`) or not (`ip`).
 #[pyclass(name = "Engine", module = "ascend_fabric", frozen)]
 pub(crate) struct PyEngine {
-    /// Taken by `Drop`, which lets the engine go without the GIL.
-    engine: Option<Engine>,
+    /// Let go without the GIL.
+    engine: Detached<Engine>,
 }
 
 /// Memory offered to peers: deregistered by `deregister()` or when dropped. It keeps the
@@ -30,12 +31,13 @@ pub(crate) struct PyRegistration {
     _owner: Option<Py<PyAny>>,
     addr: u64,
     len: usize,
+    kind: ascend_fabric::MemKind,
 }
 
 /// A timeout in seconds as a duration; a negative or non-finite one is refused.
-fn seconds(what: &str, s: f64) -> PyResult<Duration> {
+pub(crate) fn seconds(call: &str, s: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s)
-        .map_err(|_| PyValueError::new_err(format!("{what}: timeout {s} s is not a duration")))
+        .map_err(|_| error::invalid(call, format_args!("timeout {s} s is not a duration")))
 }
 
 /// Descriptors from `(local_addr, remote_addr, len)` tuples.
@@ -46,14 +48,15 @@ fn raw_descs(descs: Vec<(u64, u64, usize)>) -> Vec<TransferDesc> {
         .collect()
 }
 
-/// `"read"` or `"write"`.
-fn op_of(op: &str) -> PyResult<TransferOp> {
+/// `"read"` or `"write"`, for `call`.
+pub(crate) fn op_of(call: &str, op: &str) -> PyResult<TransferOp> {
     match op.to_ascii_lowercase().as_str() {
         "read" => Ok(TransferOp::Read),
         "write" => Ok(TransferOp::Write),
-        _ => Err(PyValueError::new_err(format!(
-            "Engine.transfer: op {op:?} is neither \"read\" nor \"write\""
-        ))),
+        _ => Err(error::invalid(
+            call,
+            format_args!("op {op:?} is neither \"read\" nor \"write\""),
+        )),
     }
 }
 
@@ -79,7 +82,7 @@ impl PyEngine {
             .detach(|| Engine::new(&device.dev, local, opts))
             .map_err(error::fabric)?;
         Ok(PyEngine {
-            engine: Some(engine),
+            engine: Detached::new(engine),
         })
     }
 
@@ -97,7 +100,7 @@ impl PyEngine {
             .detach(|| Engine::new(&device.dev, local, opts))
             .map_err(error::fabric)?;
         Ok(PyEngine {
-            engine: Some(engine),
+            engine: Detached::new(engine),
         })
     }
 
@@ -131,20 +134,18 @@ impl PyEngine {
 
     /// Offers `buffer` (a HostBuffer or DeviceBuffer) to peers.
     fn register(&self, py: Python<'_>, buffer: Bound<'_, PyAny>) -> PyResult<PyRegistration> {
-        let reg = if let Ok(h) = buffer.cast::<PyHostBuffer>() {
-            let h = h.get();
-            py.detach(|| self.engine().register(&h.buf))
-        } else if let Ok(d) = buffer.cast::<PyDeviceBuffer>() {
-            let d = d.get();
-            py.detach(|| self.engine().register(&d.buf))
-        } else {
-            return Err(PyValueError::new_err(format!(
-                "Engine.register: a HostBuffer or DeviceBuffer, not {}",
-                buffer.get_type().name()?
-            )));
-        }
-        .map_err(error::fabric)?;
-        Ok(PyRegistration::new(reg, Some(buffer.unbind())))
+        self.register_buffer(py, "Engine.register", buffer, None)
+    }
+
+    /// Offers `buffer` as `register` does, under `name`: peers that connect afterwards see
+    /// the name and prepare blocks of it by name (`Engine.prepare_remote(peer, [name], ...)`).
+    fn register_named(
+        &self,
+        py: Python<'_>,
+        buffer: Bound<'_, PyAny>,
+        name: &str,
+    ) -> PyResult<PyRegistration> {
+        self.register_buffer(py, "Engine.register_named", buffer, Some(name))
     }
 
     /// Offers `[addr, addr + len)`, memory the caller owns (mapped by another library, a
@@ -191,7 +192,10 @@ impl PyEngine {
         descs: Vec<(u64, u64, usize)>,
         timeout: f64,
     ) -> PyResult<()> {
-        let (op, t) = (op_of(op)?, seconds("Engine.transfer_sync", timeout)?);
+        let (op, t) = (
+            op_of("Engine.transfer_sync", op)?,
+            seconds("Engine.transfer_sync", timeout)?,
+        );
         let descs = raw_descs(descs);
         py.detach(|| self.engine().transfer_sync(remote, op, &descs, t))
             .map_err(error::fabric)
@@ -206,12 +210,12 @@ impl PyEngine {
         op: &str,
         descs: Vec<(u64, u64, usize)>,
     ) -> PyResult<PyRequest> {
-        let op = op_of(op)?;
+        let op = op_of("Engine.transfer_async", op)?;
         let descs = raw_descs(descs);
         let req = py
             .detach(|| self.engine().transfer_async(remote, op, &descs))
             .map_err(error::fabric)?;
-        Ok(PyRequest { req: Some(req) })
+        Ok(PyRequest::new(req))
     }
 
     /// Sends the notify (`name`, `msg`) to `remote` (`SendNotify`).
@@ -246,7 +250,7 @@ impl PyEngine {
         op: &str,
         descs: Vec<(u64, u64, usize)>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let op = op_of(op)?;
+        let op = op_of("Engine.transfer", op)?;
         let fut = self.engine().transfer(remote, op, &raw_descs(descs));
         aio::awaitable(py, fut)
     }
@@ -283,80 +287,61 @@ impl PyEngine {
         })
     }
 
+    /// Stream slots made so far (each `task_stream_num` streams; at most 512 streams).
+    #[getter]
+    fn stream_slots(&self) -> usize {
+        self.engine().stream_slots()
+    }
+
     fn __repr__(&self) -> String {
         format!("Engine({:?})", self.local_addr())
     }
 }
 
-/// A running transfer (`Engine.transfer_async`). Dropping it while it runs aborts it.
-#[pyclass(name = "Request", module = "ascend_fabric", frozen)]
-pub(crate) struct PyRequest {
-    /// Taken by `Drop`, which lets the request go without the GIL.
-    req: Option<ascend_fabric::TransferRequest>,
-}
-
-#[pymethods]
-impl PyRequest {
-    /// Its id, unique in the process.
-    #[getter]
-    fn id(&self) -> u64 {
-        self.req().id()
-    }
-
-    /// `"waiting"`, `"completed"` or `"failed"` (asking the runtime without waiting).
-    fn status(&self, py: Python<'_>) -> &'static str {
-        match py.detach(|| self.req().status()) {
-            ascend_fabric::TransferStatus::Waiting => "waiting",
-            ascend_fabric::TransferStatus::Completed => "completed",
-            _ => "failed",
-        }
-    }
-
-    /// Waits up to `timeout` seconds for it to end; raises its error if it failed.
-    #[pyo3(signature = (timeout = 30.0))]
-    fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
-        let t = seconds("Request.wait", timeout)?;
-        py.detach(|| self.req().wait(t)).map_err(error::fabric)
-    }
-
-    /// Cancels it if its copies have not ended; whether it did.
-    fn cancel(&self, py: Python<'_>) -> bool {
-        py.detach(|| self.req().cancel())
-    }
-}
-
 impl PyEngine {
-    fn engine(&self) -> &Engine {
-        self.engine
-            .as_ref()
-            .expect("an engine is live until dropped")
+    /// Registers a HostBuffer or DeviceBuffer, named or not; the registration keeps the
+    /// buffer alive.
+    fn register_buffer(
+        &self,
+        py: Python<'_>,
+        call: &str,
+        buffer: Bound<'_, PyAny>,
+        name: Option<&str>,
+    ) -> PyResult<PyRegistration> {
+        fn reg<R: Registrable + ?Sized>(
+            e: &Engine,
+            mem: &R,
+            name: Option<&str>,
+        ) -> ascend_fabric::Result<Registration> {
+            match name {
+                Some(n) => e.register_named(mem, n),
+                None => e.register(mem),
+            }
+        }
+        let e = self.engine();
+        let made = if let Ok(h) = buffer.cast::<PyHostBuffer>() {
+            let h = h.get();
+            py.detach(|| reg(e, &h.buf, name))
+        } else if let Ok(d) = buffer.cast::<PyDeviceBuffer>() {
+            let d = d.get();
+            py.detach(|| reg(e, &d.buf, name))
+        } else {
+            return Err(error::invalid(
+                call,
+                format_args!(
+                    "a HostBuffer or DeviceBuffer, not {}",
+                    buffer.get_type().name()?
+                ),
+            ));
+        };
+        Ok(PyRegistration::new(
+            made.map_err(error::fabric)?,
+            Some(buffer.unbind()),
+        ))
     }
-}
 
-impl PyRequest {
-    fn req(&self) -> &ascend_fabric::TransferRequest {
-        self.req.as_ref().expect("a request is live until dropped")
-    }
-}
-
-/// Lets `value` go with the GIL released: a drop may wait for the engine's threads, which may
-/// themselves wait for the GIL to wake an asyncio loop.
-pub(crate) fn drop_detached<T: Send>(value: T) {
-    let mut value = Some(value);
-    // At interpreter exit there is no GIL to release: drop it as we are.
-    let _ = Python::try_attach(|py| py.detach(|| drop(value.take())));
-    drop(value);
-}
-
-impl Drop for PyEngine {
-    fn drop(&mut self) {
-        drop_detached(self.engine.take());
-    }
-}
-
-impl Drop for PyRequest {
-    fn drop(&mut self) {
-        drop_detached(self.req.take());
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
     }
 }
 
@@ -368,10 +353,22 @@ impl Drop for PyRegistration {
 }
 
 impl PyRegistration {
+    /// The registration (a handle of it), unless it was deregistered.
+    pub(crate) fn get(&self, call: &str) -> PyResult<Registration> {
+        let reg = self.reg.lock().unwrap_or_else(|p| p.into_inner());
+        reg.clone().ok_or_else(|| {
+            error::invalid(
+                call,
+                format_args!("the registration at {:#x} was deregistered", self.addr),
+            )
+        })
+    }
+
     fn new(reg: Registration, owner: Option<Py<PyAny>>) -> PyRegistration {
         PyRegistration {
             addr: reg.addr().get(),
             len: reg.len(),
+            kind: reg.kind(),
             reg: Mutex::new(Some(reg)),
             _owner: owner,
         }
@@ -388,6 +385,15 @@ impl PyRegistration {
 
     fn __len__(&self) -> usize {
         self.len
+    }
+
+    /// What the runtime says the memory is: `"device"` (HBM) or `"host"` (host DRAM).
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self.kind {
+            ascend_fabric::MemKind::Device => "device",
+            ascend_fabric::MemKind::Host => "host",
+        }
     }
 
     /// Deregisters now (waiting for transfers that use it, and for peers to let go of their

@@ -13,8 +13,14 @@
 
 mod aio;
 mod buffer;
+mod detach;
+#[cfg(feature = "etcd")]
+mod directory;
 mod engine;
 mod error;
+mod prepared;
+mod queue;
+mod request;
 mod runtime;
 
 use pyo3::prelude::*;
@@ -28,9 +34,21 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<buffer::PyDeviceBuffer>()?;
     m.add_class::<engine::PyEngine>()?;
     m.add_class::<engine::PyRegistration>()?;
-    m.add_class::<engine::PyRequest>()?;
+    m.add_class::<request::PyRequest>()?;
+    m.add_class::<prepared::PyLocalBlocks>()?;
+    m.add_class::<prepared::PyRemoteBlocks>()?;
+    m.add_class::<queue::PyCompletionQueue>()?;
+    m.add_class::<queue::PyCompletion>()?;
     m.add_class::<aio::PyPending>()?;
+    #[cfg(feature = "etcd")]
+    {
+        m.add_class::<directory::PyEtcdDirectory>()?;
+        m.add_class::<directory::PyMember>()?;
+    }
+    m.add_class::<runtime::PyEmulatorHold>()?;
     m.add_function(wrap_pyfunction!(runtime::emulator_live_objects, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::emulator_hold_streams, m)?)?;
+    m.add_function(wrap_pyfunction!(detach::at_exit, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

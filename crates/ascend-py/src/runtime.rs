@@ -81,6 +81,19 @@ impl PyDevice {
         Ok(crate::buffer::PyHostBuffer::new(buf))
     }
 
+    /// Where the memory at `addr` lives, as the runtime says (`aclrtPointerGetAttributes`):
+    /// `"device"` (HBM) or `"host"`.
+    fn pointer_kind(&self, py: Python<'_>, addr: u64) -> PyResult<&'static str> {
+        let info = py
+            .detach(|| self.dev.pointer_info(ascend_mem::Addr::new(addr)))
+            .map_err(error::mem)?;
+        Ok(if info.device.is_some() {
+            "device"
+        } else {
+            "host"
+        })
+    }
+
     fn __repr__(&self) -> String {
         format!("Device({})", self.dev.id())
     }
@@ -96,4 +109,52 @@ pub(crate) fn emulator_live_objects() -> std::collections::BTreeMap<String, u64>
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
+}
+
+/// The emulator holding every stream before its next task, until released (a test hook for
+/// work that must stay queued while a test acts: cancels, drops, lost peers). Use it as a
+/// context manager, or call `release()`; dropping it releases too.
+#[pyclass(name = "EmulatorHold", module = "ascend_fabric", frozen)]
+pub(crate) struct PyEmulatorHold {
+    hold: std::sync::Mutex<Option<ascend_sim::testing::Hold>>,
+}
+
+#[pymethods]
+impl PyEmulatorHold {
+    /// Lets the streams run again; a second call does nothing.
+    fn release(&self, py: Python<'_>) {
+        let h = self.hold.lock().map(|mut h| h.take()).unwrap_or(None);
+        py.detach(|| drop(h));
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        _ty: Option<Bound<'_, PyAny>>,
+        _value: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> bool {
+        self.release(py);
+        false
+    }
+}
+
+impl Drop for PyEmulatorHold {
+    fn drop(&mut self) {
+        let h = self.hold.get_mut().map(Option::take).unwrap_or(None);
+        crate::detach::drop_detached(h);
+    }
+}
+
+/// Holds every stream of the emulator before its next task (see `EmulatorHold`). Only for
+/// tests on the emulator: it holds nothing of a CANN runtime.
+#[pyfunction]
+pub(crate) fn emulator_hold_streams() -> PyEmulatorHold {
+    PyEmulatorHold {
+        hold: std::sync::Mutex::new(Some(ascend_sim::testing::hold_all_streams())),
+    }
 }

@@ -62,6 +62,7 @@ def test_write_then_read_back_in_one_process(dev):
     assert zlib.crc32(dst.read(0, 4 * MIB)) == zlib.crc32(remote.read(0, 4 * MIB))
     stats = client.peer_stats(addr)
     assert (stats["writes"], stats["reads"], stats["descriptors"]) == (1, 1, 5)
+    assert [r.kind for r in regs] == ["host", "device"] and rreg.kind == "device"
     client.disconnect(addr)
     for r in regs + [rreg]:
         r.deregister()
@@ -123,25 +124,33 @@ def test_bad_input_raises_typed_errors(dev):
     reg = eng.register(src)
     eng.connect(addr)
     # A local range no registration covers: the engine's own check, before any copy.
-    with pytest.raises(af.AscendError) as e:
+    with pytest.raises(af.InvalidArgument) as e:
         eng.transfer_sync(addr, "write", [(src.addr + len(src), remote.addr, 4096)])
     assert e.value.status == PARAM_INVALID, e.value.kind
     assert hex(src.addr + len(src)) in str(e.value), str(e.value)
-    with pytest.raises(ValueError, match="op"):
+    # Each exception is also the built-in one a caller would catch.
+    assert isinstance(e.value, ValueError) and isinstance(e.value, af.AscendError)
+    with pytest.raises(af.InvalidArgument, match="Engine.transfer_sync: op"):
         eng.transfer_sync(addr, "copy", [(src.addr, remote.addr, 1)])
-    with pytest.raises(ValueError, match="timeout"):
+    with pytest.raises(af.InvalidArgument, match="timeout"):
         eng.transfer_sync(addr, "write", [(src.addr, remote.addr, 1)], timeout=-1)
-    with pytest.raises(ValueError, match="HostBuffer or DeviceBuffer"):
+    with pytest.raises(af.InvalidArgument, match="HostBuffer or DeviceBuffer"):
         eng.register(b"not memory")
-    with pytest.raises(af.AscendError):
+    with pytest.raises(af.InvalidArgument) as e:
         src.read(len(src) - 1, 2)
+    assert e.value.kind == "OutOfBounds", e.value.kind
     # Checked before anything is allocated for it.
-    with pytest.raises(af.AscendError):
+    with pytest.raises(af.InvalidArgument):
         src.read(0, 1 << 62)
-    with pytest.raises(af.AscendError):
+    with pytest.raises(af.InvalidArgument):
         eng.connect("not an address")
-    with pytest.raises(af.AscendError):
+    with pytest.raises(af.InvalidArgument):
         eng.register_raw(0x10, 4096)
+    with pytest.raises(af.AlreadyConnected):
+        eng.connect(addr)
+    with pytest.raises(af.NotConnected) as e:
+        eng.transfer_sync("127.0.0.1:1", "write", [(src.addr, remote.addr, 1)])
+    assert isinstance(e.value, ConnectionError) and e.value.kind == "NotConnected"
     eng.disconnect(addr)
     reg.deregister()
     rreg.deregister()

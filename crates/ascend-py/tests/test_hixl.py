@@ -118,6 +118,9 @@ def test_bad_input_is_a_status(dev):
     assert h.initialize("127.0.0.1", {}) == hixl.UNSUPPORTED
     assert h.initialize("127.0.0.1", OPTIONS) == hixl.SUCCESS
     buf = dev.alloc_host(MIB)
+    # A type that is not what the memory is, or no type HIXL has.
+    assert h.register_mem(hixl.MemDesc(buf.addr, len(buf)), hixl.MEM_DEVICE) == (hixl.PARAM_INVALID, 0)
+    assert h.register_mem(hixl.MemDesc(buf.addr, len(buf)), 7) == (hixl.PARAM_INVALID, 0)
     st, handle = h.register_mem(hixl.MemDesc(buf.addr, len(buf)), hixl.MEM_HOST)
     assert st == hixl.SUCCESS
     assert h.register_mem(hixl.MemDesc(0x10, 4096), hixl.MEM_HOST)[0] == hixl.PARAM_INVALID

@@ -178,6 +178,7 @@ class Hixl:
 
     def __init__(self):
         self._engine = None
+        self._dev = None
         self._regs = {}
         self._reqs = {}
         self._connects = {}
@@ -195,6 +196,7 @@ class Hixl:
         try:
             dev = _native.Runtime().device(_device)
             self._engine = _native.Engine.from_hixl(dev, local_engine, dict(options))
+            self._dev = dev
             return SUCCESS
         except AscendError as e:
             return e.status
@@ -209,16 +211,21 @@ class Hixl:
             r.deregister()
         self._engine = None
 
-    def _ready(self):
-        return self._engine is not None
-
     def register_mem(self, mem_desc, mem_type):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED, 0
+        if mem_type not in (MemType.MEM_DEVICE, MemType.MEM_HOST):
+            return PARAM_INVALID, 0
         holder = []
+        want = "device" if mem_type == MemType.MEM_DEVICE else "host"
 
         def reg():
-            holder.append(self._engine.register_raw(mem_desc.addr, mem_desc.len))
+            # HIXL keeps device and host memory apart by the type given: a type that is not
+            # what the memory is, is refused rather than taken silently.
+            if self._dev.pointer_kind(mem_desc.addr) != want:
+                raise ValueError(f"mem_type {mem_type!r}: the memory at {mem_desc.addr:#x} is not {want}")
+            holder.append(engine.register_raw(mem_desc.addr, mem_desc.len))
 
         st = _status(reg)
         if st != SUCCESS:
@@ -229,7 +236,8 @@ class Hixl:
         return SUCCESS, handle
 
     def deregister_mem(self, mem_handle):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED
         with self._lock:
             reg = self._regs.pop(mem_handle, None)
@@ -239,14 +247,16 @@ class Hixl:
         return SUCCESS
 
     def connect(self, remote_engine, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED
-        return _status(lambda: self._engine.connect(remote_engine, timeout_in_millis / 1000.0))
+        return _status(lambda: engine.connect(remote_engine, timeout_in_millis / 1000.0))
 
     def disconnect(self, remote_engine, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED
-        return _status(lambda: self._engine.disconnect(remote_engine, timeout_in_millis / 1000.0))
+        return _status(lambda: engine.disconnect(remote_engine, timeout_in_millis / 1000.0))
 
     def _in_background(self, remote, pending, running, done, call):
         with self._lock:
@@ -263,7 +273,8 @@ class Hixl:
         return SUCCESS
 
     def connect_async(self, remote_engine, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED
         return self._in_background(
             remote_engine,
@@ -274,7 +285,8 @@ class Hixl:
         )
 
     def disconnect_async(self, remote_engine, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED
         return self._in_background(
             remote_engine,
@@ -304,21 +316,23 @@ class Hixl:
         return SUCCESS, {r: self.get_async_connect_status(r)[1] for r in remotes}
 
     def transfer_sync(self, remote_engine, op, op_descs, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED
         return _status(
-            lambda: self._engine.transfer_sync(
+            lambda: engine.transfer_sync(
                 remote_engine, _op_name(op), _descs(op_descs), timeout_in_millis / 1000.0
             )
         )
 
     def transfer_async(self, remote_engine, op, op_descs, args=None):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED, 0
         holder = []
         st = _status(
             lambda: holder.append(
-                self._engine.transfer_async(remote_engine, _op_name(op), _descs(op_descs))
+                engine.transfer_async(remote_engine, _op_name(op), _descs(op_descs))
             )
         )
         if st != SUCCESS:
@@ -342,7 +356,8 @@ class Hixl:
             return self._reqs.pop(req, None) is not None
 
     def get_transfer_status(self, req):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED, TransferStatus.FAILED
         with self._lock:
             entry = self._reqs.get(req)
@@ -355,7 +370,8 @@ class Hixl:
         return SUCCESS, state
 
     def get_all_transfer_status(self, args=None):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED, []
         args = args or GetTransferStatusArgs()
         with self._lock:
@@ -375,17 +391,19 @@ class Hixl:
         return SUCCESS, out
 
     def send_notify(self, remote_engine, notify, timeout_in_millis=_DEFAULT_TIMEOUT_MS):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED
         if timeout_in_millis <= 0:
             return PARAM_INVALID
         return _status(
-            lambda: self._engine.send_notify(
+            lambda: engine.send_notify(
                 remote_engine, notify.name, notify.notify_msg, timeout_in_millis / 1000.0
             )
         )
 
     def get_notifies(self):
-        if not self._ready():
+        engine = self._engine
+        if engine is None:
             return FAILED, []
-        return SUCCESS, [NotifyDesc(n, m) for n, m in self._engine.take_notifies()]
+        return SUCCESS, [NotifyDesc(n, m) for n, m in engine.take_notifies()]
