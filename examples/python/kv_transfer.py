@@ -13,13 +13,12 @@ checksums, and tells the decode process, by a notify, the checksum its whole cac
 the decode process compares it with its own memory. Both exit 0 only when everything matches.
 
     ASCEND_MEM_BACKEND=sim python examples/python/kv_transfer.py            # both processes
-    ASCEND_MEM_BACKEND=sim python examples/python/kv_transfer.py --decode ADDR    # one side
+    ASCEND_MEM_BACKEND=sim python examples/python/kv_transfer.py --decode [ADDR]  # one side
     ASCEND_MEM_BACKEND=sim python examples/python/kv_transfer.py --prefill ADDR   # the other
 """
 
 import asyncio
 import random
-import socket
 import subprocess
 import sys
 import time
@@ -39,9 +38,24 @@ def crc(data) -> int:
     return zlib.crc32(bytes(data))
 
 
+def listen(dev, addr):
+    """An engine at ``addr``, or with ``addr`` None, at a free loopback port below the
+    ephemeral range (a port taken meanwhile is replaced by another)."""
+    if addr is not None:
+        return af.Engine(dev, addr), addr
+    for _ in range(20):
+        addr = f"127.0.0.1:{random.randrange(20000, 30000)}"
+        try:
+            return af.Engine(dev, addr), addr
+        except af.AscendError as e:
+            if "in use" not in str(e):
+                raise
+    sys.exit("[decode] no free port")
+
+
 def decode(addr):
     dev = af.Runtime().device(0)
-    engine = af.Engine(dev, addr)
+    engine, addr = listen(dev, addr)
     cache = engine.alloc_device(BLOCKS * BLOCK)
     reg = engine.register_named(cache, "kv")
     print(f"READY {addr}", flush=True)
@@ -127,24 +141,19 @@ def prefill(decode_addr):
           f"read back: verified", flush=True)
 
 
-def free_addr():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
-
-
 def main():
-    if len(sys.argv) == 3 and sys.argv[1] == "--decode":
-        return decode(sys.argv[2])
+    if len(sys.argv) in (2, 3) and sys.argv[1] == "--decode":
+        return decode(sys.argv[2] if len(sys.argv) == 3 else None)
     if len(sys.argv) == 3 and sys.argv[1] == "--prefill":
         return prefill(sys.argv[2])
     if len(sys.argv) != 1:
         sys.exit(__doc__)
-    addr = free_addr()
-    side = subprocess.Popen([sys.executable, __file__, "--decode", addr], stdout=subprocess.PIPE, text=True)
+    side = subprocess.Popen([sys.executable, __file__, "--decode"], stdout=subprocess.PIPE, text=True)
     try:
-        if side.stdout.readline().split() != ["READY", addr]:
+        ready = side.stdout.readline().split()
+        if len(ready) != 2 or ready[0] != "READY":
             sys.exit("the decode process did not start")
+        addr = ready[1]
         rc = subprocess.run([sys.executable, __file__, "--prefill", addr], timeout=120).returncode
         print(side.stdout.read(), end="")
         if rc != 0 or side.wait(timeout=60) != 0:

@@ -22,9 +22,6 @@ use crate::transfer_request::TransferRequest;
 /// and the peer's segments.
 pub(crate) type Uses<'a> = (&'a mut RegUse, &'a mut SegMask);
 
-/// The longest wait of a synchronous transfer: about a century, what `Duration::MAX` means.
-const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
-
 impl Engine {
     /// Queues the copies of one transfer on a slot (taken here, or by a future already).
     /// Connects on demand under `AutoConnect` only when it takes the slot itself: with a
@@ -181,12 +178,9 @@ impl Engine {
     }
 
     /// The deadline of a synchronous transfer given `timeout` from now; a timeout too long
-    /// for the clock (`Duration::MAX` as "no limit") is cut to [`FOREVER`].
+    /// for the clock (`Duration::MAX` as "no limit") is cut to [`FOREVER`](crate::control::FOREVER).
     pub(crate) fn sync_deadline(timeout: Duration) -> Instant {
-        let now = Instant::now();
-        now.checked_add(timeout)
-            .or_else(|| now.checked_add(FOREVER))
-            .unwrap_or(now)
+        crate::control::deadline_after(timeout)
     }
 
     /// Waits for a submitted request until `deadline` (`timeout` after the call began), as

@@ -1,7 +1,8 @@
 //! Rust futures as asyncio futures: `Pending` polls the engine's future from the event loop's
 //! thread and is polled again when the engine wakes it (its progress thread, or the thread
 //! that freed a stream slot, schedules the next poll with `call_soon_threadsafe`): no thread
-//! waits per request. Cancelling the asyncio future (`task.cancel()`) drops the Rust future,
+//! waits per request. Cancelling the asyncio future (`task.cancel()`) drops the Rust future
+//! (when the loop runs the future's done callbacks, a turn after the cancel),
 //! which cancels the transfer with the Rust API's guarantee (the drop never waits; the memory
 //! it used is let go once the runtime says the aborted copies are done).
 
@@ -50,7 +51,7 @@ impl Wake for LoopWaker {
                 // The loop is closed: nobody will poll the future again. Let it go (which
                 // cancels its transfer), so it holds no slot and no memory for ever.
                 let fut = p.get().fut.try_lock().ok().and_then(|mut f| f.take());
-                py.detach(|| drop(fut));
+                crate::detach::released(py, || drop(fut));
             }
         });
     }
@@ -95,25 +96,39 @@ impl PyPending {
     fn _poll(slf: &Bound<'_, Self>) -> PyResult<()> {
         let py = slf.py();
         let this = slf.get();
+        let aio = this.aio.bind(py);
+        if aio.call_method0("done")?.is_truthy()? {
+            // Cancelled (a wake-up queued before the cancel runs before `_done`): the Rust
+            // future is not polled again, so it takes nothing (a completion stays in its
+            // queue) and submits nothing; it is let go here.
+            this._done(py, aio);
+            return Ok(());
+        }
         let waker = Waker::from(Arc::new(LoopWaker(slf.clone().unbind())));
-        let out = py.detach(|| {
+        let out = crate::detach::released(py, || {
             let mut guard = this.fut.lock().unwrap_or_else(|p| p.into_inner());
-            let Some(fut) = guard.as_mut() else {
-                return None; // settled or cancelled already
-            };
-            match fut.as_mut().poll(&mut Context::from_waker(&waker)) {
-                Poll::Ready(r) => {
+            let fut = guard.as_mut()?; // settled or cancelled already
+            let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                fut.as_mut().poll(&mut Context::from_waker(&waker))
+            }));
+            match polled {
+                Ok(Poll::Pending) => None,
+                Ok(Poll::Ready(r)) => {
                     *guard = None;
                     Some(r)
                 }
-                Poll::Pending => None,
+                // A bug: said to the awaiting task rather than left pending for ever.
+                Err(_) => {
+                    *guard = None;
+                    Some(Box::new(|_: Python<'_>| {
+                        Err(pyo3::exceptions::PyRuntimeError::new_err(
+                            "ascend_fabric: the engine's future panicked",
+                        ))
+                    }) as Settle)
+                }
             }
         });
         let Some(settle) = out else { return Ok(()) };
-        let aio = this.aio.bind(py);
-        if aio.call_method0("done")?.is_truthy()? {
-            return Ok(());
-        }
         match settle(py) {
             Ok(v) => aio.call_method1("set_result", (v,))?,
             Err(e) => aio.call_method1("set_exception", (e.into_value(py),))?,
@@ -124,7 +139,7 @@ impl PyPending {
     /// The asyncio future is done: if it was cancelled, the Rust future is dropped (which
     /// cancels its transfer).
     fn _done(&self, py: Python<'_>, _aio: &Bound<'_, PyAny>) {
-        let fut = self.fut.lock().map(|mut f| f.take()).unwrap_or(None);
-        py.detach(|| drop(fut));
+        let fut = self.fut.lock().unwrap_or_else(|p| p.into_inner()).take();
+        crate::detach::released(py, || drop(fut));
     }
 }

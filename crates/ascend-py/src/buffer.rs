@@ -41,13 +41,12 @@ fn read(
         }));
     }
     let mut out = vec![0u8; len];
-    py.detach(|| m.read_into(&mut out, offset))
-        .map_err(error::mem)?;
+    crate::detach::released(py, || m.read_into(&mut out, offset)).map_err(error::mem)?;
     Ok(PyBytes::new(py, &out).unbind())
 }
 
 fn write(py: Python<'_>, m: &(impl MemView + Sync), data: &[u8], offset: usize) -> PyResult<()> {
-    py.detach(|| m.write_from(data, offset)).map_err(error::mem)
+    crate::detach::released(py, || m.write_from(data, offset)).map_err(error::mem)
 }
 
 #[pymethods]

@@ -13,7 +13,9 @@ use ascend_fabric::Addr;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::engine::{seconds, PyEngine};
+use crate::args::seconds;
+use crate::detach::Detached;
+use crate::engine::PyEngine;
 use crate::error;
 
 /// HIXL statuses a directory error is reported with.
@@ -43,14 +45,17 @@ fn dir_err(e: DirectoryError) -> PyErr {
 /// seconds.
 #[pyclass(name = "EtcdDirectory", module = "ascend_fabric", frozen)]
 pub(crate) struct PyEtcdDirectory {
-    dir: Arc<dyn Directory>,
+    /// Holds the client's runtime, whose drop waits for its tasks: let go without the GIL.
+    dir: Detached<Arc<dyn Directory>>,
 }
 
 /// An engine published in a directory under a name. `leave()` (or dropping it) withdraws the
 /// entry and ends the channels it made by name.
 #[pyclass(name = "Member", module = "ascend_fabric", frozen)]
 pub(crate) struct PyMember {
-    member: Mutex<Option<Member>>,
+    /// Locked only to take a handle: calls run outside the lock (a connect may take its whole
+    /// timeout) with the GIL released. The member goes when the last handle does.
+    member: Mutex<Option<Arc<Member>>>,
     events: Mutex<mpsc::Receiver<DirectoryEvent>>,
     name: String,
 }
@@ -91,15 +96,15 @@ impl PyEtcdDirectory {
             .ttl(seconds(CALL, ttl)?)
             .request_timeout(seconds(CALL, request_timeout)?);
         opts.endpoints = endpoints;
-        let dir = py
-            .detach(|| EtcdDirectory::connect(opts))
-            .map_err(dir_err)?;
-        Ok(PyEtcdDirectory { dir: Arc::new(dir) })
+        let dir = crate::detach::released(py, || EtcdDirectory::connect(opts)).map_err(dir_err)?;
+        Ok(PyEtcdDirectory {
+            dir: Detached::new(Arc::new(dir)),
+        })
     }
 
     /// The entry published under `name`, or None.
     fn lookup<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let found = py.detach(|| self.dir.lookup(name)).map_err(dir_err)?;
+        let found = crate::detach::released(py, || self.dir.lookup(name)).map_err(dir_err)?;
         found.map(|e| entry_dict(py, &e)).transpose()
     }
 
@@ -110,7 +115,7 @@ impl PyEtcdDirectory {
         py: Python<'py>,
         name_prefix: &str,
     ) -> PyResult<Vec<(String, Bound<'py, PyDict>)>> {
-        let all = py.detach(|| self.dir.list(name_prefix)).map_err(dir_err)?;
+        let all = crate::detach::released(py, || self.dir.list(name_prefix)).map_err(dir_err)?;
         all.into_iter()
             .map(|(n, e)| Ok((n, entry_dict(py, &e)?)))
             .collect()
@@ -135,13 +140,14 @@ impl PyMember {
             .into_iter()
             .map(|(n, a, l)| SegmentInfo::new(n, Addr::new(a), l))
             .collect();
-        let dir = directory.dir.clone();
-        let member = py
-            .detach(|| Member::join(engine.engine(), dir, name, product, segs))
-            .map_err(dir_err)?;
+        let dir = Arc::clone(&directory.dir);
+        let member = crate::detach::released(py, || {
+            Member::join(engine.engine(), dir, name, product, segs)
+        })
+        .map_err(dir_err)?;
         let events = member.subscribe();
         Ok(PyMember {
-            member: Mutex::new(Some(member)),
+            member: Mutex::new(Some(Arc::new(member))),
             events: Mutex::new(events),
             name: name.to_owned(),
         })
@@ -164,15 +170,15 @@ impl PyMember {
         timeout: f64,
     ) -> PyResult<Bound<'py, PyDict>> {
         let t = seconds("Member.connect_by_name", timeout)?;
-        let entry = py
-            .detach(|| self.with(|m| m.connect_by_name(name, t)))?
-            .map_err(dir_err)?;
+        let m = self.member()?;
+        let entry = crate::detach::released(py, || m.connect_by_name(name, t)).map_err(dir_err)?;
         entry_dict(py, &entry)
     }
 
     /// The peers connected by name, as (name, address) pairs.
-    fn connected(&self) -> PyResult<Vec<(String, String)>> {
-        self.with(Member::connected)
+    fn connected(&self, py: Python<'_>) -> PyResult<Vec<(String, String)>> {
+        let m = self.member()?;
+        Ok(crate::detach::released(py, || m.connected()))
     }
 
     /// The next directory change within `timeout` seconds, after the member acted on it:
@@ -181,7 +187,7 @@ impl PyMember {
     #[pyo3(signature = (timeout = 0.0))]
     fn next_event(&self, py: Python<'_>, timeout: f64) -> PyResult<Option<(&'static str, String)>> {
         let t = seconds("Member.next_event", timeout)?;
-        let ev = py.detach(|| {
+        let ev = crate::detach::released(py, || {
             let rx = self.events.lock().unwrap_or_else(|p| p.into_inner());
             rx.recv_timeout(t).ok()
         });
@@ -192,10 +198,11 @@ impl PyMember {
     }
 
     /// Withdraws the entry and stops watching (the channels made by name are left to the
-    /// engine); a second call does nothing.
+    /// engine): now, or, while another thread is in `connect_by_name`, when that call
+    /// returns. A second call does nothing.
     fn leave(&self, py: Python<'_>) {
-        let m = self.member.lock().map(|mut m| m.take()).unwrap_or(None);
-        py.detach(|| drop(m));
+        let m = self.member.lock().unwrap_or_else(|p| p.into_inner()).take();
+        crate::detach::released(py, || drop(m));
     }
 
     fn __repr__(&self) -> String {
@@ -204,10 +211,11 @@ impl PyMember {
 }
 
 impl PyMember {
-    fn with<T>(&self, f: impl FnOnce(&Member) -> T) -> PyResult<T> {
+    /// A handle of the member, unless it left.
+    fn member(&self) -> PyResult<Arc<Member>> {
         let m = self.member.lock().unwrap_or_else(|p| p.into_inner());
         match m.as_ref() {
-            Some(m) => Ok(f(m)),
+            Some(m) => Ok(Arc::clone(m)),
             None => Err(error::invalid(
                 "Member",
                 format_args!("{:?} has left the directory", self.name),

@@ -2,13 +2,13 @@
 //! `Registration` (memory offered to peers until it is deregistered or dropped).
 
 use std::sync::Mutex;
-use std::time::Duration;
 
-use ascend_fabric::{Engine, EngineOptions, Registrable, Registration, TransferDesc, TransferOp};
+use ascend_fabric::{Engine, EngineOptions, Registrable, Registration};
 use ascend_mem::Addr;
 use pyo3::prelude::*;
 
 use crate::aio;
+use crate::args::{op_of, raw_descs, seconds};
 use crate::buffer::{PyDeviceBuffer, PyHostBuffer};
 use crate::detach::{drop_detached, Detached};
 use crate::error;
@@ -34,32 +34,6 @@ pub(crate) struct PyRegistration {
     kind: ascend_fabric::MemKind,
 }
 
-/// A timeout in seconds as a duration; a negative or non-finite one is refused.
-pub(crate) fn seconds(call: &str, s: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(s)
-        .map_err(|_| error::invalid(call, format_args!("timeout {s} s is not a duration")))
-}
-
-/// Descriptors from `(local_addr, remote_addr, len)` tuples.
-fn raw_descs(descs: Vec<(u64, u64, usize)>) -> Vec<TransferDesc> {
-    descs
-        .into_iter()
-        .map(|(l, r, n)| TransferDesc::raw(Addr::new(l), Addr::new(r), n))
-        .collect()
-}
-
-/// `"read"` or `"write"`, for `call`.
-pub(crate) fn op_of(call: &str, op: &str) -> PyResult<TransferOp> {
-    match op.to_ascii_lowercase().as_str() {
-        "read" => Ok(TransferOp::Read),
-        "write" => Ok(TransferOp::Write),
-        _ => Err(error::invalid(
-            call,
-            format_args!("op {op:?} is neither \"read\" nor \"write\""),
-        )),
-    }
-}
-
 #[pymethods]
 impl PyEngine {
     /// An engine on `device` at `local`, with `task_stream_num` copy streams per transfer and
@@ -78,8 +52,7 @@ impl PyEngine {
             b = b.pool_capacity(c);
         }
         let opts = b.build().map_err(|e| error::fabric(e.into()))?;
-        let engine = py
-            .detach(|| Engine::new(&device.dev, local, opts))
+        let engine = crate::detach::released(py, || Engine::new(&device.dev, local, opts))
             .map_err(error::fabric)?;
         Ok(PyEngine {
             engine: Detached::new(engine),
@@ -96,8 +69,7 @@ impl PyEngine {
         options: std::collections::BTreeMap<String, String>,
     ) -> PyResult<PyEngine> {
         let opts = EngineOptions::from_hixl(&options).map_err(|e| error::fabric(e.into()))?;
-        let engine = py
-            .detach(|| Engine::new(&device.dev, local, opts))
+        let engine = crate::detach::released(py, || Engine::new(&device.dev, local, opts))
             .map_err(error::fabric)?;
         Ok(PyEngine {
             engine: Detached::new(engine),
@@ -118,16 +90,14 @@ impl PyEngine {
 
     /// Host DRAM of `size` bytes, mapped for the device.
     fn alloc_host(&self, py: Python<'_>, size: usize) -> PyResult<PyHostBuffer> {
-        let buf = py
-            .detach(|| self.engine().alloc_host(size))
+        let buf = crate::detach::released(py, || self.engine().alloc_host(size))
             .map_err(error::fabric)?;
         Ok(PyHostBuffer::new(buf))
     }
 
     /// Device memory of `size` bytes.
     fn alloc_device(&self, py: Python<'_>, size: usize) -> PyResult<PyDeviceBuffer> {
-        let buf = py
-            .detach(|| self.engine().alloc_device(size))
+        let buf = crate::detach::released(py, || self.engine().alloc_device(size))
             .map_err(error::fabric)?;
         Ok(PyDeviceBuffer { buf })
     }
@@ -153,8 +123,7 @@ impl PyEngine {
     /// must lie in memory the runtime knows. The caller keeps the memory mapped until the
     /// registration is gone.
     fn register_raw(&self, py: Python<'_>, addr: u64, len: usize) -> PyResult<PyRegistration> {
-        let reg = py
-            .detach(|| self.engine().register_raw(Addr::new(addr), len))
+        let reg = crate::detach::released(py, || self.engine().register_raw(Addr::new(addr), len))
             .map_err(error::fabric)?;
         Ok(PyRegistration::new(reg, None))
     }
@@ -163,21 +132,19 @@ impl PyEngine {
     #[pyo3(signature = (remote, timeout = 10.0))]
     fn connect(&self, py: Python<'_>, remote: &str, timeout: f64) -> PyResult<()> {
         let t = seconds("Engine.connect", timeout)?;
-        py.detach(|| self.engine().connect(remote, t))
-            .map_err(error::fabric)
+        crate::detach::released(py, || self.engine().connect(remote, t)).map_err(error::fabric)
     }
 
     /// Disconnects from `remote` (its transfers in flight fail with a peer-lost error).
     #[pyo3(signature = (remote, timeout = 10.0))]
     fn disconnect(&self, py: Python<'_>, remote: &str, timeout: f64) -> PyResult<()> {
         let t = seconds("Engine.disconnect", timeout)?;
-        py.detach(|| self.engine().disconnect(remote, t))
-            .map_err(error::fabric)
+        crate::detach::released(py, || self.engine().disconnect(remote, t)).map_err(error::fabric)
     }
 
     /// The peers connected to.
-    fn peers(&self) -> Vec<String> {
-        self.engine().peers()
+    fn peers(&self, py: Python<'_>) -> Vec<String> {
+        crate::detach::released(py, || self.engine().peers())
     }
 
     /// Copies each `(local_addr, remote_addr, len)` of `descs` to (`op="write"`) or from
@@ -197,7 +164,7 @@ impl PyEngine {
             seconds("Engine.transfer_sync", timeout)?,
         );
         let descs = raw_descs(descs);
-        py.detach(|| self.engine().transfer_sync(remote, op, &descs, t))
+        crate::detach::released(py, || self.engine().transfer_sync(remote, op, &descs, t))
             .map_err(error::fabric)
     }
 
@@ -212,8 +179,7 @@ impl PyEngine {
     ) -> PyResult<PyRequest> {
         let op = op_of("Engine.transfer_async", op)?;
         let descs = raw_descs(descs);
-        let req = py
-            .detach(|| self.engine().transfer_async(remote, op, &descs))
+        let req = crate::detach::released(py, || self.engine().transfer_async(remote, op, &descs))
             .map_err(error::fabric)?;
         Ok(PyRequest::new(req))
     }
@@ -229,13 +195,13 @@ impl PyEngine {
         timeout: f64,
     ) -> PyResult<()> {
         let t = seconds("Engine.send_notify", timeout)?;
-        py.detach(|| self.engine().send_notify(remote, name, msg, t))
+        crate::detach::released(py, || self.engine().send_notify(remote, name, msg, t))
             .map_err(error::fabric)
     }
 
     /// The notifies received since the last call, as (name, message) pairs (`GetNotifies`).
-    fn take_notifies(&self) -> Vec<(String, String)> {
-        self.engine().take_notifies()
+    fn take_notifies(&self, py: Python<'_>) -> Vec<(String, String)> {
+        crate::detach::released(py, || self.engine().take_notifies())
     }
 
     /// The same transfer, awaitable on the running asyncio loop: it waits for a free stream
@@ -270,8 +236,12 @@ impl PyEngine {
 
     /// This engine's counters for `remote` (completed writes and reads, bytes, descriptors,
     /// errors, in flight, segments), or None when not connected.
-    fn peer_stats(&self, remote: &str) -> Option<std::collections::BTreeMap<&'static str, u64>> {
-        self.engine().peer_stats(remote).map(|s| {
+    fn peer_stats(
+        &self,
+        py: Python<'_>,
+        remote: &str,
+    ) -> Option<std::collections::BTreeMap<&'static str, u64>> {
+        crate::detach::released(py, || self.engine().peer_stats(remote)).map(|s| {
             [
                 ("writes", s.writes),
                 ("reads", s.reads),
@@ -289,8 +259,8 @@ impl PyEngine {
 
     /// Stream slots made so far (each `task_stream_num` streams; at most 512 streams).
     #[getter]
-    fn stream_slots(&self) -> usize {
-        self.engine().stream_slots()
+    fn stream_slots(&self, py: Python<'_>) -> usize {
+        crate::detach::released(py, || self.engine().stream_slots())
     }
 
     fn __repr__(&self) -> String {
@@ -321,10 +291,10 @@ impl PyEngine {
         let e = self.engine();
         let made = if let Ok(h) = buffer.cast::<PyHostBuffer>() {
             let h = h.get();
-            py.detach(|| reg(e, &h.buf, name))
+            crate::detach::released(py, || reg(e, &h.buf, name))
         } else if let Ok(d) = buffer.cast::<PyDeviceBuffer>() {
             let d = d.get();
-            py.detach(|| reg(e, &d.buf, name))
+            crate::detach::released(py, || reg(e, &d.buf, name))
         } else {
             return Err(error::invalid(
                 call,
@@ -400,7 +370,7 @@ impl PyRegistration {
     /// imports of it); a second call does nothing.
     fn deregister(&self, py: Python<'_>) {
         let reg = self.reg.lock().map(|mut r| r.take()).unwrap_or(None);
-        py.detach(|| drop(reg));
+        crate::detach::released(py, || drop(reg));
     }
 
     /// Whether it is still registered.

@@ -1,17 +1,20 @@
 //! The Python package `ascend_fabric`'s native module (`ascend_fabric._native`): the runtime and
 //! its devices, host and device buffers, and the Fabric Mem engine, over the Rust crates.
 //!
-//! `Engine.transfer` and `Engine.connect_async` are awaitable on the running asyncio loop
-//! (`aio.rs`): the engine wakes the loop when they end, and cancelling the task cancels them.
-//! Every call that may block (connecting, transferring, allocating, reading or writing device
-//! memory) releases the GIL. Errors are `ascend_fabric.AscendError`, carrying the HIXL status
-//! code and the Rust error's text. Host buffers expose `__array_interface__`, so
+//! `Engine.transfer`, `Engine.transfer_prepared`, `Engine.connect_async` and
+//! `CompletionQueue.next` are awaitable on the running asyncio loop (`aio.rs`): the engine
+//! wakes the loop when they end, and cancelling the task cancels them. Every call into the
+//! engine or the runtime releases the GIL (`detach.rs`: an engine thread may hold a lock the
+//! call needs while it waits for the GIL to wake a loop). Errors are subclasses of
+//! `ascend_fabric.AscendError` (`error.rs`), carrying the HIXL status code, the Rust error's
+//! variant and its text. Host buffers expose `__array_interface__`, so
 //! `numpy.asarray(buf)` is a view of the memory without a copy (numpy keeps the buffer alive);
 //! device memory is only reached through explicit copies.
 //!
 //! Built as a wheel with maturin (`pyproject.toml`); the Python half is in `python/`.
 
 mod aio;
+mod args;
 mod buffer;
 mod detach;
 #[cfg(feature = "etcd")]

@@ -6,8 +6,9 @@ use ascend_fabric::{LocalBlocks, RemoteBlocks, SegmentRef};
 use pyo3::prelude::*;
 
 use crate::aio;
+use crate::args::{op_of, seconds};
 use crate::detach::Detached;
-use crate::engine::{op_of, seconds, PyEngine, PyRegistration};
+use crate::engine::{PyEngine, PyRegistration};
 use crate::error;
 use crate::request::PyRequest;
 
@@ -44,8 +45,7 @@ impl PyEngine {
         block_len: usize,
     ) -> PyResult<PyLocalBlocks> {
         let reg = registration.get("Engine.prepare_local")?;
-        let blocks = py
-            .detach(|| self.engine().prepare_local(&reg, block_len))
+        let blocks = crate::detach::released(py, || self.engine().prepare_local(&reg, block_len))
             .map_err(error::fabric)?;
         Ok(PyLocalBlocks {
             blocks: Detached::new(blocks),
@@ -70,9 +70,9 @@ impl PyEngine {
                 Segment::Name(n) => SegmentRef::Name(n),
             })
             .collect();
-        let blocks = py
-            .detach(|| self.engine().prepare_remote(peer, &segs, block_len))
-            .map_err(error::fabric)?;
+        let blocks =
+            crate::detach::released(py, || self.engine().prepare_remote(peer, &segs, block_len))
+                .map_err(error::fabric)?;
         Ok(PyRemoteBlocks {
             blocks: Detached::new(blocks),
         })
@@ -80,9 +80,8 @@ impl PyEngine {
 
     /// The segments `peer` offers, as (address, length) pairs in the order they became known;
     /// None when not connected.
-    fn remote_segments(&self, peer: &str) -> Option<Vec<(u64, usize)>> {
-        self.engine()
-            .remote_segments(peer)
+    fn remote_segments(&self, py: Python<'_>, peer: &str) -> Option<Vec<(u64, usize)>> {
+        crate::detach::released(py, || self.engine().remote_segments(peer))
             .map(|v| v.into_iter().map(|(a, n)| (a.get(), n)).collect())
     }
 
@@ -102,8 +101,10 @@ impl PyEngine {
         const CALL: &str = "Engine.transfer_prepared_sync";
         let (op, t) = (op_of(CALL, op)?, seconds(CALL, timeout)?);
         let (l, r) = (&local.blocks, &remote.blocks);
-        py.detach(|| self.engine().transfer_prepared_sync(op, l, r, &pairs, t))
-            .map_err(error::fabric)
+        crate::detach::released(py, || {
+            self.engine().transfer_prepared_sync(op, l, r, &pairs, t)
+        })
+        .map_err(error::fabric)
     }
 
     /// Starts the prepared transfer and returns at once with its request: fails at once when
@@ -118,9 +119,10 @@ impl PyEngine {
     ) -> PyResult<PyRequest> {
         let op = op_of("Engine.transfer_prepared_async", op)?;
         let (l, r) = (&local.blocks, &remote.blocks);
-        let req = py
-            .detach(|| self.engine().transfer_prepared_async(op, l, r, &pairs))
-            .map_err(error::fabric)?;
+        let req = crate::detach::released(py, || {
+            self.engine().transfer_prepared_async(op, l, r, &pairs)
+        })
+        .map_err(error::fabric)?;
         Ok(PyRequest::new(req))
     }
 

@@ -8,8 +8,8 @@ use ascend_fabric::{Completion, CompletionQueue};
 use pyo3::prelude::*;
 
 use crate::aio::{self, Settle};
+use crate::args::seconds;
 use crate::detach::Detached;
-use crate::engine::seconds;
 use crate::error;
 use crate::request::{status_name, PyRequest};
 
@@ -75,24 +75,24 @@ impl PyCompletionQueue {
     ) -> PyResult<u64> {
         let req = request.take("CompletionQueue.push")?;
         let data = user_data.unwrap_or_else(|| py.None());
-        Ok(self.queue.push(req, data))
+        Ok(crate::detach::released(py, || self.queue.push(req, data)))
     }
 
     /// Requests in the queue, running or ended and not taken yet.
-    fn __len__(&self) -> usize {
-        self.queue.len()
+    fn __len__(&self, py: Python<'_>) -> usize {
+        crate::detach::released(py, || self.queue.len())
     }
 
     /// Ended requests not taken yet.
     #[getter]
-    fn ready(&self) -> usize {
-        self.queue.ready()
+    fn ready(&self, py: Python<'_>) -> usize {
+        crate::detach::released(py, || self.queue.ready())
     }
 
     /// Up to `max` ended requests, in the order they ended, without waiting.
     #[pyo3(signature = (max = 64))]
     fn completed(&self, py: Python<'_>, max: usize) -> Vec<PyCompletion> {
-        let cs = py.detach(|| self.queue.completed(max));
+        let cs = crate::detach::released(py, || self.queue.completed(max));
         completions(cs)
     }
 
@@ -102,7 +102,7 @@ impl PyCompletionQueue {
     #[pyo3(signature = (max = 64, timeout = 30.0))]
     fn wait(&self, py: Python<'_>, max: usize, timeout: f64) -> PyResult<Vec<PyCompletion>> {
         let t = seconds("CompletionQueue.wait", timeout)?;
-        let cs = py.detach(|| self.queue.wait(max, t));
+        let cs = crate::detach::released(py, || self.queue.wait(max, t));
         Ok(completions(cs))
     }
 
@@ -124,7 +124,7 @@ impl PyCompletionQueue {
     /// Takes request `id` out and cancels it (its copies aborted, without waiting); returns
     /// its user data, or None when it is not in the queue.
     fn cancel(&self, py: Python<'_>, id: u64) -> Option<Py<PyAny>> {
-        py.detach(|| self.queue.cancel(id))
+        crate::detach::released(py, || self.queue.cancel(id))
     }
 
     fn __repr__(&self) -> String {

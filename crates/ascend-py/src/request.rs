@@ -6,8 +6,8 @@ use std::sync::RwLock;
 use ascend_fabric::{TransferRequest, TransferStatus};
 use pyo3::prelude::*;
 
+use crate::args::seconds;
 use crate::detach::drop_detached;
-use crate::engine::seconds;
 use crate::error;
 
 /// A running transfer. Dropping it while it runs aborts it (its copies are discarded; what
@@ -36,10 +36,13 @@ impl PyRequest {
     }
 
     /// The request, taken out for `call` (a completion queue). Refused while another thread
-    /// waits on it.
+    /// uses it (a wait, a status).
     pub(crate) fn take(&self, call: &str) -> PyResult<TransferRequest> {
         let mut guard = self.req.try_write().map_err(|_| {
-            error::invalid(call, "the request is being waited on by another thread")
+            error::invalid(
+                call,
+                "another thread is using the request (waiting on it, or asking its status)",
+            )
         })?;
         guard.take().ok_or_else(|| moved(call))
     }
@@ -59,7 +62,8 @@ impl PyRequest {
 
     /// `"waiting"`, `"completed"` or `"failed"` (asking the runtime without waiting).
     fn status(&self, py: Python<'_>) -> PyResult<&'static str> {
-        let st = py.detach(|| self.with("Request.status", TransferRequest::status))?;
+        let st =
+            crate::detach::released(py, || self.with("Request.status", TransferRequest::status))?;
         Ok(status_name(st))
     }
 
@@ -68,13 +72,13 @@ impl PyRequest {
     #[pyo3(signature = (timeout = 30.0))]
     fn wait(&self, py: Python<'_>, timeout: f64) -> PyResult<()> {
         let t = seconds("Request.wait", timeout)?;
-        py.detach(|| self.with("Request.wait", |r| r.wait(t)))?
+        crate::detach::released(py, || self.with("Request.wait", |r| r.wait(t)))?
             .map_err(error::fabric)
     }
 
     /// Cancels it if its copies have not ended, waiting for the aborted copies; whether it did.
     fn cancel(&self, py: Python<'_>) -> PyResult<bool> {
-        py.detach(|| self.with("Request.cancel", TransferRequest::cancel))
+        crate::detach::released(py, || self.with("Request.cancel", TransferRequest::cancel))
     }
 
     fn __repr__(&self) -> String {

@@ -18,7 +18,7 @@ impl PyRuntime {
     /// missing when it does not load: never the emulator); `sim`, the built-in emulator.
     #[new]
     fn new(py: Python<'_>) -> PyResult<PyRuntime> {
-        let rt = py.detach(Runtime::from_env).map_err(error::mem)?;
+        let rt = crate::detach::released(py, Runtime::from_env).map_err(error::mem)?;
         Ok(PyRuntime { rt })
     }
 
@@ -36,12 +36,12 @@ impl PyRuntime {
 
     /// The number of devices.
     fn device_count(&self, py: Python<'_>) -> PyResult<u32> {
-        py.detach(|| self.rt.device_count()).map_err(error::mem)
+        crate::detach::released(py, || self.rt.device_count()).map_err(error::mem)
     }
 
     /// Device `id` (opened on first use).
     fn device(&self, py: Python<'_>, id: i32) -> PyResult<PyDevice> {
-        let dev = py.detach(|| self.rt.device(id)).map_err(error::mem)?;
+        let dev = crate::detach::released(py, || self.rt.device(id)).map_err(error::mem)?;
         Ok(PyDevice { dev })
     }
 
@@ -67,16 +67,14 @@ impl PyDevice {
     /// Device memory of at least `size` bytes (whole allocation granules), of no engine:
     /// for memory a program registers by address (`Engine.register_raw`, `Hixl.register_mem`).
     fn alloc_device(&self, py: Python<'_>, size: usize) -> PyResult<crate::buffer::PyDeviceBuffer> {
-        let buf = py
-            .detach(|| ascend_mem::DeviceBuffer::new(&self.dev, size))
+        let buf = crate::detach::released(py, || ascend_mem::DeviceBuffer::new(&self.dev, size))
             .map_err(error::mem)?;
         Ok(crate::buffer::PyDeviceBuffer { buf })
     }
 
     /// Host DRAM of at least `size` bytes mapped for the device, of no engine.
     fn alloc_host(&self, py: Python<'_>, size: usize) -> PyResult<crate::buffer::PyHostBuffer> {
-        let buf = py
-            .detach(|| ascend_mem::HostBuffer::new(&self.dev, size))
+        let buf = crate::detach::released(py, || ascend_mem::HostBuffer::new(&self.dev, size))
             .map_err(error::mem)?;
         Ok(crate::buffer::PyHostBuffer::new(buf))
     }
@@ -84,9 +82,9 @@ impl PyDevice {
     /// Where the memory at `addr` lives, as the runtime says (`aclrtPointerGetAttributes`):
     /// `"device"` (HBM) or `"host"`.
     fn pointer_kind(&self, py: Python<'_>, addr: u64) -> PyResult<&'static str> {
-        let info = py
-            .detach(|| self.dev.pointer_info(ascend_mem::Addr::new(addr)))
-            .map_err(error::mem)?;
+        let info =
+            crate::detach::released(py, || self.dev.pointer_info(ascend_mem::Addr::new(addr)))
+                .map_err(error::mem)?;
         Ok(if info.device.is_some() {
             "device"
         } else {
@@ -124,7 +122,7 @@ impl PyEmulatorHold {
     /// Lets the streams run again; a second call does nothing.
     fn release(&self, py: Python<'_>) {
         let h = self.hold.lock().map(|mut h| h.take()).unwrap_or(None);
-        py.detach(|| drop(h));
+        crate::detach::released(py, || drop(h));
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {

@@ -7,6 +7,8 @@ import random
 import pytest
 
 os.environ.setdefault("ASCEND_MEM_BACKEND", "sim")
+# Streams that run on threads of their own, the mode whose streams the tests hold.
+os.environ["ASCEND_SIM_STREAM_MODE"] = "threaded"
 
 import ascend_fabric as af  # noqa: E402  (after the backend is chosen)
 

@@ -43,8 +43,8 @@ def test_a_thousand_transfers_with_a_hundred_cancelled(dev):
 
     async def main():
         await client.connect_async(addr)
-        # The streams hold every copy until the cancels are done, so each cancel finds its
-        # transfer queued on a stream or waiting for a slot, never ended.
+        # The streams hold every copy until the cancelled transfers are let go, so each
+        # cancel finds its transfer queued on a stream or waiting for a slot, never ended.
         with af.emulator_hold_streams():
             tasks = [asyncio.ensure_future(one(i)) for i in range(N)]
             asked, queued_at = {}, []
@@ -53,6 +53,8 @@ def test_a_thousand_transfers_with_a_hundred_cancelled(dev):
                     await asyncio.sleep(0)
                 queued_at.append(client.peer_stats(addr)["in_flight"])
                 asked[i] = tasks[i].cancel()
+            # A cancelled task lets its transfer go a turn of the loop later: still held.
+            await asyncio.wait([tasks[i] for i in asked])
         results = await asyncio.gather(*tasks, return_exceptions=True)
         return asked, queued_at, results
 
@@ -212,3 +214,85 @@ def test_exiting_with_awaited_transfers_in_flight_is_clean(dev):
             timeout=120,
         )
         assert out.returncode == 0 and "DONE" in out.stdout, (out.returncode, out.stderr[-2000:])
+
+
+DAEMON_WAITING_AT_EXIT = r"""
+import os, threading
+os.environ["ASCEND_MEM_BACKEND"] = "sim"
+import ascend_fabric as af
+cq = af.CompletionQueue()
+started = threading.Event()
+
+def consume():
+    started.set()
+    while True:
+        cq.wait(16, 0.01)  # the GIL released, again and again
+
+threading.Thread(target=consume, daemon=True).start()
+started.wait()
+print("DONE", flush=True)
+# The main thread ends with the daemon thread coming back from calls that released the GIL.
+"""
+
+
+def test_a_daemon_thread_in_a_call_without_the_gil_does_not_abort_the_exit(dev):
+    here = os.path.dirname(__file__)
+    for _ in range(5):
+        out = subprocess.run(
+            [sys.executable, "-c", DAEMON_WAITING_AT_EXIT],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0 and "DONE" in out.stdout, (out.returncode, out.stderr[-2000:])
+
+
+LOST_PEER_WHILE_ASKING = r"""
+import asyncio, faulthandler, os, sys, threading
+faulthandler.dump_traceback_later(60, exit=True)
+os.environ["ASCEND_MEM_BACKEND"] = "sim"
+import ascend_fabric as af
+from conftest import POOL, listening_engine
+
+dev = af.Runtime().device(0)
+server, addr = listening_engine(dev)
+dst = server.alloc_host(1 << 20)
+dreg = server.register(dst)
+client = af.Engine(dev, "127.0.0.1", pool_capacity=POOL)
+src = client.alloc_host(1 << 20)
+sreg = client.register(src)
+
+async def main():
+    await client.connect_async(addr)
+    with af.emulator_hold_streams():
+        tasks = [asyncio.ensure_future(client.transfer(addr, "write", [(src.addr, dst.addr, 4096)]))
+                 for _ in range(64)]
+        await asyncio.sleep(0)
+        # Ending the channel wakes every awaiting task, from another thread, while this one
+        # (holding the GIL) asks the engine about the same peer, again and again.
+        t = threading.Thread(target=client.disconnect, args=(addr,))
+        t.start()
+        while t.is_alive():
+            client.remote_segments(addr)
+            client.peer_stats(addr)
+            client.peers()
+        t.join()
+    results = await asyncio.gather(*tasks, return_exceptions=True)
+    assert all(isinstance(r, af.PeerLost) for r in results), results
+
+asyncio.run(main())
+print("DONE", flush=True)
+"""
+
+
+def test_asking_about_a_peer_while_it_is_lost_does_not_deadlock(dev):
+    here = os.path.dirname(__file__)
+    out = subprocess.run(
+        [sys.executable, "-c", LOST_PEER_WHILE_ASKING],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and "DONE" in out.stdout, (out.returncode, out.stderr[-3000:])

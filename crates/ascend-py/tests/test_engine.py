@@ -2,6 +2,7 @@
 transfers in one process and between two, and the errors bad input raises."""
 
 import os
+import pickle
 import subprocess
 import sys
 import zlib
@@ -151,6 +152,12 @@ def test_bad_input_raises_typed_errors(dev):
     with pytest.raises(af.NotConnected) as e:
         eng.transfer_sync("127.0.0.1:1", "write", [(src.addr, remote.addr, 1)])
     assert isinstance(e.value, ConnectionError) and e.value.kind == "NotConnected"
+    # Exceptions cross processes (pickled) with their fields.
+    back = pickle.loads(pickle.dumps(e.value))
+    assert (type(back), back.status, back.kind, str(back)) == (
+        af.NotConnected, e.value.status, "NotConnected", str(e.value))
+    # A timeout too long for the clock is a long wait, never a crash.
+    eng.send_notify(addr, "n", "m", timeout=1e19)
     eng.disconnect(addr)
     reg.deregister()
     rreg.deregister()

@@ -6,7 +6,6 @@ import json
 import random
 import time
 
-import ascend_fabric as af
 import ascend_fabric.hixl as hixl
 
 MIB = 1 << 20

@@ -2,7 +2,9 @@
 consumers take the ended ones; each request is reported once, to one consumer, with its own
 user data and its bytes in place; a cancelled one gives its user data back."""
 
+import asyncio
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -105,5 +107,44 @@ def test_cancel_and_failures_come_back_with_their_data(dev):
     with pytest.raises(af.PeerLost):
         c.result()
     assert cq.wait(4, 0.0) == [] and not len(cq)
+    sreg.deregister()
+    dreg.deregister()
+
+
+def test_a_cancelled_next_takes_nothing(dev):
+    server, addr = listening_engine(dev)
+    dst = server.alloc_host(BLOCK)
+    dreg = server.register(dst)
+    client = af.Engine(dev, "127.0.0.1", pool_capacity=POOL)
+    src = client.alloc_host(BLOCK)
+    sreg = client.register(src)
+    client.connect(addr)
+    cq = af.CompletionQueue()
+
+    async def main():
+        with af.emulator_hold_streams():
+            cq.push(client.transfer_async(addr, "write", [(src.addr, dst.addr, BLOCK)]), "mine")
+            task = asyncio.ensure_future(cq.next())
+            await asyncio.sleep(0)  # waiting in next()
+        # The request ends and the engine wakes the task while this thread still runs; then
+        # the task is cancelled before the loop gets to it.
+        end = time.monotonic() + 20
+        while not cq.ready:
+            assert time.monotonic() < end, "the request did not end"
+        task.cancel()
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return None
+
+    got = asyncio.run(main())
+    if got is None:
+        # Cancelled: the completion is still in the queue.
+        (c,) = cq.wait(4, 10.0)
+    else:
+        c = got  # the task had the completion before the cancel
+    assert (c.user_data, c.status) == ("mine", "completed")
+    assert not len(cq)
+    client.disconnect(addr)
     sreg.deregister()
     dreg.deregister()

@@ -167,7 +167,7 @@ fn open(addr: SocketAddr, timeout: Duration, secret: Option<&str>) -> Result<Bou
     } else {
         timeout
     };
-    let until = Instant::now() + t;
+    let until = super::deadline_after(t);
     let s = TcpStream::connect_timeout(&addr, t)
         .map_err(|source| ClientError::Connect { addr, source })?;
     let _ = s.set_nodelay(true);

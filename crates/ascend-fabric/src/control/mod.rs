@@ -100,6 +100,19 @@ pub mod status {
 pub const NOTIFY_QUEUE_CAP: usize = 4096;
 /// Timeout of the client's sends when the caller gives none (HIXL: 3 s).
 pub const SERVER_IO_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The longest wait a deadline stands for: a timeout too long for the clock
+/// (`Duration::MAX` as "no limit") is cut to it.
+pub(crate) const FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// The instant `timeout` from now, or [`FOREVER`] from now when the clock cannot hold it
+/// (never a panic on a huge timeout).
+pub(crate) fn deadline_after(timeout: Duration) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(FOREVER))
+        .unwrap_or(now)
+}
 /// Longest request frame `length` the server accepts. HIXL's framing allows 1 MiB, but a
 /// request (connect, disconnect, notify) is at most a few KiB; the lower bound keeps what a
 /// connection can make the server buffer small.

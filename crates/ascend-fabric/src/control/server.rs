@@ -14,7 +14,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A running control server. Dropping it stops the event loop, joins its thread and closes
 /// every connection and session.
@@ -159,7 +159,7 @@ impl ControlServer {
             tracing::error!("ControlServer::revoke called from the event loop; nothing revoked");
             return 0;
         }
-        let deadline = Instant::now() + wait;
+        let deadline = super::deadline_after(wait);
         let w = Arc::new(RevokeWait::default());
         {
             // Checked under the queue's lock: a loop that has stopped sets `stop` before it

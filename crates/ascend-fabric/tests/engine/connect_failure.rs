@@ -49,3 +49,19 @@ fn a_failed_connect_leaves_no_session_behind_and_a_retry_works() {
         client.disconnect(&addr, T).unwrap();
     }
 }
+
+/// A timeout too long for the clock (`Duration::MAX`, or what a caller's "no limit" turns
+/// into) is a long wait, never a panic: each control call takes it.
+#[test]
+fn control_calls_take_a_timeout_too_long_for_the_clock() {
+    let env = setup();
+    let dev = env.rt.device(0).unwrap();
+    let addr = listen_addr();
+    let owner = Engine::new(&dev, &addr, options(1, 8)).unwrap();
+    let client = Engine::new(&dev, "127.0.0.1", options(1, 8)).unwrap();
+    client.connect(&addr, Duration::MAX).unwrap();
+    client.send_notify(&addr, "n", "m", Duration::MAX).unwrap();
+    client.disconnect(&addr, Duration::MAX).unwrap();
+    assert!(!client.is_connected(&addr));
+    drop(owner);
+}

@@ -19,6 +19,10 @@ class AscendError(Exception):
         self.status = status
         self.kind = kind
 
+    def __reduce__(self):
+        # Pickled (multiprocessing, a process pool) and copied with all three fields.
+        return (type(self), (self.args[0], self.status, self.kind))
+
 
 class InvalidArgument(AscendError, ValueError):
     """PARAM_INVALID (103900): an argument the call refused before doing anything."""
