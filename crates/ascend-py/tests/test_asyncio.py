@@ -90,8 +90,12 @@ def test_a_thousand_transfers_with_a_hundred_cancelled(dev):
     del src, dst, sreg, dreg, client, server, got
 
 
-DROP_DURING_LOOP = r"""
-import asyncio, os
+# What the children below start from: a listening engine offering a host buffer, and a client
+# engine with one of its own. A child's deadlock or abort fails its test rather than hanging or
+# killing the suite (faulthandler ends a child stuck for a minute, printing its threads).
+TWO_ENGINES = r"""
+import asyncio, faulthandler, os, sys, threading
+faulthandler.dump_traceback_later(60, exit=True)
 os.environ["ASCEND_MEM_BACKEND"] = "sim"
 import ascend_fabric as af
 from conftest import POOL, listening_engine
@@ -100,11 +104,27 @@ dev = af.Runtime().device(0)
 server, addr = listening_engine(dev)
 dst = server.alloc_host(1 << 20)
 dreg = server.register(dst)
+client = af.Engine(dev, "127.0.0.1", pool_capacity=POOL)
+src = client.alloc_host(1 << 20)
+sreg = client.register(src)
+"""
 
+
+def run_child(script):
+    """Runs ``script`` in a child interpreter; it must exit 0 having printed DONE."""
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=os.path.dirname(__file__),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and "DONE" in out.stdout, (out.returncode, out.stderr[-3000:])
+
+
+DROP_DURING_LOOP = TWO_ENGINES + r"""
 async def main():
-    client = af.Engine(dev, "127.0.0.1", pool_capacity=POOL)
-    src = client.alloc_host(1 << 20)
-    sreg = client.register(src)
+    global client, src, sreg
     await client.connect_async(addr)
     hold = af.emulator_hold_streams()
     tasks = [asyncio.ensure_future(client.transfer(addr, "write", [(src.addr, dst.addr, 4096)]))
@@ -129,16 +149,7 @@ print("DONE", flush=True)
 
 
 def test_dropping_the_engine_under_awaited_transfers_ends_them_without_deadlock(dev):
-    # In a child process, so a deadlock is a failed test rather than a hung suite.
-    here = os.path.dirname(__file__)
-    out = subprocess.run(
-        [sys.executable, "-c", DROP_DURING_LOOP],
-        cwd=here,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0 and "DONE" in out.stdout, out.stderr[-2000:]
+    run_child(DROP_DURING_LOOP)
 
 
 def test_a_failed_transfer_raises_in_the_awaiting_task(dev):
@@ -170,20 +181,7 @@ def test_awaiting_needs_a_running_loop(dev):
     del eng
 
 
-EXIT_WITH_ENGINES_ALIVE = r"""
-import asyncio, os
-os.environ["ASCEND_MEM_BACKEND"] = "sim"
-import ascend_fabric as af
-from conftest import POOL, listening_engine
-
-dev = af.Runtime().device(0)
-server, addr = listening_engine(dev)
-dst = server.alloc_host(1 << 20)
-dreg = server.register(dst)
-client = af.Engine(dev, "127.0.0.1", pool_capacity=POOL)
-src = client.alloc_host(1 << 20)
-sreg = client.register(src)
-
+EXIT_WITH_ENGINES_ALIVE = TWO_ENGINES + r"""
 async def connect():
     await client.connect_async(addr)
 
@@ -204,16 +202,8 @@ print("DONE", flush=True)
 
 
 def test_exiting_with_awaited_transfers_in_flight_is_clean(dev):
-    here = os.path.dirname(__file__)
     for _ in range(3):
-        out = subprocess.run(
-            [sys.executable, "-c", EXIT_WITH_ENGINES_ALIVE],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert out.returncode == 0 and "DONE" in out.stdout, (out.returncode, out.stderr[-2000:])
+        run_child(EXIT_WITH_ENGINES_ALIVE)
 
 
 DAEMON_WAITING_AT_EXIT = r"""
@@ -236,33 +226,11 @@ print("DONE", flush=True)
 
 
 def test_a_daemon_thread_in_a_call_without_the_gil_does_not_abort_the_exit(dev):
-    here = os.path.dirname(__file__)
     for _ in range(5):
-        out = subprocess.run(
-            [sys.executable, "-c", DAEMON_WAITING_AT_EXIT],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert out.returncode == 0 and "DONE" in out.stdout, (out.returncode, out.stderr[-2000:])
+        run_child(DAEMON_WAITING_AT_EXIT)
 
 
-LOST_PEER_WHILE_ASKING = r"""
-import asyncio, faulthandler, os, sys, threading
-faulthandler.dump_traceback_later(60, exit=True)
-os.environ["ASCEND_MEM_BACKEND"] = "sim"
-import ascend_fabric as af
-from conftest import POOL, listening_engine
-
-dev = af.Runtime().device(0)
-server, addr = listening_engine(dev)
-dst = server.alloc_host(1 << 20)
-dreg = server.register(dst)
-client = af.Engine(dev, "127.0.0.1", pool_capacity=POOL)
-src = client.alloc_host(1 << 20)
-sreg = client.register(src)
-
+LOST_PEER_WHILE_ASKING = TWO_ENGINES + r"""
 async def main():
     await client.connect_async(addr)
     with af.emulator_hold_streams():
@@ -287,12 +255,4 @@ print("DONE", flush=True)
 
 
 def test_asking_about_a_peer_while_it_is_lost_does_not_deadlock(dev):
-    here = os.path.dirname(__file__)
-    out = subprocess.run(
-        [sys.executable, "-c", LOST_PEER_WHILE_ASKING],
-        cwd=here,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert out.returncode == 0 and "DONE" in out.stdout, (out.returncode, out.stderr[-3000:])
+    run_child(LOST_PEER_WHILE_ASKING)
