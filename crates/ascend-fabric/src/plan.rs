@@ -48,10 +48,18 @@ impl Piece {
     }
 }
 
-/// Marks in `mask` the remote slots `pieces` lie in.
-pub(crate) fn mark_remote(pieces: &[Piece], mask: &mut SegMask) {
-    for p in pieces {
-        mask.add(p.r_idx);
+/// Where translation puts the pieces it makes: a [`Dealer`] when a transfer is submitted
+/// (the pieces go straight to the streams' batches, never into a list of their own), a `Vec`
+/// in tests.
+pub(crate) trait PieceSink {
+    /// Takes the next piece (pieces arrive in descriptor order).
+    fn piece(&mut self, p: Piece);
+}
+
+impl PieceSink for Vec<Piece> {
+    #[inline]
+    fn piece(&mut self, p: Piece) {
+        self.push(p);
     }
 }
 
@@ -85,21 +93,24 @@ pub(crate) fn check_descs(descs: &[TransferDesc]) -> Result<u64> {
 pub(crate) type Span = (usize, u64, u64);
 
 /// Translates every descriptor: one lookup per side (the local pieces, then the remote
-/// ones), merged into pieces that lie in one local and one remote segment each. Each local
-/// registration used is counted in `regs`. The error names the first descriptor and side
-/// that are not covered.
+/// ones), merged into pieces that lie in one local and one remote segment each, given to
+/// `out` in order. Each local registration used is counted in `regs`. The error names the
+/// first descriptor and side that are not covered (`out` may have taken the pieces of the
+/// descriptors before it).
 pub(crate) fn translate(
     descs: &[TransferDesc],
     local: &RangeMap<LocalSeg>,
     remote: &Remote,
     regs: &mut RegUse,
-) -> Result<Vec<Piece>> {
+    out: &mut impl PieceSink,
+) -> Result<()> {
     translate_in(
         descs,
         local,
         |seg| regs.add(&seg.reg),
         (&remote.map, |_, imp: &Import| imp.slot),
         &remote.index,
+        out,
     )
 }
 
@@ -112,8 +123,8 @@ fn translate_in<L, R>(
     mut used: impl FnMut(&L),
     (remote, slot): (&RangeMap<R>, impl Fn(usize, &R) -> usize),
     seg_index: &SegIndex,
-) -> Result<Vec<Piece>> {
-    let mut pieces: Vec<Piece> = Vec::with_capacity(descs.len());
+    pieces: &mut impl PieceSink,
+) -> Result<()> {
     let mut lp: Vec<Span> = Vec::new();
     let mut rp: Vec<Span> = Vec::new();
     // The local segment of the last descriptor that lay in one: most lie in the same.
@@ -133,7 +144,7 @@ fn translate_in<L, R>(
                 last = Some(li);
             }
             let s = slot(ri, &remote.segments()[ri].value);
-            pieces.push(Piece {
+            pieces.piece(Piece {
                 desc: index as u32,
                 l_idx: li,
                 l_off: l_addr - segs[li].start,
@@ -181,19 +192,19 @@ fn translate_in<L, R>(
                 uncovered,
             });
         }
-        merge(index, &lp, &rp, &mut pieces);
+        merge(index, &lp, &rp, pieces);
     }
-    Ok(pieces)
+    Ok(())
 }
 
 /// Cuts the local and remote spans of descriptor `desc` at every boundary of either into
 /// pieces.
-pub(crate) fn merge(desc: usize, lp: &[Span], rp: &[Span], pieces: &mut Vec<Piece>) {
+pub(crate) fn merge(desc: usize, lp: &[Span], rp: &[Span], pieces: &mut impl PieceSink) {
     let (mut i, mut j) = (0, 0);
     let (mut li, mut ri) = (lp[0], rp[0]);
     while i < lp.len() && j < rp.len() {
         let n = li.2.min(ri.2);
-        pieces.push(Piece {
+        pieces.piece(Piece {
             desc: desc as u32,
             l_idx: li.0,
             l_off: li.1,
@@ -226,26 +237,74 @@ pub(crate) struct StreamBatch {
     pub(crate) descs: Vec<u32>,
 }
 
-/// Cuts the pieces into copies, coalescing ones contiguous on both sides, and deals them
-/// round-robin to `streams` streams: one batch of table copies per stream, queued by
-/// [`issue`]. A large piece is cut into
-/// up to `streams` chunks, so one big op uses every stream of the slot (HIXL issues it whole,
-/// on one stream). WRITE copies local to remote, READ remote to local.
-pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<StreamBatch> {
-    let k = streams.max(1);
-    // Each stream gets about its share of the pieces (more when large ones are cut).
-    let share = pieces.len() / k + 1;
-    let mut batches: Vec<StreamBatch> = (0..k)
-        .map(|_| StreamBatch {
-            copies: Vec::with_capacity(share),
-            descs: Vec::with_capacity(share),
-        })
-        .collect();
-    // The next stream, in turn (no division on this path: it runs once per copy).
-    let mut rr = 0usize;
-    let mut push = |desc: u32, l: (usize, usize), r: (usize, usize), len: usize| {
-        let ((dst, dst_offset), (src, src_offset)) = if write { (r, l) } else { (l, r) };
-        let b = &mut batches[rr];
+/// Cuts the pieces it is given into copies, coalescing ones contiguous on both sides, and
+/// deals them round-robin to the slot's streams as they come: one batch of table copies per
+/// stream, queued by [`issue`]. It marks the remote slots the pieces lie in. A large piece
+/// is cut into up to one chunk per stream, so one big op uses every stream of the slot (HIXL
+/// issues it whole, on one stream). WRITE copies local to remote, READ remote to local.
+pub(crate) struct Dealer<'m> {
+    batches: Vec<StreamBatch>,
+    /// The next stream, in turn (no division on this path: it runs once per copy).
+    rr: usize,
+    write: bool,
+    /// The piece the next one may continue.
+    pending: Option<Piece>,
+    /// The remote slots used.
+    used: &'m mut SegMask,
+}
+
+impl<'m> Dealer<'m> {
+    /// A dealer to `streams` streams (at least one) of about `pieces` pieces in all.
+    pub(crate) fn new(streams: usize, write: bool, pieces: usize, used: &'m mut SegMask) -> Self {
+        let k = streams.max(1);
+        // Each stream gets about its share of the pieces (more when large ones are cut).
+        let share = pieces / k + 1;
+        Dealer {
+            batches: (0..k)
+                .map(|_| StreamBatch {
+                    copies: Vec::with_capacity(share),
+                    descs: Vec::with_capacity(share),
+                })
+                .collect(),
+            rr: 0,
+            write,
+            pending: None,
+            used,
+        }
+    }
+
+    /// The streams' batches, once every piece was given.
+    pub(crate) fn finish(mut self) -> Vec<StreamBatch> {
+        if let Some(q) = self.pending.take() {
+            self.put(q);
+        }
+        self.batches
+    }
+
+    /// Deals a coalesced piece: whole, or cut across the streams when large.
+    fn put(&mut self, p: Piece) {
+        self.used.add(p.r_idx);
+        let k = self.batches.len();
+        let len = p.len as usize;
+        let (l, r) = ((p.l_idx, p.l_off as usize), (p.r_idx, p.r_off as usize));
+        if len < SPLIT_MIN || k == 1 {
+            self.push(p.desc, l, r, len);
+            return;
+        }
+        let parts = k.min(len / SPLIT_CHUNK_MIN);
+        let chunk = len.div_ceil(parts).next_multiple_of(4096);
+        let mut at = 0;
+        while at < len {
+            let n = chunk.min(len - at);
+            self.push(p.desc, (l.0, l.1 + at), (r.0, r.1 + at), n);
+            at += n;
+        }
+    }
+
+    #[inline]
+    fn push(&mut self, desc: u32, l: (usize, usize), r: (usize, usize), len: usize) {
+        let ((dst, dst_offset), (src, src_offset)) = if self.write { (r, l) } else { (l, r) };
+        let b = &mut self.batches[self.rr];
         b.copies.push(TableCopy {
             dst,
             dst_offset,
@@ -254,30 +313,17 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Strea
             len,
         });
         b.descs.push(desc);
-        rr += 1;
-        if rr == k {
-            rr = 0;
+        self.rr += 1;
+        if self.rr == self.batches.len() {
+            self.rr = 0;
         }
-    };
-    let mut put = |p: Piece| {
-        let len = p.len as usize;
-        let (l, r) = ((p.l_idx, p.l_off as usize), (p.r_idx, p.r_off as usize));
-        if len < SPLIT_MIN || k == 1 {
-            push(p.desc, l, r, len);
-            return;
-        }
-        let parts = k.min(len / SPLIT_CHUNK_MIN);
-        let chunk = len.div_ceil(parts).next_multiple_of(4096);
-        let mut at = 0;
-        while at < len {
-            let n = chunk.min(len - at);
-            push(p.desc, (l.0, l.1 + at), (r.0, r.1 + at), n);
-            at += n;
-        }
-    };
-    let mut pending: Option<Piece> = None;
-    for p in pieces {
-        match &mut pending {
+    }
+}
+
+impl PieceSink for Dealer<'_> {
+    #[inline]
+    fn piece(&mut self, p: Piece) {
+        match &mut self.pending {
             Some(q)
                 if q.l_idx == p.l_idx
                     && q.r_idx == p.r_idx
@@ -287,23 +333,22 @@ pub(crate) fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> Vec<Strea
                 q.len += p.len
             }
             _ => {
-                if let Some(q) = pending.replace(p) {
-                    put(q);
+                if let Some(q) = self.pending.replace(p) {
+                    self.put(q);
                 }
             }
         }
     }
-    if let Some(q) = pending.take() {
-        put(q);
-    }
-    batches
 }
 
-/// Copies a stream is given at a time when a transfer's copies are queued: the streams are
-/// served in turn, a few copies each (HIXL alternates copy by copy), so each stream's worker
-/// starts early and a submitter and one worker do not contend for the same queue through a
-/// whole batch.
+/// Copies a stream is given in the first round when a transfer's copies are queued: the
+/// streams are served in turn, a few copies each (HIXL alternates copy by copy), so each
+/// stream's worker starts early and a submitter and one worker do not contend for the same
+/// queue through a whole batch. Each round gives twice as many as the last, up to
+/// [`DEAL_RUN_MAX`]: once every worker has work, fewer, larger calls cost the submitter less.
 pub(crate) const DEAL_RUN: usize = 8;
+/// Most copies a stream is given in one round.
+pub(crate) const DEAL_RUN_MAX: usize = 32;
 
 /// Fewest copies per submitting thread for a transfer to use more than one (below it the
 /// calling thread queues them all: starting a helper costs tens of microseconds).
@@ -322,7 +367,8 @@ pub(crate) struct IssueMode {
 
 /// Queues each stream's batch of `batches` on the slot's streams, addressed in the peer's
 /// imports (`remote`) and the local segments (`local`): the one place copies reach the
-/// runtime. The streams are served in turn, [`DEAL_RUN`] copies at a time; with
+/// runtime. The streams are served in turn, a few copies at a time ([`DEAL_RUN`], growing
+/// each round to [`DEAL_RUN_MAX`]); with
 /// `mode.threads` above 1 (and enough copies), the streams are shared among that many
 /// threads, the calling one first, each serving its own streams in turn, and all stop once
 /// one fails. Returns the failure first in that order (round, then stream: what one thread
@@ -422,9 +468,10 @@ struct Job<'a> {
 }
 
 impl Job<'_> {
-    /// Queues the batches of `streams` (stream index, stream), serving them in turn
-    /// [`DEAL_RUN`] copies at a time (a batch of host-device copies whole, when batching is
-    /// on: one batch call); stops at a stream's first failure, or at the next round once
+    /// Queues the batches of `streams` (stream index, stream), serving them in turn,
+    /// [`DEAL_RUN`] copies each in the first round and twice as many each round after, up to
+    /// [`DEAL_RUN_MAX`] (a batch of host-device copies whole, when batching is on: one batch
+    /// call); stops at a stream's first failure, or at the next round once
     /// another thread failed.
     fn serve(&self, streams: &mut [(usize, &mut StreamLease)]) -> Result<(), Failure> {
         let (dst, src) = self.tables;
@@ -436,48 +483,45 @@ impl Job<'_> {
                     .first()
                     .is_some_and(|c| dst.is_host(c.dst) != src.is_host(c.src))
         };
-        let runs: Vec<usize> = streams
+        let whole: Vec<bool> = streams
             .iter()
-            .map(|(i, _)| {
-                let b = &self.batches[*i];
-                if whole(b) {
-                    b.copies.len().max(1)
-                } else {
-                    DEAL_RUN
-                }
-            })
+            .map(|(i, _)| whole(&self.batches[*i]))
             .collect();
-        let rounds = streams
-            .iter()
-            .zip(&runs)
-            .map(|((i, _), run)| self.batches[*i].copies.len().div_ceil(*run))
-            .max()
-            .unwrap_or(0);
-        for r in 0..rounds {
+        // How far each stream's batch is queued.
+        let mut at = vec![0usize; streams.len()];
+        let mut run = DEAL_RUN;
+        for r in 0.. {
             if self.stop.load(Ordering::Relaxed) {
                 return Ok(());
             }
-            for ((i, s), &n) in streams.iter_mut().zip(&runs) {
+            let mut queued = false;
+            for (((i, s), &whole), at) in streams.iter_mut().zip(&whole).zip(&mut at) {
                 let b = &self.batches[*i];
-                let at = r * n;
-                let run = b.copies.get(at..b.copies.len().min(at + n)).unwrap_or(&[]);
-                if run.is_empty() {
+                let n = if whole { b.copies.len() } else { run };
+                let copies = &b.copies[*at..b.copies.len().min(*at + n)];
+                if copies.is_empty() {
                     continue;
                 }
-                trace_copies(*i, run);
+                queued = true;
+                trace_copies(*i, copies);
                 let q = if self.batch {
-                    s.copy_table_async(dst, src, run)
+                    s.copy_table_async(dst, src, copies)
                 } else {
-                    s.copy_table_each_async(dst, src, run)
+                    s.copy_table_each_async(dst, src, copies)
                 };
                 if let Err(e) = q {
                     self.stop.store(true, Ordering::Relaxed);
                     return Err(Failure {
                         at: (r, *i),
-                        error: refused(e, &b.descs[at..]),
+                        error: refused(e, &b.descs[*at..]),
                     });
                 }
+                *at += copies.len();
             }
+            if !queued {
+                break;
+            }
+            run = (run * 2).min(DEAL_RUN_MAX);
         }
         Ok(())
     }

@@ -53,10 +53,10 @@ impl Engine {
         let queue = |rem: &Remote, slot: &mut SlotGuard, (regs, segs): Uses<'_>| {
             let reg = inner.registry.state.read();
             // Check and translate every descriptor before queuing anything.
-            let pieces = plan::translate(descs, &reg.ranges, rem, regs)?;
-            plan::mark_remote(&pieces, segs);
+            let mut dealer = plan::Dealer::new(slot.streams(), write, descs.len(), segs);
+            plan::translate(descs, &reg.ranges, rem, regs, &mut dealer)?;
             let ltab = reg.table(&inner.dev)?;
-            let batches = plan::deal(pieces, slot.streams(), write);
+            let batches = dealer.finish();
             let mode = self.issue_mode(write);
             Ok(plan::issue(slot, &batches, (&rem.table, ltab), mode))
         };

@@ -98,10 +98,14 @@ proptest! {
             })
             .collect();
         let mut seen = Vec::new();
-        let got = translate_in(&descs, &local, |i| seen.push(*i), (&remote, |i, _| i), &SegIndex::new(&remote));
+        let mut out = Vec::new();
+        let got = translate_in(&descs, &local, |i| seen.push(*i), (&remote, |i, _| i), &SegIndex::new(&remote), &mut out)
+            .map(|()| out);
 
         // Without the index every lookup goes through the map: the same answer.
-        let slow = translate_in(&descs, &local, |_| {}, (&remote, |i, _| i), &SegIndex::default());
+        let mut out = Vec::new();
+        let slow = translate_in(&descs, &local, |_| {}, (&remote, |i, _| i), &SegIndex::default(), &mut out)
+            .map(|()| out);
         prop_assert_eq!(format!("{got:?}"), format!("{slow:?}"));
 
         let gap = descs.iter().enumerate().find_map(|(index, d)| {
@@ -160,7 +164,12 @@ proptest! {
             };
             pieces.push(p);
         }
-        let batches = deal(pieces.clone(), streams, write);
+        let (batches, used) = deal(pieces.clone(), streams, write);
+        // Every remote slot a piece lies in is marked, and no other (slots here are below 128).
+        for slot in 0..3 {
+            let in_use = pieces.iter().any(|p| p.r_idx == slot);
+            prop_assert_eq!(used.any(&[slot]), in_use, "slot {}", slot);
+        }
         let k = streams.max(1);
         prop_assert_eq!(batches.len(), k);
         prop_assert!(batches.iter().all(|b| b.descs.len() == b.copies.len()));
@@ -211,6 +220,17 @@ proptest! {
             }
         }
     }
+}
+
+/// The streams' batches of `pieces`, dealt as a submission deals them, and the remote slots
+/// marked used.
+fn deal(pieces: Vec<Piece>, streams: usize, write: bool) -> (Vec<StreamBatch>, SegMask) {
+    let mut used = SegMask::default();
+    let mut dealer = Dealer::new(streams, write, pieces.len(), &mut used);
+    for p in pieces {
+        dealer.piece(p);
+    }
+    (dealer.finish(), used)
 }
 
 /// Merges pieces that continue each other on both sides.

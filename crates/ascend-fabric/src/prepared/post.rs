@@ -9,7 +9,7 @@ use ascend_mem::Addr;
 
 use crate::engine::{Engine, EngineInner};
 use crate::error::{Error, Result, Side};
-use crate::plan::{self, Piece, Span};
+use crate::plan::{self, Piece, PieceSink, Span};
 use crate::remote::Remote;
 use crate::request::{Observer, ReqInner};
 use crate::slots::SlotFrom;
@@ -144,26 +144,26 @@ impl Engine {
                 }
                 regs.add(&local.reg);
             }
-            let pieces = pieces(pairs, local, remote, rem)?;
-            plan::mark_remote(&pieces, segs);
-            let batches = plan::deal(pieces, slot.streams(), write);
+            let mut dealer = plan::Dealer::new(slot.streams(), write, pairs.len(), segs);
+            pieces(pairs, local, remote, rem, &mut dealer)?;
+            let batches = dealer.finish();
             let tables = (&rem.table, &local.table);
             Ok(plan::issue(slot, &batches, tables, self.issue_mode(write)))
         })
     }
 }
 
-/// The pieces of `pairs`: one per pair when both blocks lie in one table entry each (the
-/// usual case), else cut where either side crosses an entry.
+/// The pieces of `pairs`, given to `out` in order: one per pair when both blocks lie in one
+/// table entry each (the usual case), else cut where either side crosses an entry.
 fn pieces(
     pairs: &[(usize, usize)],
     local: &LocalBlocks,
     remote: &RemoteBlocks,
     rem: &Remote,
-) -> Result<Vec<Piece>> {
+    out: &mut impl PieceSink,
+) -> Result<()> {
     let (nl, nr) = (local.blocks.count, remote.blocks.count);
     let bl = local.blocks.block_len;
-    let mut out = Vec::with_capacity(pairs.len());
     for (index, &(i, j)) in pairs.iter().enumerate() {
         for (side, block, n) in [(Side::Local, i, nl), (Side::Remote, j, nr)] {
             if block as u64 >= n {
@@ -178,7 +178,7 @@ fn pieces(
         let (lr, lo) = local.blocks.locate(i as u64);
         let (rr, ro) = remote.blocks.locate(j as u64);
         if lr.entry != CROSSES && rr.entry != CROSSES {
-            out.push(Piece::new(
+            out.piece(Piece::new(
                 index,
                 (lr.entry as usize, lr.off + lo),
                 (rr.entry as usize, rr.off + ro),
@@ -200,7 +200,7 @@ fn pieces(
             // Lists are checked when made and their tables do not change: not reached.
             return Err(prep_err(format!("pair {index}: {e}")));
         }
-        plan::merge(index, &lp, &rp, &mut out);
+        plan::merge(index, &lp, &rp, out);
     }
-    Ok(out)
+    Ok(())
 }
