@@ -24,6 +24,7 @@ use crate::engine::{Engine, AUTO_CONNECT_TIMEOUT};
 use crate::error::{Error, Result};
 use crate::plan;
 use crate::prepared::{LocalBlocks, RemoteBlocks};
+use crate::progress::Urgency;
 use crate::request::{Observer, ReqInner};
 use crate::slots::{SlotFrom, SlotGuard, SlotPool, SlotWaiter};
 use crate::transfer::{TransferDesc, TransferOp, TransferOptions};
@@ -49,7 +50,7 @@ impl Future for TransferRequest {
             this.inner.disconnect_if_due(false);
             return Poll::Ready(r);
         }
-        if !this.progress.watch(&this.inner) {
+        if !this.progress.watch(&this.inner, Urgency::Now) {
             // Nobody else will look: ask to be polled again.
             cx.waker().wake_by_ref();
         }

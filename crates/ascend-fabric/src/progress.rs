@@ -11,8 +11,18 @@
 //! [`MAX_SLICE`] while nothing ends, and never past a stall deadline), so a completion wakes
 //! it at once. When every watched request is held by someone else (a waiter blocked on its
 //! streams), it waits the slice on its condition variable instead. With nothing to watch it
-//! polls for a moment ([`SPIN`]) for the next request, then parks on that condition
-//! variable: no core is used while idle. Requests are held weakly: a
+//! polls for a moment ([`SPIN`]) for the next request, then lingers ([`LINGER`]: waits on
+//! that condition variable in slices of [`MIN_SLICE`], looking for hand-overs between them),
+//! then parks on it: no core is used while idle.
+//!
+//! Waking the thread costs the submitter a system call (and on a virtual machine an
+//! interrupt to the other core): about as much as queuing a thousand copies. So a hand-over
+//! says how soon it must be seen ([`Urgency`]). A request a caller may yet wait on itself (a
+//! `transfer_async` request) is handed over [`Urgency::Soon`]: it wakes a parked thread but
+//! not a lingering one, or one waiting out a slice, which sees it within that slice. A
+//! request that someone is waiting for through the thread (a future that registered its
+//! waker, a completion queue) is [`Urgency::Now`]: it wakes the thread whatever it is doing
+//! short of blocking on another request's streams. Requests are held weakly: a
 //! dropped request leaves the list by itself, its aborted streams handed over as its
 //! channel's drain list, which the thread asks each round (never waiting on those streams)
 //! until the runtime says they are done, then releases what the request held.
@@ -31,6 +41,33 @@ use crate::request::{spin_until, InFlight, ReqInner, SPIN};
 const MIN_SLICE: Duration = Duration::from_millis(1);
 /// The longest slice: a completion other than the oldest request's is seen within it.
 const MAX_SLICE: Duration = Duration::from_millis(4);
+/// How long the thread lingers with nothing to watch before it parks for good (until a
+/// hand-over wakes it).
+pub(crate) const LINGER: Duration = Duration::from_millis(20);
+
+/// How soon the progress thread must see what is handed to it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Urgency {
+    /// Within a slice ([`MAX_SLICE`]): the thread is woken only if it parked for good. For
+    /// work whose completion nobody waits for through the thread yet (the submitter may still
+    /// wait on it itself), and for dropped requests' clean-up.
+    Soon,
+    /// At once: someone waits for the thread to report it (a waker, a completion queue).
+    Now,
+}
+
+/// What the thread is doing, as far as a hand-over cares.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+enum Sleep {
+    /// Running: it looks at the hand-overs before it sleeps again.
+    #[default]
+    Awake,
+    /// Waiting a slice on the condition variable (lingering, or every watched request held
+    /// by a waiter): it looks again within [`MAX_SLICE`].
+    Slice,
+    /// Parked with nothing to watch, until woken.
+    Parked,
+}
 
 #[derive(Default)]
 struct State {
@@ -42,8 +79,8 @@ struct State {
     aborts: Vec<Arc<ReqInner>>,
     thread: Option<JoinHandle<()>>,
     stop: bool,
-    /// Parked on `cv` with nothing to watch.
-    idle: bool,
+    /// Whether (and how) the thread waits on `cv`.
+    sleep: Sleep,
 }
 
 /// One engine's progress thread and the requests handed to it.
@@ -68,15 +105,22 @@ impl Progress {
         Arc::default()
     }
 
-    /// Observes `r` until it ends (once per request; later calls do nothing). Returns false
-    /// if nobody will: the engine is shutting down (every request of it is failed by then)
-    /// or the thread could not be started; the caller then polls again itself.
-    pub(crate) fn watch(self: &Arc<Self>, r: &Arc<ReqInner>) -> bool {
+    /// Observes `r` until it ends (once per request; a later call only wakes the thread
+    /// when `urgency` is [`Urgency::Now`]). Returns false if nobody will: the engine is
+    /// shutting down (every request of it is failed by then) or the thread could not be
+    /// started; the caller then polls again itself.
+    pub(crate) fn watch(self: &Arc<Self>, r: &Arc<ReqInner>, urgency: Urgency) -> bool {
         if r.watched.swap(true, Ordering::AcqRel) {
+            if urgency == Urgency::Now {
+                let st = self.st.lock();
+                if st.sleep != Sleep::Awake {
+                    self.cv.notify_one();
+                }
+            }
             return true;
         }
         let mut st = self.st.lock();
-        if st.stop || !self.running(&mut st) {
+        if st.stop || !self.running(&mut st, urgency) {
             r.watched.store(false, Ordering::Release);
             return false;
         }
@@ -90,7 +134,7 @@ impl Progress {
     /// engine is shutting down, the thread could not be started), drains it here, waiting.
     pub(crate) fn drain(self: &Arc<Self>, book: Arc<InFlight>) {
         let mut st = self.st.lock();
-        if st.stop || !self.running(&mut st) {
+        if st.stop || !self.running(&mut st, Urgency::Soon) {
             drop(st);
             book.settle_all().into_iter().for_each(Waker::wake);
             return;
@@ -104,7 +148,7 @@ impl Progress {
     /// does both here, waiting.
     pub(crate) fn abort(self: &Arc<Self>, r: Arc<ReqInner>) {
         let mut st = self.st.lock();
-        if st.stop || !self.running(&mut st) {
+        if st.stop || !self.running(&mut st, Urgency::Soon) {
             drop(st);
             if let Some(book) = r.abort_detached() {
                 book.settle_all().into_iter().for_each(Waker::wake);
@@ -115,11 +159,17 @@ impl Progress {
         self.handed.fetch_add(1, Ordering::Release);
     }
 
-    /// Starts the thread if it is not running, else wakes it if idle (what is handed over
-    /// next is pushed under the same lock); false if it cannot be started.
-    fn running(self: &Arc<Self>, st: &mut State) -> bool {
+    /// Starts the thread if it is not running, else wakes it if it sleeps longer than
+    /// `urgency` allows (what is handed over next is pushed under the same lock); false if
+    /// it cannot be started.
+    fn running(self: &Arc<Self>, st: &mut State, urgency: Urgency) -> bool {
         if st.thread.is_some() {
-            if st.idle {
+            let wake = match st.sleep {
+                Sleep::Awake => false,
+                Sleep::Slice => urgency == Urgency::Now,
+                Sleep::Parked => true,
+            };
+            if wake {
                 self.cv.notify_one();
             }
             return true;
@@ -155,10 +205,11 @@ impl Progress {
         }
     }
 
-    /// Adds the requests and drain lists handed over to `w`; blocks while there is none.
-    /// `None`: stop; else whether any was new.
+    /// Adds the requests and drain lists handed over to `w`; blocks while there is none
+    /// (lingering first, [`LINGER`]). `None`: stop; else whether any was new.
     fn take_incoming(&self, w: &mut Watched) -> Option<bool> {
         let mut st = self.st.lock();
+        let mut linger_until = None;
         loop {
             if st.stop {
                 return None;
@@ -183,9 +234,15 @@ impl Progress {
             if self.handed.load(Ordering::Acquire) != seen || st.stop {
                 continue;
             }
-            st.idle = true;
-            self.cv.wait(&mut st);
-            st.idle = false;
+            let until = *linger_until.get_or_insert_with(|| Instant::now() + LINGER);
+            if Instant::now() < until {
+                st.sleep = Sleep::Slice;
+                self.cv.wait_for(&mut st, MIN_SLICE);
+            } else {
+                st.sleep = Sleep::Parked;
+                self.cv.wait(&mut st);
+            }
+            st.sleep = Sleep::Awake;
         }
     }
 }
@@ -255,8 +312,8 @@ fn park(p: &Progress, watched: &[Weak<ReqInner>], slice: Duration) {
     }
     let mut st = p.st.lock();
     if st.incoming.is_empty() && !st.stop {
-        st.idle = true;
+        st.sleep = Sleep::Slice;
         p.cv.wait_for(&mut st, slice);
-        st.idle = false;
+        st.sleep = Sleep::Awake;
     }
 }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::error::Result;
+use crate::progress::Urgency;
 use crate::request::{spin_until, Sink};
 use crate::transfer::TransferStatus;
 use crate::transfer_request::TransferRequest;
@@ -162,7 +163,7 @@ impl<T: Send + 'static> CompletionQueue<T> {
             // Ended and told already (before it was pushed).
             self.shared.completed(id);
         } else {
-            progress.watch(&inner);
+            progress.watch(&inner, Urgency::Now);
         }
         id
     }

@@ -10,6 +10,7 @@ use crate::channel::{Channel, Gate};
 use crate::engine::{Engine, AUTO_CONNECT_TIMEOUT};
 use crate::error::{Error, Result, Side};
 use crate::plan;
+use crate::progress::Urgency;
 use crate::registry::RegUse;
 use crate::remote::{Remote, SegMask};
 use crate::request::AutoDisconnect;
@@ -161,7 +162,7 @@ impl Engine {
         // synchronous transfer queued behind finished asynchronous ones). If the progress
         // thread cannot watch it, the request's own waits and polls still observe it.
         if observer == Observer::Progress {
-            inner.progress.watch(&req);
+            inner.progress.watch(&req, Urgency::Soon);
         }
         tracing::debug!(parent: &span, streams, "submitted");
         Ok(req)
