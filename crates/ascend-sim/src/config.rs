@@ -1,6 +1,7 @@
 //! The emulator's configuration: `ASCEND_SIM_DEVICES`, `ASCEND_SIM_SOC`,
-//! `ASCEND_SIM_HBM_BYTES`, `ASCEND_SIM_HOST_BYTES`, `ASCEND_SIM_STREAM_MODE` and
-//! `ASCEND_SIM_CALL_NS`, read once; the host cost of a copy call that the last one models.
+//! `ASCEND_SIM_HBM_BYTES`, `ASCEND_SIM_HOST_BYTES`, `ASCEND_SIM_STREAM_MODE`,
+//! `ASCEND_SIM_CALL_NS`, `ASCEND_SIM_HOST` and `ASCEND_SIM_SUPERNODE`, read once; the host
+//! cost of a copy call that `ASCEND_SIM_CALL_NS` models.
 
 use std::ffi::CStr;
 use std::sync::OnceLock;
@@ -92,6 +93,13 @@ pub(crate) struct Config {
     /// it is refused, as CANN documents imports (default: allowed, which tests of two engines
     /// in one process rely on).
     pub cross_process_import: bool,
+    /// The emulated host this process runs on (`ASCEND_SIM_HOST`, default 0): its devices
+    /// are that host's, and memory shared with a process of another host follows the
+    /// cross-host rules of the `share` module.
+    pub host: u32,
+    /// The supernode that host belongs to (`ASCEND_SIM_SUPERNODE`, default 0): FABRIC
+    /// handles reach across the hosts of one supernode, not beyond it.
+    pub supernode: u32,
 }
 
 /// Upper bound of `ASCEND_SIM_DEVICES`.
@@ -108,6 +116,15 @@ fn env_u64(name: &str, default: u64) -> u64 {
         },
         _ => default,
     }
+}
+
+/// `name` as a `u32` (`default` when unset, or with a warning when not one).
+fn env_u32(name: &str, default: u32) -> u32 {
+    let v = env_u64(name, u64::from(default));
+    u32::try_from(v).unwrap_or_else(|_| {
+        eprintln!("ascend-sim: {name}={v} does not fit 32 bits; using {default}");
+        default
+    })
 }
 
 /// `ASCEND_SIM_IMPORT`: `cross-process` (true) or `any` (false, the default).
@@ -154,6 +171,8 @@ fn read_config() -> Config {
         mode,
         call_ns: env_u64("ASCEND_SIM_CALL_NS", 0),
         cross_process_import: import_rule(),
+        host: env_u32("ASCEND_SIM_HOST", 0),
+        supernode: env_u32("ASCEND_SIM_SUPERNODE", 0),
     }
 }
 

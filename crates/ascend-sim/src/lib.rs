@@ -69,6 +69,8 @@
 //! | `ASCEND_SIM_CALL_NS` | host cost of each runtime copy submission (`aclrtMemcpyAsync`, and each copy of an `aclrtMemcpyBatchAsync`), in ns: a busy wait in the calling thread, modelling the real runtime's per-call cost for benchmarks of the submission-bound regime | 0 (none) |
 //! | `ASCEND_SIM_FAIL` | `sym:n[:code][,sym:n[:code]]`: the n-th call of `sym` (any ACL, HCCL or HIXL symbol) fails with `code` (`-2147483648`: panics) | code 507899, `HCCL_E_INTERNAL`, `HIXL_FAILED` |
 //! | `ASCEND_SIM_CALL_LOG` | `1` turns the call log on | off |
+//! | `ASCEND_SIM_HOST` | the emulated host this process is on (its devices are that host's; memory shared with another host's process follows the cross-host rules of the `share` module: FABRIC within the supernode, DEFAULT within the host) | 0 |
+//! | `ASCEND_SIM_SUPERNODE` | the supernode of that host | 0 |
 //! | `ASCEND_SIM_IMPORT` | `cross-process`: an import of device memory in the process that exported it fails with `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000 (CANN documents imports as cross-process; host memory stays importable in-process, as HIXL's engine does it on A3); `any` allows it (tests of two engines in one process need that) | `any` |
 //!
 //! Capacities are accounted per process; the kernel never decides (memfd pages are only
@@ -100,6 +102,9 @@
 //! * Import when the exporter is gone, freed its memory, or the handle is stale (R18) →
 //!   `ACL_ERROR_RT_INVALID_HANDLE` 107017; garbage FABRIC bytes → 107000; importer not in the
 //!   allow-list → `ACL_ERROR_RT_NO_PERMISSION` 207006.
+//! * Across emulated hosts: a FABRIC handle from another supernode →
+//!   `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000; a DEFAULT handle from another host →
+//!   `ACL_ERROR_RT_INVALID_HANDLE` 107017 (the sources of each rule: the `share` module).
 //! * A copy touching unmapped VA inside a reservation, running past a block, or into memory
 //!   without access → `ACL_ERROR_RT_DEVICE_MEM_ERROR` 507053 (at execution for async copies:
 //!   reported by the next synchronize of the stream).

@@ -1,14 +1,34 @@
-//! Sharing physical memory between processes on this host (one emulated supernode).
+//! Sharing physical memory between processes of this machine, which may be emulated hosts
+//! of one or more supernodes (`ASCEND_SIM_HOST`, `ASCEND_SIM_SUPERNODE`).
 //!
 //! A shareable handle names the exporter's pid, the memfd's fd number in that process and its
 //! inode. Everything else (magic, location, size, export flags, share types, the pid
-//! allow-list) lives in the header page at offset 0 of the memfd, so the importer reads it from
-//! the descriptor it obtained with `pidfd_getfd` (or `dup` in the same process).
+//! allow-list, the exporter's host and supernode) lives in the header page at offset 0 of the
+//! memfd, so the importer reads it from the descriptor it obtained with `pidfd_getfd` (or `dup`
+//! in the same process). Emulated hosts are processes of one machine, in network namespaces of
+//! their own or not: they share its pid namespace, so `pidfd_getfd` reaches across them (the
+//! descriptor broker's abstract socket does not leave its network namespace).
 //!
 //! * DEFAULT (`uint64_t`): `pid` in bits 0..22, fd in bits 22..42, the inode's low 22 bits in
 //!   bits 42..64.
-//! * FABRIC (128 bytes): magic `ASIMFAB\0`, version, pid, fd, exporter device, full inode,
-//!   st_dev, size and an FNV-1a checksum of the first 48 bytes.
+//! * FABRIC (128 bytes): magic `ASIMFAB\0`, version 2, pid, fd, exporter device, full inode,
+//!   st_dev, size, the exporter's host and supernode, and an FNV-1a checksum of the first 56
+//!   bytes.
+//!
+//! # Across hosts
+//! What the emulator enforces when exporter and importer are on different emulated hosts,
+//! and where each rule comes from:
+//! * A FABRIC handle imports on any host of its exporter's supernode: CANN documents FABRIC
+//!   sharing as cross-server within an Atlas A3 supernode (HCCS).
+//! * A FABRIC handle from another supernode is refused, `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`
+//!   207000: the supernode is the fabric's reach (CANN: FABRIC sharing across servers of a
+//!   supernode only); the code is ours, the driver's is not public.
+//! * A DEFAULT handle imports on its exporter's host only, else `ACL_ERROR_RT_INVALID_HANDLE`
+//!   107017, as a handle this host's driver does not know: CANN documents DEFAULT sharing as
+//!   intra-server; the code is ours.
+//! * A product without FABRIC (A2, 950) refuses FABRIC handles, exported or imported, with
+//!   207000 (CANN: cross-server FABRIC only on Atlas A3; the runtime checks the device's
+//!   server id at export).
 
 use std::ffi::c_void;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -21,7 +41,7 @@ use crate::config::{config, Soc};
 use crate::counters::{inc, Ctr};
 use crate::device;
 use crate::rt::{self, read_in, AclErr, Out, Res};
-use crate::vmm::memfd::{fstat, read_header, write_header, HDR, MAGIC, MAX_PIDS};
+use crate::vmm::memfd::{fstat, read_header, write_header, Header, HDR, MAGIC, MAX_PIDS};
 use crate::vmm::phys::{check_prop, GRAN, GRAN_1G};
 use crate::vmm::state::{Class, PhysObj, MEM};
 
@@ -38,6 +58,8 @@ struct Ref {
     /// Full inode (FABRIC) or only its low 22 bits (DEFAULT).
     ino: u64,
     ino_mask: u64,
+    /// The exporter's (host, supernode), which a FABRIC handle carries.
+    origin: Option<(u32, u32)>,
 }
 
 const INO_MASK_22: u64 = (1 << 22) - 1;
@@ -64,6 +86,7 @@ fn decode_default(v: u64) -> Res<Ref> {
         fd,
         ino: v >> 42,
         ino_mask: INO_MASK_22,
+        origin: None,
     })
 }
 
@@ -76,25 +99,46 @@ fn fnv(b: &[u8]) -> u64 {
     h
 }
 
-fn encode_fabric(
+/// The FABRIC handle layout's version.
+const FABRIC_VERSION: u32 = 2;
+
+/// What a FABRIC handle records of its memory: where it lives (fd of `pid`, inode and
+/// `st_dev` of the memfd, the exporter's device, host and supernode) and its size.
+struct FabricRef {
     pid: i32,
     fd: i32,
     device: i32,
     ino: u64,
     st_dev: u64,
     size: u64,
-) -> aclrtMemFabricHandle {
+    host: u32,
+    supernode: u32,
+}
+
+fn encode_fabric(f: &FabricRef) -> aclrtMemFabricHandle {
+    let FabricRef {
+        pid,
+        fd,
+        device,
+        ino,
+        st_dev,
+        size,
+        host,
+        supernode,
+    } = *f;
     let mut d = [0u8; 128];
     d[0..8].copy_from_slice(&FABRIC_MAGIC);
-    d[8..12].copy_from_slice(&1u32.to_le_bytes());
+    d[8..12].copy_from_slice(&FABRIC_VERSION.to_le_bytes());
     d[12..16].copy_from_slice(&pid.to_le_bytes());
     d[16..20].copy_from_slice(&fd.to_le_bytes());
     d[20..24].copy_from_slice(&device.to_le_bytes());
     d[24..32].copy_from_slice(&ino.to_le_bytes());
     d[32..40].copy_from_slice(&st_dev.to_le_bytes());
     d[40..48].copy_from_slice(&size.to_le_bytes());
-    let c = fnv(&d[0..48]);
-    d[48..56].copy_from_slice(&c.to_le_bytes());
+    d[48..52].copy_from_slice(&host.to_le_bytes());
+    d[52..56].copy_from_slice(&supernode.to_le_bytes());
+    let c = fnv(&d[0..56]);
+    d[56..64].copy_from_slice(&c.to_le_bytes());
     aclrtMemFabricHandle { data: d }
 }
 
@@ -106,7 +150,7 @@ fn decode_fabric(h: &aclrtMemFabricHandle) -> Res<Ref> {
         b.copy_from_slice(&d[o..o + 8]);
         u64::from_le_bytes(b)
     };
-    let ok = d[0..8] == FABRIC_MAGIC && u32_at(8) == 1 && u64_at(48) == fnv(&d[0..48]);
+    let ok = d[0..8] == FABRIC_MAGIC && u32_at(8) == FABRIC_VERSION && u64_at(56) == fnv(&d[0..56]);
     ensure!(
         ok,
         ACL_ERROR_RT_PARAM_INVALID,
@@ -117,6 +161,7 @@ fn decode_fabric(h: &aclrtMemFabricHandle) -> Res<Ref> {
         fd: u32_at(16) as i32,
         ino: u64_at(24),
         ino_mask: u64::MAX,
+        origin: Some((u32_at(48), u32_at(52))),
     })
 }
 
@@ -177,19 +222,24 @@ fn do_export(
         )
     })?;
     let pid = rt::getpid();
+    let cfg = config();
     h.owner_pid = pid;
+    h.host = cfg.host;
+    h.supernode = cfg.supernode;
     h.export_flags = flags;
     h.share_types |= 1 << share;
     h.pid_count = 0;
     let out = if share == ACL_MEM_SHARE_HANDLE_TYPE_FABRIC {
-        Exported::Fabric(encode_fabric(
+        Exported::Fabric(encode_fabric(&FabricRef {
             pid,
             fd,
-            h.device,
-            st.st_ino,
-            st.st_dev,
-            obj.size as u64,
-        ))
+            device: h.device,
+            ino: st.st_ino,
+            st_dev: st.st_dev,
+            size: obj.size as u64,
+            host: cfg.host,
+            supernode: cfg.supernode,
+        }))
     } else {
         Exported::Default(encode_default(pid, fd, st.st_ino)?)
     };
@@ -382,6 +432,7 @@ pub(crate) fn obtain_fd_raw(pid: i32, fd: i32) -> Res<OwnedFd> {
         fd,
         ino: 0,
         ino_mask: 0,
+        origin: None,
     })
 }
 
@@ -498,7 +549,40 @@ fn via_broker(r: Ref, first: Option<AclErr>) -> Res<OwnedFd> {
     })
 }
 
+/// A FABRIC handle reaches the hosts of its exporter's supernode only (see the module docs).
+fn check_fabric_reach(r: &Ref) -> Res {
+    let cfg = config();
+    if let Some((host, supernode)) = r.origin {
+        ensure!(
+            supernode == cfg.supernode,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "shareableHandle is FABRIC memory of host {host} in supernode {supernode}; this is \
+             host {} in supernode {}: FABRIC memory is shared within one supernode",
+            cfg.host,
+            cfg.supernode
+        );
+    }
+    Ok(())
+}
+
+/// A DEFAULT handle names memory of its exporter's host only (see the module docs).
+fn check_default_reach(h: &Header) -> Res {
+    let cfg = config();
+    ensure!(
+        (h.host, h.supernode) == (cfg.host, cfg.supernode),
+        ACL_ERROR_RT_INVALID_HANDLE,
+        "shareableHandle is a DEFAULT handle of host {} in supernode {}, unknown on this host \
+         ({} in supernode {}): DEFAULT handles are shared within one host (use FABRIC)",
+        h.host,
+        h.supernode,
+        cfg.host,
+        cfg.supernode
+    );
+    Ok(())
+}
+
 fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtDrvMemHandle> {
+    check_fabric_reach(&r)?;
     let fd = obtain_fd(r)?;
     let st = fstat(fd.as_raw_fd())?;
     let stale = || {
@@ -523,6 +607,9 @@ fn do_import(r: Ref, share: aclrtMemSharedHandleType, device: u32) -> Res<aclrtD
         "shareableHandle was not exported as {}",
         share_name(share)
     );
+    if share == ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT {
+        check_default_reach(&h)?;
+    }
     let me = rt::getpid();
     ensure!(
         !(config().cross_process_import

@@ -25,15 +25,39 @@ fn fill(p: *mut c_void, len: usize, v: u8) {
     unsafe { std::ptr::write_bytes(p.cast::<u8>(), v, len) }
 }
 
-/// Child: imports the handle on stdin, checks 0xA1, writes 0xB2, cleans up.
+/// What an importer role does: whether its handle is FABRIC, the code its import must give
+/// (0: it imports) and what the refusal's message must name.
+fn role_plan(role: &str) -> (bool, i32, &'static str) {
+    match role {
+        "import-default" => (false, 0, ""),
+        "import-fabric" => (true, 0, ""),
+        "import-denied" => (false, ACL_ERROR_RT_NO_PERMISSION, "allow-list"),
+        "refused-default" => (
+            false,
+            ACL_ERROR_RT_INVALID_HANDLE,
+            "DEFAULT handle of host 0",
+        ),
+        "refused-fabric" => (
+            true,
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT,
+            "FABRIC memory of host 0 in supernode 0",
+        ),
+        "refused-fabric-a2" => (true, ACL_ERROR_RT_FEATURE_NOT_SUPPORT, "A3"),
+        _ => panic!("unknown importer role {role}"),
+    }
+}
+
+/// Child: imports the handle on stdin, checks 0xA1, writes 0xB2, cleans up; in a refusing
+/// role, checks the refusal's code and message instead.
 fn importer(role: &str) {
     watchdog(CHILD_GUARD);
     let _g = LOCK.lock();
     let line = ascend_testkit::role::read_stdin_line().expect("the handle from the parent");
     let bytes = from_hex(&line);
+    let (fabric, want, names) = role_plan(role);
     set_device(1);
     let mut h = null_mut();
-    let code = if role == "import-default" || role == "import-denied" {
+    let code = if !fabric {
         let v = u64::from_le_bytes(bytes[..8].try_into().unwrap());
         acl!(aclrtMemImportFromShareableHandle(v, 1, &mut h))
     } else {
@@ -47,8 +71,14 @@ fn importer(role: &str) {
             &mut h
         ))
     };
-    if role == "import-denied" {
-        assert_eq!(code, ACL_ERROR_RT_NO_PERMISSION, "{}", last_msg());
+    if want != 0 {
+        let msg = last_msg();
+        assert_eq!(code, want, "{msg}");
+        assert!(
+            msg.contains(names),
+            "{role}: {msg:?} does not name {names:?}"
+        );
+        assert!(h.is_null(), "{role}: a refused import gave a handle");
         reset_device(1);
         assert_clean();
         println!("RESULT ok");
@@ -67,12 +97,19 @@ fn importer(role: &str) {
     println!("RESULT ok");
 }
 
-/// Exports memory to a child of `test` (the caller) in `child_role`, which imports it.
-fn exporter_roundtrip(test: &str, fabric: bool, allow: bool, child_role: &str) {
+/// Exports memory to a child of `test` (the caller) in `child_role`, which imports it; the
+/// child's environment adds `env` (its emulated host, supernode or product).
+fn exporter_roundtrip(
+    test: &str,
+    fabric: bool,
+    allow: bool,
+    child_role: &str,
+    env: &[(&str, &str)],
+) {
     set_device(0);
     let (va, h) = mapped(MIB2, &dev_prop(0));
     fill(va, 4096, 0xA1);
-    let mut child = Spawn::new(test, child_role).start();
+    let mut child = Spawn::new(test, child_role).envs(env).start();
     let bytes = if fabric {
         let mut f = aclrtMemFabricHandle::default();
         let fp: *mut c_void = (&mut f as *mut aclrtMemFabricHandle).cast();
@@ -103,7 +140,7 @@ fn exporter_roundtrip(test: &str, fabric: bool, allow: bool, child_role: &str) {
     };
     child.send(&to_hex(&bytes));
     child.finish();
-    let want = if child_role == "import-denied" {
+    let want = if role_plan(child_role).1 != 0 {
         0xA1
     } else {
         0xB2
@@ -129,6 +166,7 @@ fn default_handle_cross_process_with_allow_list() {
         false,
         true,
         "import-default",
+        &[],
     );
 }
 
@@ -143,6 +181,7 @@ fn fabric_handle_cross_process() {
         true,
         false,
         "import-fabric",
+        &[],
     );
 }
 
@@ -157,6 +196,73 @@ fn pid_not_in_allow_list_is_rejected() {
         false,
         false,
         "import-denied",
+        &[],
+    );
+}
+
+/// Across emulated hosts of one supernode, FABRIC memory is shared: the child on host 1
+/// imports it, reads the exporter's bytes and its writes reach the exporter.
+#[test]
+fn supernode_fabric_import_on_another_host_of_the_supernode() {
+    if let Some(role) = role() {
+        return importer(&role);
+    }
+    let _g = LOCK.lock();
+    exporter_roundtrip(
+        test_name!(supernode_fabric_import_on_another_host_of_the_supernode),
+        true,
+        false,
+        "import-fabric",
+        &[("ASCEND_SIM_HOST", "1")],
+    );
+}
+
+/// A FABRIC handle does not reach past its supernode: 207000, naming both ends.
+#[test]
+fn supernode_fabric_import_from_another_supernode_is_refused() {
+    if let Some(role) = role() {
+        return importer(&role);
+    }
+    let _g = LOCK.lock();
+    exporter_roundtrip(
+        test_name!(supernode_fabric_import_from_another_supernode_is_refused),
+        true,
+        false,
+        "refused-fabric",
+        &[("ASCEND_SIM_HOST", "1"), ("ASCEND_SIM_SUPERNODE", "1")],
+    );
+}
+
+/// A DEFAULT handle is one host's: on another host of the same supernode, even with the
+/// importer in the allow-list, it is a handle the host does not know (107017).
+#[test]
+fn supernode_default_handle_on_another_host_is_refused() {
+    if let Some(role) = role() {
+        return importer(&role);
+    }
+    let _g = LOCK.lock();
+    exporter_roundtrip(
+        test_name!(supernode_default_handle_on_another_host_is_refused),
+        false,
+        true,
+        "refused-default",
+        &[("ASCEND_SIM_HOST", "1")],
+    );
+}
+
+/// An A2 host has no fabric: a FABRIC handle from an A3 host is refused at import (207000).
+#[test]
+fn supernode_a2_host_refuses_a_fabric_import() {
+    if let Some(role) = role() {
+        return importer(&role);
+    }
+    let _g = LOCK.lock();
+    exporter_roundtrip(
+        test_name!(supernode_a2_host_refuses_a_fabric_import),
+        true,
+        false,
+        "refused-fabric-a2",
+        &[("ASCEND_SIM_HOST", "1"), ("ASCEND_SIM_SOC", "A2")],
     );
 }
 

@@ -32,6 +32,9 @@ pub(crate) struct Header {
     pub share_types: u32,
     pub pid_count: u32,
     pub pids: [i32; MAX_PIDS],
+    /// The emulated host and supernode of the exporter (set at export).
+    pub host: u32,
+    pub supernode: u32,
 }
 
 impl Header {
@@ -50,6 +53,8 @@ impl Header {
             share_types: 0,
             pid_count: 0,
             pids: [0; MAX_PIDS],
+            host: 0,
+            supernode: 0,
         }
     }
 }
