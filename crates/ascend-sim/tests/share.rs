@@ -155,116 +155,83 @@ fn exporter_roundtrip(
     assert_clean();
 }
 
-#[test]
-fn default_handle_cross_process_with_allow_list() {
-    if let Some(role) = role() {
-        return importer(&role);
-    }
-    let _g = LOCK.lock();
-    exporter_roundtrip(
-        test_name!(default_handle_cross_process_with_allow_list),
-        false,
-        true,
-        "import-default",
-        &[],
-    );
+/// A test that exports memory to a child of its own in an importer role: `fabric` (else
+/// DEFAULT), `allow` (the child's pid in the allow-list), the child's role and environment.
+macro_rules! roundtrip_test {
+    ($(#[$doc:meta])* $name:ident, fabric: $fabric:expr, allow: $allow:expr, $role:expr, $env:expr) => {
+        $(#[$doc])*
+        #[test]
+        fn $name() {
+            if let Some(role) = role() {
+                return importer(&role);
+            }
+            let _g = LOCK.lock();
+            exporter_roundtrip(test_name!($name), $fabric, $allow, $role, $env);
+        }
+    };
 }
 
-#[test]
-fn fabric_handle_cross_process() {
-    if let Some(role) = role() {
-        return importer(&role);
-    }
-    let _g = LOCK.lock();
-    exporter_roundtrip(
-        test_name!(fabric_handle_cross_process),
-        true,
-        false,
-        "import-fabric",
-        &[],
-    );
-}
+roundtrip_test!(
+    default_handle_cross_process_with_allow_list,
+    fabric: false,
+    allow: true,
+    "import-default",
+    &[]
+);
 
-#[test]
-fn pid_not_in_allow_list_is_rejected() {
-    if let Some(role) = role() {
-        return importer(&role);
-    }
-    let _g = LOCK.lock();
-    exporter_roundtrip(
-        test_name!(pid_not_in_allow_list_is_rejected),
-        false,
-        false,
-        "import-denied",
-        &[],
-    );
-}
+roundtrip_test!(
+    fabric_handle_cross_process,
+    fabric: true,
+    allow: false,
+    "import-fabric",
+    &[]
+);
 
-/// Across emulated hosts of one supernode, FABRIC memory is shared: the child on host 1
-/// imports it, reads the exporter's bytes and its writes reach the exporter.
-#[test]
-fn supernode_fabric_import_on_another_host_of_the_supernode() {
-    if let Some(role) = role() {
-        return importer(&role);
-    }
-    let _g = LOCK.lock();
-    exporter_roundtrip(
-        test_name!(supernode_fabric_import_on_another_host_of_the_supernode),
-        true,
-        false,
-        "import-fabric",
-        &[("ASCEND_SIM_HOST", "1")],
-    );
-}
+roundtrip_test!(
+    pid_not_in_allow_list_is_rejected,
+    fabric: false,
+    allow: false,
+    "import-denied",
+    &[]
+);
 
-/// A FABRIC handle does not reach past its supernode: 207000, naming both ends.
-#[test]
-fn supernode_fabric_import_from_another_supernode_is_refused() {
-    if let Some(role) = role() {
-        return importer(&role);
-    }
-    let _g = LOCK.lock();
-    exporter_roundtrip(
-        test_name!(supernode_fabric_import_from_another_supernode_is_refused),
-        true,
-        false,
-        "refused-fabric",
-        &[("ASCEND_SIM_HOST", "1"), ("ASCEND_SIM_SUPERNODE", "1")],
-    );
-}
+roundtrip_test!(
+    /// Across emulated hosts of one supernode, FABRIC memory is shared: the child on host 1
+    /// imports it, reads the exporter's bytes and its writes reach the exporter.
+    supernode_fabric_import_on_another_host_of_the_supernode,
+    fabric: true,
+    allow: false,
+    "import-fabric",
+    &[("ASCEND_SIM_HOST", "1")]
+);
 
-/// A DEFAULT handle is one host's: on another host of the same supernode, even with the
-/// importer in the allow-list, it is a handle the host does not know (107017).
-#[test]
-fn supernode_default_handle_on_another_host_is_refused() {
-    if let Some(role) = role() {
-        return importer(&role);
-    }
-    let _g = LOCK.lock();
-    exporter_roundtrip(
-        test_name!(supernode_default_handle_on_another_host_is_refused),
-        false,
-        true,
-        "refused-default",
-        &[("ASCEND_SIM_HOST", "1")],
-    );
-}
+roundtrip_test!(
+    /// A FABRIC handle does not reach past its supernode: 207000, naming both ends.
+    supernode_fabric_import_from_another_supernode_is_refused,
+    fabric: true,
+    allow: false,
+    "refused-fabric",
+    &[("ASCEND_SIM_HOST", "1"), ("ASCEND_SIM_SUPERNODE", "1")]
+);
 
-/// An A2 host has no fabric: a FABRIC handle from an A3 host is refused at import (207000).
-#[test]
-fn supernode_a2_host_refuses_a_fabric_import() {
-    if let Some(role) = role() {
-        return importer(&role);
-    }
-    let _g = LOCK.lock();
-    exporter_roundtrip(
-        test_name!(supernode_a2_host_refuses_a_fabric_import),
-        true,
-        false,
-        "refused-fabric-a2",
-        &[("ASCEND_SIM_HOST", "1"), ("ASCEND_SIM_SOC", "A2")],
-    );
-}
+roundtrip_test!(
+    /// A DEFAULT handle is one host's: on another host of the same supernode, even with the
+    /// importer in the allow-list, it is a handle the host does not know (107017).
+    supernode_default_handle_on_another_host_is_refused,
+    fabric: false,
+    allow: true,
+    "refused-default",
+    &[("ASCEND_SIM_HOST", "1")]
+);
+
+roundtrip_test!(
+    /// An A2 host has no fabric: a FABRIC handle from an A3 host is refused at import (207000).
+    supernode_a2_host_refuses_a_fabric_import,
+    fabric: true,
+    allow: false,
+    "refused-fabric-a2",
+    &[("ASCEND_SIM_HOST", "1"), ("ASCEND_SIM_SOC", "A2")]
+);
 
 /// Child: exports host memory filled with 0xC3 as FABRIC, prints it, waits for a line, exits.
 fn exporter() {
