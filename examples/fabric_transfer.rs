@@ -56,6 +56,9 @@ fn parse_args() -> Res<Args> {
             _ => return Err(format!("unknown argument {k}").into()),
         }
     }
+    if a.size == 0 {
+        return Err("--size must be at least 1".into());
+    }
     if !["both", "server", "client"].contains(&a.role.as_str()) {
         return Err(format!("--role must be both, server or client, not {}", a.role).into());
     }
@@ -92,8 +95,10 @@ fn server(a: &Args) -> Res<bool> {
         reg.len()
     );
     // A client that connected before the registration saw no memory and retries; so a
-    // session ending is not enough: exit once a client has come and gone and the memory holds
-    // what it wrote.
+    // session ending is not enough: exit once no client is connected and the memory holds what
+    // a client wrote (with no session, no client is writing). A session may come and go
+    // between two looks, so the memory is looked at whenever none is open: its last byte
+    // first, the whole of it once that byte is written.
     let t0 = Instant::now();
     let mut was = 0;
     loop {
@@ -101,14 +106,19 @@ fn server(a: &Args) -> Res<bool> {
         if n > was {
             println!("[server] client connected: {:?}", engine.sessions());
         }
-        if n == 0 && was > 0 {
-            println!("[server] client disconnected");
-            let got = mem.to_vec()?;
-            if got[..a.size].iter().all(|&b| b == 0xAA) {
-                println!("[server] own device memory holds 0xAA: verified");
-                return Ok(true);
+        if n == 0 {
+            let mut last = [0u8];
+            mem.read_into(&mut last, a.size - 1)?;
+            if last[0] == 0xAA {
+                println!("[server] client disconnected");
+                let got = mem.to_vec()?;
+                if got[..a.size].iter().all(|&b| b == 0xAA) {
+                    println!("[server] own device memory holds 0xAA: verified");
+                    return Ok(true);
+                }
+                println!("[server] memory only partly written; waiting for another client");
+                mem.fill(0)?;
             }
-            println!("[server] memory not written yet; waiting for another client");
         }
         was = n;
         if t0.elapsed() > a.timeout {

@@ -227,7 +227,7 @@ impl LocalEtcd {
 /// (`PR_SET_PDEATHSIG`, set between fork and exec; it survives the exec of etcd). A parent
 /// that died before the child set it sends no signal, so the child then exits at once.
 #[cfg(target_os = "linux")]
-fn die_with_parent(cmd: &mut Command) {
+pub(crate) fn die_with_parent(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     let parent = libc::pid_t::try_from(std::process::id()).expect("a pid fits in pid_t");
     // SAFETY: the hook runs in the forked child before exec, where only async-signal-safe
@@ -249,7 +249,7 @@ fn die_with_parent(cmd: &mut Command) {
 
 /// Elsewhere than Linux there is no parent-death signal: etcd goes on drop only.
 #[cfg(not(target_os = "linux"))]
-fn die_with_parent(_cmd: &mut Command) {}
+pub(crate) fn die_with_parent(_cmd: &mut Command) {}
 
 /// A command for the spawning thread, and where it sends the child back.
 type SpawnRequest = (Command, Sender<std::io::Result<Child>>);

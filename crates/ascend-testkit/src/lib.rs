@@ -16,11 +16,13 @@
 //! - [`etcd`]: a throwaway etcd on free loopback ports (the binary is the machine's);
 //! - [`metrics`](mod@metrics): what a debugging metrics recorder recorded, looked up by name
 //!   and labels;
-//! - [`orders`]: every order of three things, for drop-order tests.
+//! - [`orders`]: every order of three things, for drop-order tests;
+//! - [`cluster`]: an emulated supernode of several hosts, one network namespace each (root).
 //!
 //! With the `emulator` feature, `emulator` adds a test's session on the in-process emulator
 //! (the lock, cleared faults, device 0, and the check that nothing is left at its end).
 
+pub mod cluster;
 #[cfg(feature = "emulator")]
 pub mod emulator;
 pub mod etcd;
