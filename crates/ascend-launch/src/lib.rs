@@ -1,8 +1,11 @@
-//! Multi-rank programs on one host, with torchrun's conventions.
+//! Multi-rank programs on one host or several, with torchrun's conventions.
 //!
 //! * [`Launcher`] spawns `N` copies of a command, each with `RANK`, `LOCAL_RANK`, `WORLD_SIZE`,
-//!   `LOCAL_WORLD_SIZE`, `MASTER_ADDR` and `MASTER_PORT` set, waits for them, and stops the
-//!   others when one fails (so a dead rank never leaves the rest hanging).
+//!   `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `MASTER_ADDR` and `MASTER_PORT` set, waits for them, and
+//!   stops the others when one fails (so a dead rank never leaves the rest hanging). A job of
+//!   several nodes runs one launcher per node ([`Launcher::nodes`], torchrun's `--nnodes` and
+//!   `--node-rank`): node `k`'s ranks are `k * N .. (k + 1) * N`, and every node names the
+//!   same master (rank 0, on node 0).
 //! * [`Rendezvous`] is what each rank uses to exchange bootstrap bytes (an HCCL root info, a
 //!   list of handles) over TCP: rank 0 listens on `MASTER_ADDR:MASTER_PORT`, every other rank
 //!   connects, and the connections stay open for [`Rendezvous::broadcast`],
@@ -420,6 +423,8 @@ pub fn free_port() -> Result<u16> {
 #[derive(Debug, Clone)]
 pub struct Launcher {
     ranks: u32,
+    /// (nodes, this node's rank).
+    nodes: (u32, u32),
     master_addr: String,
     master_port: Option<u16>,
     timeout: Option<Duration>,
@@ -444,10 +449,20 @@ impl Launcher {
     pub fn new(ranks: u32) -> Self {
         Launcher {
             ranks,
+            nodes: (1, 0),
             master_addr: "127.0.0.1".into(),
             master_port: None,
             timeout: None,
         }
+    }
+
+    /// Makes this launcher node `node_rank` of a job of `nnodes` nodes, each starting the
+    /// same number of ranks. With more than one node, every node must be given the master's
+    /// address and port ([`Launcher::master_addr`], [`Launcher::master_port`]): the checks are
+    /// made by [`Launcher::run`].
+    pub fn nodes(mut self, nnodes: u32, node_rank: u32) -> Self {
+        self.nodes = (nnodes, node_rank);
+        self
     }
 
     /// Sets `MASTER_ADDR`.
@@ -468,30 +483,44 @@ impl Launcher {
         self
     }
 
-    /// Runs `make_command()` once per rank with the rank variables set, waits for all, and
+    /// Runs `make_command(local rank)` once per rank of this node with the rank variables set, waits for all, and
     /// kills the remaining ranks as soon as one fails or the timeout passes.
     ///
     /// # Errors
     /// [`Error::Io`] when a process cannot be spawned or waited for; [`Error::BadRank`] for
-    /// zero ranks.
+    /// zero ranks, zero nodes or a node rank outside them; [`Error::Env`] for a job of several
+    /// nodes without a master port (the nodes cannot agree on a free one).
     pub fn run(&self, mut make_command: impl FnMut(u32) -> Command) -> Result<JobResult> {
-        if self.ranks == 0 {
+        let (nnodes, node) = self.nodes;
+        if self.ranks == 0 || node >= nnodes {
             return Err(Error::BadRank {
-                rank: 0,
-                world_size: 0,
+                rank: node,
+                world_size: nnodes.saturating_mul(self.ranks),
             });
         }
+        let world = nnodes.checked_mul(self.ranks).ok_or(Error::BadRank {
+            rank: node,
+            world_size: u32::MAX,
+        })?;
         let port = match self.master_port {
             Some(p) => p,
+            None if nnodes > 1 => {
+                return Err(Error::Env {
+                    name: "MASTER_PORT",
+                    value: String::new(),
+                    reason: "a job of several nodes needs the master's port on every node",
+                })
+            }
             None => free_port()?,
         };
         let mut children: Vec<Child> = Vec::new();
         for r in 0..self.ranks {
             let mut cmd = make_command(r);
-            cmd.env("RANK", r.to_string())
+            cmd.env("RANK", (node * self.ranks + r).to_string())
                 .env("LOCAL_RANK", r.to_string())
-                .env("WORLD_SIZE", self.ranks.to_string())
+                .env("WORLD_SIZE", world.to_string())
                 .env("LOCAL_WORLD_SIZE", self.ranks.to_string())
+                .env("GROUP_RANK", node.to_string())
                 .env("MASTER_ADDR", &self.master_addr)
                 .env("MASTER_PORT", port.to_string());
             match cmd.spawn() {

@@ -22,6 +22,8 @@ fn help_and_version_exit_zero_and_describe_the_options() {
         let out = String::from_utf8_lossy(&o.stdout);
         for opt in [
             "--nproc",
+            "--nnodes",
+            "--node-rank",
             "--master-addr",
             "--master-port",
             "--timeout-secs",
@@ -46,6 +48,36 @@ fn bad_flags_and_values_are_named() {
         ),
         (&["--nproc", "2"], &["PROGRAM"]),
         (&["--", "true"], &["--nproc"]),
+        (
+            &["--nproc", "1", "--nnodes", "0", "--", "true"],
+            &["--nnodes", "'0'"],
+        ),
+        (
+            &[
+                "--nproc",
+                "1",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "2",
+                "--",
+                "true",
+            ],
+            &["--node-rank 2", "--nnodes 2"],
+        ),
+        (
+            &[
+                "--nproc",
+                "1",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "1",
+                "--",
+                "true",
+            ],
+            &["--master-addr", "--master-port"],
+        ),
     ];
     for (args, names) in cases {
         let o = run(args);
@@ -64,4 +96,42 @@ fn ranks_run_and_a_failing_rank_fails_the_run() {
     let o = run(&["--nproc", "2", "--", "sh", "-c", "exit $RANK"]);
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(stderr(&o).contains("rank 1"), "{}", stderr(&o));
+}
+
+/// Two nodes of two ranks each, as two `ascend-run`s (here on one host, the master on
+/// 127.0.0.1): every rank gets its global RANK, its LOCAL_RANK, the job's WORLD_SIZE, its
+/// node's GROUP_RANK and the same master; the second node's flags come from torchrun's
+/// variables.
+#[test]
+fn two_nodes_of_two_ranks_get_torchruns_variables() {
+    let dir = std::env::temp_dir().join(format!("ascend-run-nodes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = ascend_launch::free_port().unwrap().to_string();
+    let script = format!(
+        "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT\" > {}/rank$RANK",
+        dir.display()
+    );
+    let node0 = Command::new(env!("CARGO_BIN_EXE_ascend-run"))
+        .args(["--nproc", "2", "--nnodes", "2", "--node-rank", "0"])
+        .args(["--master-addr", "127.0.0.1", "--master-port", &port])
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let node1 = Command::new(env!("CARGO_BIN_EXE_ascend-run"))
+        .env("PET_NNODES", "2")
+        .env("PET_NODE_RANK", "1")
+        .env("MASTER_ADDR", "127.0.0.1")
+        .env("MASTER_PORT", &port)
+        .args(["--nproc", "2", "--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(node0.status.success(), "{node0:?}");
+    assert!(node1.status.success(), "{node1:?}");
+    for rank in 0..4 {
+        let got = std::fs::read_to_string(dir.join(format!("rank{rank}"))).unwrap();
+        let want = format!("{rank} {} 4 2 {} 127.0.0.1:{port}\n", rank % 2, rank / 2);
+        assert_eq!(got, want, "rank {rank}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
