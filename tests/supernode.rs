@@ -15,6 +15,23 @@ fn example(name: &str) -> Option<PathBuf> {
     p.exists().then_some(p)
 }
 
+/// The workspace's binary `name` (another package's) built next to this test: the whole
+/// suite builds it.
+fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("this test binary");
+    let p = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .map(|d| d.join(name))
+        .expect("the target directory");
+    assert!(
+        p.exists(),
+        "{} is not built: run the whole suite (`cargo test --workspace`)",
+        p.display()
+    );
+    p
+}
+
 /// Whether the cluster tests can run here; prints why not.
 fn can_run(example_name: &str) -> Option<PathBuf> {
     if let Err(why) = cluster::available() {
@@ -194,5 +211,36 @@ fn supernode_a_killed_processs_cluster_is_removed_by_the_next() {
     owner.child.wait().expect("reap the owner");
     let c = Cluster::new(&[0]).expect("the next cluster");
     assert_eq!(named(&prefix), Vec::<String>::new());
+    assert_eq!(c.close(), Vec::<String>::new());
+}
+
+/// `symwin_allgather` on 2 hosts x 2 ranks: one `ascend-run` per host (`--nnodes 2`), the
+/// HCCL rendezvous and the symmetric windows across the hosts; rank 0 (host 0) verifies that
+/// every rank saw every rank's values, and both nodes' ranks all exit 0.
+#[test]
+fn supernode_symwin_allgather_on_two_hosts_of_two_ranks() {
+    let Some(exe) = can_run("symwin_allgather") else {
+        return;
+    };
+    let run = binary("ascend-run");
+    let c = Cluster::new(&[0, 0]).expect("the cluster");
+    let master = Cluster::addr(0).to_string();
+    let nodes: Vec<_> = (0..2)
+        .map(|i| {
+            let node = i.to_string();
+            let mut cmd = on_host(&c, i, &run, &["--nproc", "2", "--nnodes", "2"]);
+            cmd.args(["--node-rank", &node, "--master-addr", &master])
+                .args(["--master-port", "29500", "--timeout-secs", "60", "--"])
+                .arg(&exe);
+            cmd.spawn().expect("ascend-run")
+        })
+        .collect();
+    let outs: Vec<_> = nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, k)| wait_success(k, &format!("node {i}")))
+        .collect();
+    let out0 = String::from_utf8_lossy(&outs[0].stdout);
+    assert!(out0.contains("verified: 4 of 4 ranks"), "{out0}");
     assert_eq!(c.close(), Vec::<String>::new());
 }

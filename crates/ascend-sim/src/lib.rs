@@ -71,6 +71,7 @@
 //! | `ASCEND_SIM_CALL_LOG` | `1` turns the call log on | off |
 //! | `ASCEND_SIM_HOST` | the emulated host this process is on (its devices are that host's; memory shared with another host's process follows the cross-host rules of the `share` module: FABRIC within the supernode, DEFAULT within the host) | 0 |
 //! | `ASCEND_SIM_SUPERNODE` | the supernode of that host | 0 |
+//! | `HCCL_IF_IP` | the IPv4 address the HCCL root's rendezvous listens on and its root info carries (HCCL's variable for its bootstrap address; on several emulated hosts, the host's own) | `127.0.0.1` |
 //! | `ASCEND_SIM_IMPORT` | `cross-process`: an import of device memory in the process that exported it fails with `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` 207000 (CANN documents imports as cross-process; host memory stays importable in-process, as HIXL's engine does it on A3); `any` allows it (tests of two engines in one process need that) | `any` |
 //!
 //! Capacities are accounted per process; the kernel never decides (memfd pages are only

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use hccl_common::*;
-use hccl_sys::{HcclConfigValue, HCCL_DETERMINISTIC, HCCL_E_RUNTIME};
+use hccl_sys::{HcclConfigValue, HCCL_DETERMINISTIC, HCCL_E_RUNTIME, HCCL_E_TCP_CONNECT};
 
 const MIB: usize = 1 << 20;
 
@@ -667,4 +667,37 @@ fn management_calls() {
     hcode!(HCCL_E_PARA, HcclCommDestroy(comm));
     reset_device(0);
     assert_clean();
+}
+
+/// `HCCL_IF_IP` sets the address the root's rendezvous listens on (the emulated host's, on
+/// several hosts): the root info carries it, and a value that is not an IPv4 address makes
+/// `HcclGetRootInfo` fail with `HCCL_E_TCP_CONNECT`, naming it. The listener is made once per
+/// process, so each case runs in a child of its own.
+#[test]
+fn hccl_if_ip_is_the_rendezvous_address() {
+    match std::env::var("HCCL_IF_IP").ok().as_deref() {
+        Some("127.0.0.2") => {
+            let root = root_info();
+            let b: Vec<u8> = root.internal.iter().map(|c| *c as u8).collect();
+            assert_eq!(b[12..16], [127, 0, 0, 2], "the root info's address");
+            let (code, comm) = with_device(|| init1(None));
+            assert_eq!(code, HCCL_SUCCESS);
+            assert_eq!(hc!(HcclCommDestroy(comm)), HCCL_SUCCESS);
+        }
+        Some("not-an-address") => {
+            let mut root = HcclRootInfo::default();
+            hcode!(HCCL_E_TCP_CONNECT, HcclGetRootInfo(&mut root));
+            let msg = ascend_sim::hccl_last_error_message().unwrap_or_default();
+            assert!(msg.contains("HCCL_IF_IP"), "{msg}");
+        }
+        _ => {
+            for v in ["127.0.0.2", "not-an-address"] {
+                let out = rerun(
+                    ascend_testkit::test_name!(hccl_if_ip_is_the_rendezvous_address),
+                    &[("HCCL_IF_IP", v)],
+                );
+                assert_child_ok(&out);
+            }
+        }
+    }
 }

@@ -193,7 +193,7 @@ impl Cluster {
     }
 
     /// A command running `program` on host `i`: in its namespace, with its
-    /// `ASCEND_SIM_HOST` and `ASCEND_SIM_SUPERNODE`, killed if this process dies (`ip netns
+    /// `ASCEND_SIM_HOST`, `ASCEND_SIM_SUPERNODE` and `HCCL_IF_IP` (its address), killed if this process dies (`ip netns
     /// exec` execs the program, so the process is the program itself).
     pub fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let h = &self.hosts[i];
@@ -201,7 +201,8 @@ impl Cluster {
         c.args(["netns", "exec", &h.netns])
             .arg(program)
             .env("ASCEND_SIM_HOST", i.to_string())
-            .env("ASCEND_SIM_SUPERNODE", h.supernode.to_string());
+            .env("ASCEND_SIM_SUPERNODE", h.supernode.to_string())
+            .env("HCCL_IF_IP", Cluster::addr(i).to_string());
         crate::etcd::die_with_parent(&mut c);
         c
     }

@@ -1,6 +1,8 @@
-//! Root info and the loopback rendezvous.
+//! Root info and the rendezvous.
 //!
-//! `HcclGetRootInfo` starts (once per process) a listener on `127.0.0.1:0` and writes a 4108-byte
+//! `HcclGetRootInfo` starts (once per process) a listener on `127.0.0.1:0`, or on port 0 of
+//! the IPv4 address in `HCCL_IF_IP` (HCCL's variable for the address its bootstrap uses: on
+//! several emulated hosts, the host's own), and writes a 4108-byte
 //! blob: magic `ASIMHCCL`, version 1, the listener's IPv4 address and port, the root's pid, a
 //! 128-bit unique id and an FNV-1a checksum of the first 40 bytes; the rest is zero. Every rank
 //! connects, sends one `JOIN` line (unique id, rank count, rank, pid, device, the fd number,
@@ -139,12 +141,24 @@ struct Group {
 static GROUPS: Mutex<Option<HashMap<u128, Group>>> = Mutex::new(None);
 static LISTENER: OnceLock<Result<SocketAddrV4, String>> = OnceLock::new();
 
+/// The address the listener binds: `HCCL_IF_IP` when set, else loopback.
+fn if_ip() -> Result<Ipv4Addr, String> {
+    match std::env::var("HCCL_IF_IP") {
+        Ok(v) if !v.trim().is_empty() => v
+            .trim()
+            .parse()
+            .map_err(|_| format!("HCCL_IF_IP={v:?} is not an IPv4 address")),
+        _ => Ok(Ipv4Addr::LOCALHOST),
+    }
+}
+
 /// The process's rendezvous listener (started on first use).
 pub(crate) fn listener() -> HRes<SocketAddrV4> {
     LISTENER
         .get_or_init(|| {
-            let l = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-                .map_err(|e| format!("cannot listen on 127.0.0.1: {e}"))?;
+            let ip = if_ip()?;
+            let l = TcpListener::bind(SocketAddrV4::new(ip, 0))
+                .map_err(|e| format!("cannot listen on {ip}: {e}"))?;
             let addr = match l.local_addr() {
                 Ok(SocketAddr::V4(a)) => a,
                 Ok(a) => return Err(format!("unexpected listener address {a}")),
