@@ -31,7 +31,8 @@
 //! cargo run --example kv_service_tokio -- --role decode   # in one terminal
 //! cargo run --example kv_service_tokio -- --role prefill  # in another (no kill)
 //! ```
-//! Options: `--decode ADDR` (default 127.0.0.1:26110), `--seed N`, `--timeout SECS`,
+//! Options: `--decode ADDR` (default 127.0.0.1:26110), `--prefill IP` (the prefill engine's
+//! own address, default 127.0.0.1), `--seed N`, `--timeout SECS`,
 //! `--metrics ADDR` (the prefill's engine metrics at `http://ADDR/metrics`, for Prometheus),
 //! `--hold` (with `--metrics`: keep serving them after the run until stdin closes).
 
@@ -70,6 +71,7 @@ struct Args {
     timeout: Duration,
     metrics: Option<String>,
     hold: bool,
+    prefill: String,
 }
 
 fn parse_args() -> Res<Args> {
@@ -80,6 +82,7 @@ fn parse_args() -> Res<Args> {
         timeout: Duration::from_secs(90),
         metrics: None,
         hold: false,
+        prefill: "127.0.0.1".into(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(k) = it.next() {
@@ -87,12 +90,13 @@ fn parse_args() -> Res<Args> {
         match k.as_str() {
             "--role" => a.role = v()?,
             "--decode" => a.decode = v()?,
+            "--prefill" => a.prefill = v()?,
             "--seed" => a.seed = v()?.parse()?,
             "--timeout" => a.timeout = Duration::from_secs(v()?.parse()?),
             "--metrics" => a.metrics = Some(v()?),
             "--hold" => a.hold = true,
             "-h" | "--help" => {
-                println!("usage: kv_service_tokio [--role both|prefill|decode] [--decode ADDR] [--seed N] [--timeout SECS] [--metrics ADDR [--hold]]");
+                println!("usage: kv_service_tokio [--role both|prefill|decode] [--decode ADDR] [--prefill IP] [--seed N] [--timeout SECS] [--metrics ADDR [--hold]]");
                 std::process::exit(0);
             }
             _ => return Err(format!("unknown argument {k}").into()),
@@ -376,7 +380,7 @@ async fn prefill(a: &Args, child: &mut Option<Child>) -> Res<bool> {
     let rt = Runtime::from_env_or_emulator()?;
     let emulated = matches!(rt.backend(), Backend::EmulatorInProcess);
     let dev = rt.device(0)?;
-    let engine = Engine::new(&dev, "127.0.0.1", options()?)?;
+    let engine = Engine::new(&dev, &a.prefill, options()?)?;
     let cache = engine.alloc_device(BLOCKS * BLOCK)?;
     let bytes = local_bytes();
     cache.write_from(&bytes, 0)?;

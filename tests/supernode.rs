@@ -214,12 +214,11 @@ fn supernode_a_killed_processs_cluster_is_removed_by_the_next() {
     assert_eq!(c.close(), Vec::<String>::new());
 }
 
-/// `symwin_allgather` on 2 hosts x 2 ranks: one `ascend-run` per host (`--nnodes 2`), the
-/// HCCL rendezvous and the symmetric windows across the hosts; rank 0 (host 0) verifies that
-/// every rank saw every rank's values, and both nodes' ranks all exit 0.
-#[test]
-fn supernode_symwin_allgather_on_two_hosts_of_two_ranks() {
-    let Some(exe) = can_run("symwin_allgather") else {
+/// `example` on 2 hosts x 2 ranks: one `ascend-run` per host (`--nnodes 2`), the HCCL
+/// rendezvous and the symmetric windows across the hosts; every rank of both nodes exits 0
+/// and node 0's output (rank 0's) contains `verified`.
+fn two_hosts_of_two_ranks(example: &str, verified: &str) {
+    let Some(exe) = can_run(example) else {
         return;
     };
     let run = binary("ascend-run");
@@ -238,9 +237,51 @@ fn supernode_symwin_allgather_on_two_hosts_of_two_ranks() {
     let outs: Vec<_> = nodes
         .into_iter()
         .enumerate()
-        .map(|(i, k)| wait_success(k, &format!("node {i}")))
+        .map(|(i, k)| wait_success(k, &format!("{example}: node {i}")))
         .collect();
     let out0 = String::from_utf8_lossy(&outs[0].stdout);
-    assert!(out0.contains("verified: 4 of 4 ranks"), "{out0}");
+    assert!(out0.contains(verified), "{out0}");
+    assert_eq!(c.close(), Vec::<String>::new());
+}
+
+/// `symwin_allgather` on 2 hosts x 2 ranks: rank 0 verifies that every rank saw every
+/// rank's values.
+#[test]
+fn supernode_symwin_allgather_on_two_hosts_of_two_ranks() {
+    two_hosts_of_two_ranks("symwin_allgather", "verified: 4 of 4 ranks");
+}
+
+/// `symwin_put_signal` on 2 hosts x 2 ranks: one-sided puts and signals into the windows of
+/// ranks on the other host.
+#[test]
+fn supernode_symwin_put_signal_on_two_hosts_of_two_ranks() {
+    two_hosts_of_two_ranks("symwin_put_signal", "4 of 4 ranks match");
+}
+
+/// `kv_service_tokio` with its decode engine on host 0 and its prefill engine on host 1,
+/// each on its host's address: 500 prepared batches across the hosts, every decode block's
+/// checksum verified on both sides.
+#[test]
+fn supernode_kv_service_between_two_hosts() {
+    let Some(exe) = can_run("kv_service_tokio") else {
+        return;
+    };
+    let c = Cluster::new(&[0, 0]).expect("the cluster");
+    let decode = format!("{}:26110", Cluster::addr(0));
+    let prefill = Cluster::addr(1).to_string();
+    let d = on_host(&c, 0, &exe, &["--role", "decode", "--decode", &decode])
+        .args(["--timeout", "120"])
+        .spawn()
+        .expect("the decode process");
+    let p = on_host(&c, 1, &exe, &["--role", "prefill", "--decode", &decode])
+        .args(["--prefill", &prefill, "--timeout", "120"])
+        .spawn()
+        .expect("the prefill process");
+    let po = wait_success(p, "the prefill on host 1");
+    let dout = wait_success(d, "the decode on host 0");
+    let dout = String::from_utf8_lossy(&dout.stdout);
+    assert!(dout.contains("128 of 128 block checksums match"), "{dout}");
+    let po = String::from_utf8_lossy(&po.stdout);
+    assert!(po.contains(&decode), "{po}");
     assert_eq!(c.close(), Vec::<String>::new());
 }
