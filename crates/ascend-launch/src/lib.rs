@@ -1,7 +1,8 @@
 //! Multi-rank programs on one host or several, with torchrun's conventions.
 //!
 //! * [`Launcher`] spawns `N` copies of a command, each with `RANK`, `LOCAL_RANK`, `WORLD_SIZE`,
-//!   `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `MASTER_ADDR` and `MASTER_PORT` set, waits for them, and
+//!   `LOCAL_WORLD_SIZE`, `GROUP_RANK`, `GROUP_WORLD_SIZE`, `ROLE_RANK`, `ROLE_WORLD_SIZE`,
+//!   `MASTER_ADDR` and `MASTER_PORT` set, waits for them, and
 //!   stops the others when one fails (so a dead rank never leaves the rest hanging). A job of
 //!   several nodes runs one launcher per node ([`Launcher::nodes`], torchrun's `--nnodes` and
 //!   `--node-rank`): node `k`'s ranks are `k * N .. (k + 1) * N`, and every node names the
@@ -425,7 +426,8 @@ pub struct Launcher {
     ranks: u32,
     /// (nodes, this node's rank).
     nodes: (u32, u32),
-    master_addr: String,
+    /// Set by [`Launcher::master_addr`] (else 127.0.0.1, for a single node).
+    master_addr: Option<String>,
     master_port: Option<u16>,
     timeout: Option<Duration>,
 }
@@ -450,7 +452,7 @@ impl Launcher {
         Launcher {
             ranks,
             nodes: (1, 0),
-            master_addr: "127.0.0.1".into(),
+            master_addr: None,
             master_port: None,
             timeout: None,
         }
@@ -458,8 +460,8 @@ impl Launcher {
 
     /// Makes this launcher node `node_rank` of a job of `nnodes` nodes, each starting the
     /// same number of ranks. With more than one node, every node must be given the master's
-    /// address and port ([`Launcher::master_addr`], [`Launcher::master_port`]): the checks are
-    /// made by [`Launcher::run`].
+    /// address and port ([`Launcher::master_addr`], [`Launcher::master_port`]);
+    /// [`Launcher::run`] checks it.
     pub fn nodes(mut self, nnodes: u32, node_rank: u32) -> Self {
         self.nodes = (nnodes, node_rank);
         self
@@ -467,7 +469,7 @@ impl Launcher {
 
     /// Sets `MASTER_ADDR`.
     pub fn master_addr(mut self, addr: impl Into<String>) -> Self {
-        self.master_addr = addr.into();
+        self.master_addr = Some(addr.into());
         self
     }
 
@@ -489,7 +491,7 @@ impl Launcher {
     /// # Errors
     /// [`Error::Io`] when a process cannot be spawned or waited for; [`Error::BadRank`] for
     /// zero ranks, zero nodes or a node rank outside them; [`Error::Env`] for a job of several
-    /// nodes without a master port (the nodes cannot agree on a free one).
+    /// nodes without a master address or port (loopback and a free port are one host's).
     pub fn run(&self, mut make_command: impl FnMut(u32) -> Command) -> Result<JobResult> {
         let (nnodes, node) = self.nodes;
         if self.ranks == 0 || node >= nnodes {
@@ -502,6 +504,17 @@ impl Launcher {
             rank: node,
             world_size: u32::MAX,
         })?;
+        let master_addr = match &self.master_addr {
+            Some(a) => a.clone(),
+            None if nnodes > 1 => {
+                return Err(Error::Env {
+                    name: "MASTER_ADDR",
+                    value: String::new(),
+                    reason: "a job of several nodes needs the master's address on every node",
+                })
+            }
+            None => "127.0.0.1".into(),
+        };
         let port = match self.master_port {
             Some(p) => p,
             None if nnodes > 1 => {
@@ -521,7 +534,10 @@ impl Launcher {
                 .env("WORLD_SIZE", world.to_string())
                 .env("LOCAL_WORLD_SIZE", self.ranks.to_string())
                 .env("GROUP_RANK", node.to_string())
-                .env("MASTER_ADDR", &self.master_addr)
+                .env("GROUP_WORLD_SIZE", nnodes.to_string())
+                .env("ROLE_RANK", (node * self.ranks + r).to_string())
+                .env("ROLE_WORLD_SIZE", world.to_string())
+                .env("MASTER_ADDR", &master_addr)
                 .env("MASTER_PORT", port.to_string());
             match cmd.spawn() {
                 Ok(c) => children.push(c),

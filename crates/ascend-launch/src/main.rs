@@ -6,7 +6,8 @@
 //! ```
 //! As torchrun, the node flags and the master's address and port may come from the
 //! environment instead (`PET_NNODES`, `PET_NODE_RANK`, `PET_MASTER_ADDR`,
-//! `PET_MASTER_PORT`, or `MASTER_ADDR` and `MASTER_PORT`); a flag wins over a variable.
+//! `PET_MASTER_PORT`, and for a job of several nodes `MASTER_ADDR` and `MASTER_PORT`); a flag
+//! wins over a variable.
 //! Exits 0 when every rank exits 0; otherwise stops the remaining ranks and exits 1. A bad
 //! command line exits 2 with a message naming the flag and the value.
 
@@ -61,12 +62,13 @@ fn check_nodes(a: &mut Args) {
             n - 1
         ));
     }
-    // torchrun's variables without the PET_ prefix, as a scheduler sets them.
+    // torchrun's variables without the PET_ prefix, as a scheduler sets them, for a job of
+    // several nodes only: a single-node run inside another job must not take its port.
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    if a.master_addr.is_none() {
+    if n > 1 && a.master_addr.is_none() {
         a.master_addr = var("MASTER_ADDR");
     }
-    if a.master_port.is_none() {
+    if n > 1 && a.master_port.is_none() {
         if let Some(v) = var("MASTER_PORT") {
             match v.parse() {
                 Ok(p) => a.master_port = Some(p),

@@ -109,7 +109,7 @@ fn two_nodes_of_two_ranks_get_torchruns_variables() {
     std::fs::create_dir_all(&dir).unwrap();
     let port = ascend_launch::free_port().unwrap().to_string();
     let script = format!(
-        "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $MASTER_ADDR:$MASTER_PORT\" > {}/rank$RANK",
+        "echo \"$RANK $LOCAL_RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $GROUP_RANK $GROUP_WORLD_SIZE $ROLE_RANK $MASTER_ADDR:$MASTER_PORT\" > {}/rank$RANK",
         dir.display()
     );
     let node0 = Command::new(env!("CARGO_BIN_EXE_ascend-run"))
@@ -130,8 +130,25 @@ fn two_nodes_of_two_ranks_get_torchruns_variables() {
     assert!(node1.status.success(), "{node1:?}");
     for rank in 0..4 {
         let got = std::fs::read_to_string(dir.join(format!("rank{rank}"))).unwrap();
-        let want = format!("{rank} {} 4 2 {} 127.0.0.1:{port}\n", rank % 2, rank / 2);
+        let want = format!(
+            "{rank} {} 4 2 {} 2 {rank} 127.0.0.1:{port}\n",
+            rank % 2,
+            rank / 2
+        );
         assert_eq!(got, want, "rank {rank}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+    // A single-node run takes a free port, not a MASTER_PORT its environment has (an outer
+    // job's).
+    let o = Command::new(env!("CARGO_BIN_EXE_ascend-run"))
+        .env("MASTER_PORT", "1")
+        .args(["--nproc", "1", "--", "sh", "-c", "echo port=$MASTER_PORT"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.starts_with("port=") && !out.contains("port=1\n"),
+        "{out}"
+    );
 }

@@ -93,9 +93,8 @@ pub(crate) struct Config {
     /// it is refused, as CANN documents imports (default: allowed, which tests of two engines
     /// in one process rely on).
     pub cross_process_import: bool,
-    /// The emulated host this process runs on (`ASCEND_SIM_HOST`, default 0): its devices
-    /// are that host's, and memory shared with a process of another host follows the
-    /// cross-host rules of the `share` module.
+    /// The emulated host this process runs on (`ASCEND_SIM_HOST`, default 0): memory shared
+    /// with a process of another host follows the cross-host rules of the `share` module.
     pub host: u32,
     /// The supernode that host belongs to (`ASCEND_SIM_SUPERNODE`, default 0): FABRIC
     /// handles reach across the hosts of one supernode, not beyond it.

@@ -20,6 +20,9 @@ use std::process::{Command, Output, Stdio};
 /// the cluster's number in that process (short: an interface name has at most 15 bytes).
 const PREFIX: &str = "as";
 
+/// Most hosts in a cluster (addresses `198.18.0.1` to `198.18.0.250`).
+pub const MAX_HOSTS: usize = 250;
+
 /// Clusters made by this process so far.
 static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -79,20 +82,32 @@ fn owner_of(name: &str) -> Option<u32> {
     pid.parse().ok().filter(|_| numbered)
 }
 
-/// Kills every process in namespace `netns` (`ip netns pids`).
+/// Kills every process in namespace `netns` (`ip netns pids`), again until none is left
+/// (one may have been forking while the last were killed), for up to about 5 s.
 fn kill_all_in(netns: &str) {
-    if let Ok(out) = ip(&["netns", "pids", netns]) {
-        for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            if let Ok(pid) = pid.parse::<libc::pid_t>() {
-                // SAFETY: kill with a pid read from the kernel and a constant signal.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
-            }
+    for _ in 0..500 {
+        let Ok(out) = ip(&["netns", "pids", netns]) else {
+            return;
+        };
+        let pids: Vec<libc::pid_t> = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        if pids.is_empty() {
+            return;
         }
+        for pid in pids {
+            // SAFETY: kill with a pid read from the kernel and a constant signal.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
 
 /// Removes what clusters of processes that no longer exist left behind (their namespaces'
-/// processes killed first).
+/// processes killed first). An owner is looked up in this process's pid namespace: processes
+/// that share the machine's network stack from different pid namespaces (containers with
+/// host networking) must not make clusters at the same time.
 fn remove_stale() {
     let dead = |name: &str| {
         owner_of(name).is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
@@ -135,10 +150,24 @@ impl Cluster {
     /// A cluster of `supernodes.len()` hosts, host `i` in supernode `supernodes[i]`, its
     /// address [`Cluster::addr`]`(i)`.
     pub fn new(supernodes: &[u32]) -> Result<Cluster, ClusterError> {
+        if supernodes.len() > MAX_HOSTS {
+            return Err(ClusterError(format!(
+                "{} hosts asked for; a cluster has at most {MAX_HOSTS} (one /24 of addresses)",
+                supernodes.len()
+            )));
+        }
         available()?;
         remove_stale();
         let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let base = format!("{PREFIX}{}c{n}", std::process::id());
+        // The longest name: the bridge side of the last host's link.
+        let longest = format!("{base}v{}", supernodes.len().saturating_sub(1));
+        if longest.len() > 15 {
+            return Err(ClusterError(format!(
+                "interface name {longest} is longer than Linux's 15 bytes (pid or cluster \
+                 number too large)"
+            )));
+        }
         let mut c = Cluster {
             bridge: format!("{base}b"),
             base: base.clone(),
@@ -193,8 +222,11 @@ impl Cluster {
     }
 
     /// A command running `program` on host `i`: in its namespace, with its
-    /// `ASCEND_SIM_HOST`, `ASCEND_SIM_SUPERNODE` and `HCCL_IF_IP` (its address), killed if this process dies (`ip netns
-    /// exec` execs the program, so the process is the program itself).
+    /// `ASCEND_SIM_HOST`, `ASCEND_SIM_SUPERNODE` and `HCCL_IF_IP` (its address). `ip netns
+    /// exec` execs the program, so the process is the program itself; it gets a parent-death
+    /// signal, which Linux sends when the *thread* that spawned it ends (spawn from a thread
+    /// that outlives the process), and which its own children do not inherit: the cluster's
+    /// drop kills whatever runs on its hosts, and a next cluster what a killed owner left.
     pub fn command(&self, i: usize, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let h = &self.hosts[i];
         let mut c = Command::new("ip");

@@ -1,6 +1,7 @@
 //! The layout of a physical allocation's memfd: a metadata page ([`Header`], [`HDR`] bytes)
 //! then the data. The header carries what sharing needs (magic, location, size, export flags,
-//! share types, the pid allow-list), so an importer reads it from the descriptor it obtained.
+//! share types, the pid allow-list, the exporter's emulated host and supernode), so an
+//! importer reads it from the descriptor it obtained.
 
 use std::ffi::c_void;
 
@@ -11,7 +12,7 @@ use crate::rt::Res;
 /// Size of the metadata page at the start of every physical memfd.
 pub(crate) const HDR: usize = 4096;
 
-pub(crate) const MAGIC: [u8; 8] = *b"ASIMPHY1";
+pub(crate) const MAGIC: [u8; 8] = *b"ASIMPHY2";
 /// Size of the pid allow-list in the header.
 pub(crate) const MAX_PIDS: usize = 64;
 
