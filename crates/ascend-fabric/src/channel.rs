@@ -310,38 +310,101 @@ pub(crate) fn start(
     let t = std::thread::Builder::new()
         .name(format!("fabric-ka-{}", ch.addr.port()))
         .spawn(move || {
-            read_keepalive(&mut sock, &weak);
+            let reason = read_keepalive(&mut sock, &weak);
             if let (Some(ch), Some(map)) = (weak.upgrade(), map.upgrade()) {
-                lose(&map, &ch, LostReason::KeepaliveClosed);
+                lose(&map, &ch, reason);
             }
         })?;
     *slot = Some(t);
     Ok(())
 }
 
-/// The keepalive reader's loop, until EOF or an error: HIXL servers send nothing here, ours
-/// only revocations of single segments (carried out and answered; one that cannot be ends
-/// the loop, so the channel is lost). Bytes that are not keepalive frames are read and
-/// ignored until EOF.
-fn read_keepalive(sock: &mut TcpStream, ch: &Weak<Channel>) {
+/// The keepalive reader's loop, until EOF or an error, and why the channel ends: HIXL
+/// servers send nothing here, ours only revocations of single segments (carried out and
+/// answered; one that cannot be ends the loop, so the channel is lost). Bytes that are not
+/// keepalive frames are read and ignored until EOF.
+fn read_keepalive(sock: &mut TcpStream, ch: &Weak<Channel>) -> LostReason {
     loop {
         match wire::read_keepalive(sock) {
             Ok((wire::KEEPALIVE_REVOKE, body)) => match ch.upgrade() {
                 Some(ch) if ch.take_revocation(&body) => {}
-                _ => return,
+                _ => return LostReason::KeepaliveClosed,
             },
             Ok(_) => {}
-            Err(WireError::Io(_) | WireError::Truncated { .. }) => return,
+            Err(WireError::Io(e)) => return socket_loss(&e),
+            Err(WireError::Truncated { .. }) => return LostReason::KeepaliveClosed,
             Err(_) => break,
         }
     }
     let mut buf = [0u8; 256];
     loop {
         match sock.read(&mut buf) {
-            Ok(0) => return,
+            Ok(0) => return LostReason::KeepaliveClosed,
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return,
+            Err(e) => return socket_loss(&e),
         }
+    }
+}
+
+/// Why a keepalive socket that failed with `e` ends its channel: TCP gave up on bytes its
+/// peer never acknowledged (`ETIMEDOUT`, after [`set_peer_timeout`]'s bound) means the
+/// peer's host is gone or cut off; anything else (EOF, reset) that the peer closed it.
+pub(crate) fn socket_loss(e: &std::io::Error) -> LostReason {
+    if e.raw_os_error() == Some(libc::ETIMEDOUT) {
+        LostReason::PeerUnresponsive
+    } else {
+        LostReason::KeepaliveClosed
+    }
+}
+
+/// Bounds how long bytes sent on the keepalive socket `sock` may go unacknowledged before
+/// TCP fails it with `ETIMEDOUT` ([`EngineOptions::peer_timeout`](crate::EngineOptions):
+/// `TCP_USER_TIMEOUT`; heartbeats are the bytes). `None` leaves the system's limit.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+pub(crate) fn set_peer_timeout(
+    sock: &TcpStream,
+    timeout: Option<std::time::Duration>,
+) -> std::io::Result<()> {
+    match timeout {
+        Some(t) => socket2::SockRef::from(sock).set_tcp_user_timeout(Some(t)),
+        None => Ok(()),
+    }
+}
+
+/// Elsewhere there is no `TCP_USER_TIMEOUT`: the system's limit applies.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+pub(crate) fn set_peer_timeout(
+    _sock: &TcpStream,
+    _timeout: Option<std::time::Duration>,
+) -> std::io::Result<()> {
+    Ok(())
+}
+
+#[cfg(all(test, any(target_os = "linux", target_os = "android")))]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    #[test]
+    fn the_peer_timeout_bounds_unacknowledged_bytes_on_the_socket() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let s = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let before = socket2::SockRef::from(&s).tcp_user_timeout().unwrap();
+        set_peer_timeout(&s, None).unwrap();
+        assert_eq!(
+            socket2::SockRef::from(&s).tcp_user_timeout().unwrap(),
+            before
+        );
+        set_peer_timeout(&s, Some(Duration::from_millis(1500))).unwrap();
+        assert_eq!(
+            socket2::SockRef::from(&s).tcp_user_timeout().unwrap(),
+            Some(Duration::from_millis(1500))
+        );
+        let unacked = std::io::Error::from_raw_os_error(libc::ETIMEDOUT);
+        assert_eq!(socket_loss(&unacked), LostReason::PeerUnresponsive);
+        let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
+        assert_eq!(socket_loss(&reset), LostReason::KeepaliveClosed);
     }
 }

@@ -94,7 +94,8 @@ impl Engine {
     /// is waited for, and one whose peer has closed the keepalive socket (its process died,
     /// and its reader has not noticed yet) is torn down first, so a reconnect right after a
     /// peer died needs no retry loop once the peer's close has reached this host (a peer
-    /// whose host vanished sends none: its channel ends when a heartbeat fails).
+    /// whose host vanished sends none: its channel ends when a heartbeat goes unacknowledged
+    /// for [`EngineOptions::peer_timeout`](crate::EngineOptions::peer_timeout)).
     ///
     /// # Errors
     /// [`Error::AlreadyConnected`] for a channel that is open; [`Error::Option`] for an address
@@ -185,6 +186,7 @@ impl Engine {
         let made = Remote::import_entries(&inner.dev, &inner.pool, remote, &c.entries, &c.names)
             .and_then(|rem| {
                 let io = |source| Error::Listen { addr: sa, source };
+                channel::set_peer_timeout(&keepalive, inner.opts.peer_timeout).map_err(io)?;
                 let reader = keepalive.try_clone().map_err(io)?;
                 Ok((
                     Channel::new(remote, sa, rem, keepalive, self.telemetry(remote)).map_err(io)?,

@@ -27,11 +27,15 @@ pub enum LostReason {
     /// The peer left the engine directory (its entry was deleted or its lease expired); see
     /// [`directory::Member`](crate::directory::Member).
     DirectoryLeft,
+    /// The peer's host left a heartbeat unacknowledged for
+    /// [`EngineOptions::peer_timeout`](crate::EngineOptions::peer_timeout): it is down or cut
+    /// off (a dead process's kernel closes its sockets, which is `KeepaliveClosed`).
+    PeerUnresponsive,
 }
 
 impl LostReason {
     /// Its `reason` label in the engine's metrics (`keepalive_closed`, `heartbeat_failed`,
-    /// `disconnected`, `engine_shutdown`, `directory_left`).
+    /// `disconnected`, `engine_shutdown`, `directory_left`, `peer_unresponsive`).
     pub fn label(self) -> &'static str {
         match self {
             LostReason::KeepaliveClosed => "keepalive_closed",
@@ -39,6 +43,7 @@ impl LostReason {
             LostReason::Disconnected => "disconnected",
             LostReason::EngineShutdown => "engine_shutdown",
             LostReason::DirectoryLeft => "directory_left",
+            LostReason::PeerUnresponsive => "peer_unresponsive",
         }
     }
 }
@@ -51,6 +56,7 @@ impl fmt::Display for LostReason {
             LostReason::Disconnected => "disconnected by this engine",
             LostReason::EngineShutdown => "the engine shut down",
             LostReason::DirectoryLeft => "the peer left the engine directory",
+            LostReason::PeerUnresponsive => "the peer's host stopped acknowledging heartbeats",
         })
     }
 }
@@ -409,6 +415,7 @@ mod tests {
             LostReason::Disconnected,
             LostReason::EngineShutdown,
             LostReason::DirectoryLeft,
+            LostReason::PeerUnresponsive,
         ];
         // A new reason added here without a series would go uncounted.
         for r in all {

@@ -64,13 +64,13 @@ pub(crate) fn spawn_heartbeats(
 
 /// Why a failed heartbeat loses its channel: a send that could not finish within its timeout
 /// (`WouldBlock`: the peer stopped reading) is the heartbeat's own failure; any other error
-/// (the socket closed, reset or timed out by TCP) is the loss the keepalive reader reports for
-/// the same event, whichever of the two threads notices first.
+/// is the loss the keepalive reader reports for the same event
+/// ([`channel::socket_loss`]), whichever of the two threads notices first.
 fn loss_reason(e: &std::io::Error) -> LostReason {
     use std::io::ErrorKind::*;
     match e.kind() {
         WouldBlock | WriteZero => LostReason::HeartbeatFailed,
-        _ => LostReason::KeepaliveClosed,
+        _ => channel::socket_loss(e),
     }
 }
 
@@ -81,13 +81,12 @@ mod tests {
 
     #[test]
     fn a_closed_socket_is_the_keepalive_closing_and_a_stalled_one_a_failed_heartbeat() {
-        for k in [
-            ErrorKind::BrokenPipe,
-            ErrorKind::ConnectionReset,
-            ErrorKind::TimedOut,
-        ] {
+        for k in [ErrorKind::BrokenPipe, ErrorKind::ConnectionReset] {
             assert_eq!(loss_reason(&Error::from(k)), LostReason::KeepaliveClosed);
         }
+        // TCP gave up on unacknowledged bytes (`TCP_USER_TIMEOUT`): the host is gone.
+        let unacked = Error::from_raw_os_error(libc::ETIMEDOUT);
+        assert_eq!(loss_reason(&unacked), LostReason::PeerUnresponsive);
         // A send that ran out its `SO_SNDTIMEO` fails with EAGAIN.
         let stalled = Error::from_raw_os_error(libc::EAGAIN);
         assert_eq!(loss_reason(&stalled), LostReason::HeartbeatFailed);

@@ -64,7 +64,8 @@
 //!   stall deadline per request ([`TransferOptions`]); a completion queue with user data
 //!   ([`CompletionQueue`]);
 //! * detect a dead peer through its keepalive socket (EOF, as its kernel closes it) and
-//!   heartbeats, fail its in-flight transfers with [`Error::PeerLost`], abort their streams
+//!   heartbeats, and a lost host (powered off, cut off: nothing closes) by a heartbeat left
+//!   unacknowledged for [`EngineOptions::peer_timeout`], fail its in-flight transfers with [`Error::PeerLost`], abort their streams
 //!   and unmap and free its imports, all of it before the peer leaves [`Engine::peers`] and
 //!   before any waiter sees the error (so a caller that sees a peer gone may rely on its VA
 //!   being back);

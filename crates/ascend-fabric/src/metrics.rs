@@ -18,7 +18,7 @@
 //! | `ascend_fabric_transfers_in_flight` | gauge | transfers | `engine`, `peer` | transfers submitted and not ended |
 //! | `ascend_fabric_connects_total` | counter | connects | `engine`, `peer` | channels made to a peer (a reconnect counts again) |
 //! | `ascend_fabric_connect_failures_total` | counter | connects | `engine` | connects that failed (no peer label: a failed connect may name anything) |
-//! | `ascend_fabric_disconnects_total` | counter | channels | `engine`, `peer`, `reason` | channels ended, by reason: `keepalive_closed`, `heartbeat_failed`, `disconnected`, `engine_shutdown`, `directory_left` |
+//! | `ascend_fabric_disconnects_total` | counter | channels | `engine`, `peer`, `reason` | channels ended, by reason: `keepalive_closed`, `heartbeat_failed`, `disconnected`, `engine_shutdown`, `directory_left`, `peer_unresponsive` |
 //! | `ascend_fabric_control_rejected_total` | counter | connections | `engine`, `reason` | control-plane connections the server refused: `not_allowed` (not in the allow-list), `over_cap` (over its connection cap) |
 //! | `ascend_fabric_control_sessions` | gauge | sessions | `engine` | peers' control sessions open at this engine's server |
 //! | `ascend_fabric_engine_info` | gauge | - | `engine`, `backend`, `device` | 1 for each live engine: its address, the runtime's backend, its device (0 once it is dropped) |
@@ -147,12 +147,13 @@ impl Outcome {
 }
 
 /// The `reason` labels of a lost channel (`LostReason::label`; `error.rs` checks each is here).
-pub(crate) const REASONS: [&str; 5] = [
+pub(crate) const REASONS: [&str; 6] = [
     "keepalive_closed",
     "heartbeat_failed",
     "disconnected",
     "engine_shutdown",
     "directory_left",
+    "peer_unresponsive",
 ];
 
 /// One direction's handles of a channel.
@@ -190,7 +191,7 @@ pub(crate) struct PeerMetrics {
     read: OpMetrics,
     connects: Counter,
     in_flight: Gauge,
-    disconnects: [Counter; 5],
+    disconnects: [Counter; REASONS.len()],
 }
 
 impl PeerMetrics {

@@ -173,6 +173,14 @@ pub struct EngineOptions {
     pub auto_connect: bool,
     /// Heartbeat interval on keepalive sockets (HIXL: 10 s).
     pub heartbeat_interval: Duration,
+    /// A peer whose host leaves a heartbeat unacknowledged this long is lost with
+    /// [`LostReason::PeerUnresponsive`](crate::LostReason::PeerUnresponsive) (default 30 s;
+    /// `None`: the system's TCP retransmission limit, about 15 minutes on Linux). A process
+    /// that dies has its kernel close its sockets, which is seen at once; a host that is
+    /// powered off or cut off closes nothing, and only this bound finds it. Set on the
+    /// keepalive socket as `TCP_USER_TIMEOUT` (Linux; elsewhere ignored), so it changes
+    /// nothing on the wire. Loss is found within about a heartbeat interval plus this.
+    pub peer_timeout: Option<Duration>,
     /// Default connect timeout (HIXL's default argument: 1000 ms).
     pub connect_timeout: Duration,
     /// Optional shared secret (off by default, as HIXL has none). When set, every control
@@ -228,6 +236,7 @@ impl Default for EngineOptions {
             pool_start: Addr::new(40 << 40),
             auto_connect: false,
             heartbeat_interval: Duration::from_secs(10),
+            peer_timeout: Some(Duration::from_secs(30)),
             connect_timeout: Duration::from_millis(1000),
             shared_secret: None,
             allowed_peers: None,
@@ -303,6 +312,13 @@ impl EngineOptionsBuilder {
     /// Heartbeat interval on keepalive sockets.
     pub fn heartbeat_interval(mut self, d: Duration) -> Self {
         self.opts.heartbeat_interval = d;
+        self
+    }
+
+    /// How long a heartbeat may stay unacknowledged before its peer is lost (`None`: the
+    /// system's limit); see [`EngineOptions::peer_timeout`].
+    pub fn peer_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.opts.peer_timeout = timeout;
         self
     }
 
@@ -401,6 +417,15 @@ impl EngineOptions {
         if o.heartbeat_interval.is_zero() {
             return Err(invalid("heartbeat_interval", "0s", "must be above 0"));
         }
+        if let Some(t) = o.peer_timeout {
+            if t < Duration::from_millis(1) || t.as_millis() > u128::from(u32::MAX) {
+                return Err(invalid(
+                    "peer_timeout",
+                    format!("{t:?}"),
+                    "must be 1 ms to 49 days (None leaves the system's limit)",
+                ));
+            }
+        }
         if o.summary_interval.is_some_and(|t| t.is_zero()) {
             return Err(invalid(
                 "summary_interval",
@@ -497,5 +522,29 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(never.session_heartbeat_timeout, None);
+    }
+
+    #[test]
+    fn peer_timeout_is_checked_and_named() {
+        assert_eq!(
+            EngineOptions::default().peer_timeout,
+            Some(Duration::from_secs(30))
+        );
+        for bad in [Duration::ZERO, Duration::from_micros(999), Duration::MAX] {
+            match EngineOptions::builder().peer_timeout(Some(bad)).build() {
+                Err(OptionError::Invalid { key, value, .. }) => {
+                    assert_eq!(key, "peer_timeout");
+                    assert_eq!(value, format!("{bad:?}"));
+                }
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+        let o = EngineOptions::builder()
+            .peer_timeout(Some(Duration::from_millis(1)))
+            .build()
+            .unwrap();
+        assert_eq!(o.peer_timeout, Some(Duration::from_millis(1)));
+        let none = EngineOptions::builder().peer_timeout(None).build().unwrap();
+        assert_eq!(none.peer_timeout, None);
     }
 }
