@@ -1,6 +1,8 @@
 //! Across emulated hosts: engines on hosts of their own (network namespaces joined by a
 //! bridge, each host with its own address and `ASCEND_SIM_HOST`), reaching each other by
-//! those addresses, never 127.0.0.1. Needs root: skipped, saying why, elsewhere.
+//! those addresses, never 127.0.0.1. Needs root: skipped, saying why, elsewhere. The ones
+//! with the engine directory need the feature `etcd` too (`fabric_cluster` does):
+//! `cargo test --workspace --features etcd -- supernode` runs them all.
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -284,4 +286,253 @@ fn supernode_kv_service_between_two_hosts() {
     let po = String::from_utf8_lossy(&po.stdout);
     assert!(po.contains(&decode), "{po}");
     assert_eq!(c.close(), Vec::<String>::new());
+}
+
+/// Child on host 0: connects to the `fabric_transfer` server on host 1, says so, and once told
+/// that host 1 was cut off (a line on its stdin), waits until its engine has lost the peer,
+/// then reports why (the disconnect counter's reason) and how long it took.
+fn cut_off_client() {
+    use ascend::fabric::metrics::DISCONNECTS;
+    use ascend::fabric::{Engine, EngineOptions};
+    use ascend_testkit::metrics::{DebuggingRecorder, Recorded};
+    use std::io::BufRead;
+    use std::time::{Duration, Instant};
+    ascend_testkit::watchdog(Duration::from_secs(90));
+    let rec = DebuggingRecorder::new();
+    let snap = rec.snapshotter();
+    let rt = ascend::Runtime::from_env_or_emulator().expect("the emulator");
+    let dev = rt.device(0).expect("device 0");
+    let opts = EngineOptions::builder()
+        .heartbeat_interval(Duration::from_millis(100))
+        .peer_timeout(Some(Duration::from_millis(500)))
+        .build()
+        .expect("options");
+    let me = format!("{}:26001", Cluster::addr(0));
+    let engine = Engine::new(&dev, &me, opts).expect("the engine");
+    let server = format!("{}:26000", Cluster::addr(1));
+    ascend_testkit::wait_until(
+        "the server on host 1 accepts",
+        Duration::from_secs(30),
+        || {
+            metrics::with_local_recorder(&rec, || engine.connect(&server, Duration::from_secs(1)))
+                .is_ok()
+        },
+    );
+    println!("CONNECTED");
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).expect("stdin");
+    assert_eq!(line.trim(), "cut", "the test says when host 1 is cut off");
+    let cut = Instant::now();
+    ascend_testkit::wait_until("the cut-off peer lost", Duration::from_secs(30), || {
+        !engine.is_connected(&server)
+    });
+    let after = cut.elapsed();
+    let got = Recorded::take(&snap);
+    let count = |reason| got.counter(DISCONNECTS, &[("reason", reason)]);
+    println!(
+        "RESULT {} {} {}",
+        count("peer_unresponsive"),
+        count("keepalive_closed") + count("heartbeat_failed"),
+        after.as_millis()
+    );
+}
+
+/// A host cut off (its processes still running, unreachable: nothing closes a connection) is
+/// found by the engine's peer timeout: the peer is lost as `PeerUnresponsive` within about a
+/// heartbeat interval plus the timeout, without any directory.
+#[test]
+fn supernode_a_cut_off_host_is_lost_as_unresponsive() {
+    if ascend_testkit::role().as_deref() == Some("cut-off-client") {
+        return cut_off_client();
+    }
+    let Some(exe) = can_run("fabric_transfer") else {
+        return;
+    };
+    let c = Cluster::new(&[0, 0]).expect("the cluster");
+    let server = format!("{}:26000", Cluster::addr(1));
+    let s = on_host(&c, 1, &exe, &["--role", "server", "--server", &server])
+        .args(["--size", &(2 << 20).to_string(), "--timeout", "60"])
+        .spawn()
+        .expect("the server");
+    let name = ascend_testkit::test_name!(supernode_a_cut_off_host_is_lost_as_unresponsive);
+    let mut k = c.command(0, std::env::current_exe().expect("this test binary"));
+    k.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ascend_testkit::ROLE_VAR, "cut-off-client")
+        .env("ASCEND_MEM_BACKEND", "sim")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut k = k.spawn().expect("the client");
+    let mut out = std::io::BufReader::new(k.stdout.take().expect("piped"));
+    let mut line = String::new();
+    // libtest may print `test name ... ` before it on the same line.
+    while !line.contains("CONNECTED") {
+        line.clear();
+        let n = std::io::BufRead::read_line(&mut out, &mut line).expect("the client's output");
+        if n == 0 {
+            let o = k.wait_with_output().expect("the client");
+            panic!(
+                "the client ended before it connected: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+    }
+    c.cut(1).expect("cut host 1 off");
+    std::io::Write::write_all(&mut k.stdin.take().expect("piped"), b"cut\n").expect("tell it");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).expect("the client's output");
+    let done = wait_success(k, "the client on host 0");
+    let res: Vec<u64> = ascend_testkit::result_line(&rest)
+        .unwrap_or_else(|| panic!("no RESULT line: {rest}\n{done:?}"))
+        .split_whitespace()
+        .map(|x| x.parse().expect("a number"))
+        .collect();
+    assert_eq!(res[0], 1, "lost as unresponsive once: {rest}");
+    assert_eq!(res[1], 0, "no close reached it from a cut-off host: {rest}");
+    println!("lost {} ms after the cut", res[2]);
+    drop(s);
+    assert_eq!(c.close(), Vec::<String>::new());
+}
+
+/// The engines across hosts that meet through the engine directory on etcd, on a fifth host
+/// (feature `etcd`: `fabric_cluster` needs it, and so these).
+#[cfg(feature = "etcd")]
+mod directory {
+    use super::*;
+
+    /// `fabric_cluster`'s coordinator for host `k` of 4, etcd at `url`, with `extra` arguments.
+    fn cluster_host(c: &Cluster, exe: &PathBuf, k: usize, url: &str, extra: &[&str]) -> Command {
+        let (addr, host) = (Cluster::addr(k).to_string(), k.to_string());
+        let mut cmd = on_host(c, k, exe, &["--etcd", url, "--prefix", "/fc"]);
+        cmd.args(["--hosts", "4", "--host", &host, "--addr", &addr])
+            .args(extra);
+        cmd
+    }
+
+    /// Whether etcd can run here (where it cannot, outside CI, the test is skipped saying so).
+    fn with_etcd(example_name: &str) -> Option<PathBuf> {
+        let exe = can_run(example_name)?;
+        ascend_testkit::etcd::available().then_some(exe)
+    }
+
+    /// `fabric_cluster` with its 8 engines spread over 4 hosts (2 each, on their hosts'
+    /// addresses) and etcd on a fifth: they find each other by name, write to every other one,
+    /// verify, and when the last (on host 3) is killed every other engine, on every host, sees it
+    /// leave the directory.
+    #[test]
+    fn supernode_fabric_cluster_over_four_hosts_with_etcd_on_a_fifth() {
+        let Some(exe) = with_etcd("fabric_cluster") else {
+            return;
+        };
+        let c = Cluster::new(&[0; 5]).expect("the cluster");
+        let etcd = c.etcd(4);
+        let hosts: Vec<_> = (0..4)
+            .map(|k| {
+                cluster_host(&c, &exe, k, &etcd.url(), &[])
+                    .spawn()
+                    .expect("a coordinator")
+            })
+            .collect();
+        let outs: Vec<String> = hosts
+            .into_iter()
+            .enumerate()
+            .map(|(k, h)| {
+                let o = wait_success(h, &format!("host {k}'s coordinator"));
+                String::from_utf8_lossy(&o.stdout).into_owned()
+            })
+            .collect();
+        for (k, out) in outs.iter().enumerate() {
+            for i in (k..8).step_by(4) {
+                assert!(
+                    out.contains(&format!("[engine-{i:02}] verified 7 blocks")),
+                    "host {k}: {out}"
+                );
+                if i != 7 {
+                    assert!(
+                        out.contains(&format!("[engine-{i:02}] saw engine-07 leave")),
+                        "host {k}: {out}"
+                    );
+                }
+            }
+        }
+        assert!(
+            outs[3].contains("[coordinator] killed engine-07"),
+            "{}",
+            outs[3]
+        );
+        assert!(
+            outs[3].contains("engine-07 left the directory"),
+            "{}",
+            outs[3]
+        );
+        drop(etcd);
+        assert_eq!(c.close(), Vec::<String>::new());
+    }
+
+    /// A whole host lost while transfers are in flight: `fabric_cluster`'s 8 engines over 4 hosts
+    /// write to each other without pause; host 3 is cut off and everything on it killed (its
+    /// engines 3 and 7 send nothing more, close nothing). Every engine on the other hosts loses
+    /// both (their channels ended, by the peer timeout or the directory) and sees both leave the
+    /// directory, then serves 10 more rounds to every survivor and verifies their blocks.
+    #[test]
+    fn supernode_a_lost_host_is_seen_by_every_peer_which_serves_on() {
+        use std::io::BufRead;
+        let Some(exe) = with_etcd("fabric_cluster") else {
+            return;
+        };
+        let c = Cluster::new(&[0; 5]).expect("the cluster");
+        let etcd = c.etcd(4);
+        let lose = ["--lose-host", "3"];
+        let mut hosts: Vec<_> = (0..4)
+            .map(|k| {
+                cluster_host(&c, &exe, k, &etcd.url(), &lose)
+                    .spawn()
+                    .expect("a coordinator")
+            })
+            .collect();
+        let mut victim = hosts.pop().expect("host 3");
+        let out = std::io::BufReader::new(victim.stdout.take().expect("piped"));
+        let mut seen = String::new();
+        for line in out.lines() {
+            let line = line.expect("host 3's output");
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains("all engines streaming") {
+                break;
+            }
+        }
+        assert!(seen.contains("all engines streaming"), "host 3: {seen}");
+        c.lose(3).expect("lose host 3");
+        let st = victim.wait().expect("host 3's coordinator");
+        assert!(!st.success(), "host 3's coordinator was killed: {st}");
+        for (k, h) in hosts.into_iter().enumerate() {
+            let o = wait_success(h, &format!("host {k}'s coordinator"));
+            let out = String::from_utf8_lossy(&o.stdout);
+            for i in [k, k + 4] {
+                let e = format!("[engine-{i:02}]");
+                for v in ["engine-03", "engine-07"] {
+                    let lost = out
+                        .lines()
+                        .find(|l| l.starts_with(&e) && l.contains(&format!("lost {v}: ")))
+                        .unwrap_or_else(|| panic!("{e} did not lose {v}: {out}"));
+                    assert!(
+                        [
+                            "peer_unresponsive",
+                            "directory_left",
+                            "channel already ended"
+                        ]
+                        .iter()
+                        .any(|how| lost.contains(how)),
+                        "{lost}"
+                    );
+                    println!("host {k}: {lost}");
+                }
+                let served = format!("{e} survived: served 10 rounds to 5 survivors");
+                assert!(out.contains(&served), "{out}");
+                assert!(out.contains(&format!("{e} done")), "{out}");
+            }
+        }
+        drop(etcd);
+        assert_eq!(c.close(), Vec::<String>::new());
+    }
 }

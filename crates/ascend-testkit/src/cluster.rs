@@ -6,7 +6,9 @@
 //! (the benchmarking range of RFC 2544, never routed on the internet); two clusters on one
 //! machine may use the same addresses, each on its own bridge. A host's processes get
 //! `ASCEND_SIM_HOST` (its index) and `ASCEND_SIM_SUPERNODE` (its supernode), so the emulator
-//! applies its cross-host sharing rules.
+//! applies its cross-host sharing rules. [`Cluster::etcd`] runs etcd on one host (the fleet's
+//! directory), [`Cluster::lose`] fails a host (its link cut, then its processes killed), and
+//! [`Cluster::dial`] connects from a host, for the test process, which is on none.
 //!
 //! Making namespaces needs root (`CAP_NET_ADMIN` and `CAP_SYS_ADMIN`) and `ip` from iproute2:
 //! [`Cluster::new`] says so in its error. A dropped cluster kills every process in its
@@ -15,6 +17,8 @@
 
 use std::net::Ipv4Addr;
 use std::process::{Command, Output, Stdio};
+
+use crate::etcd::LocalEtcd;
 
 /// Names of everything a cluster makes start with this, the owning process's pid, `c` and
 /// the cluster's number in that process (short: an interface name has at most 15 bytes).
@@ -235,13 +239,48 @@ impl Cluster {
             .env("ASCEND_SIM_HOST", i.to_string())
             .env("ASCEND_SIM_SUPERNODE", h.supernode.to_string())
             .env("HCCL_IF_IP", Cluster::addr(i).to_string());
-        crate::etcd::die_with_parent(&mut c);
+        crate::spawn::die_with_parent(&mut c);
         c
     }
 
     /// Cuts host `i`'s link (its namespace stays, its processes run on, unreachable).
     pub fn cut(&self, i: usize) -> Result<(), ClusterError> {
         ip(&["link", "set", &self.hosts[i].link, "down"]).map(|_| ())
+    }
+
+    /// Loses host `i` as a host that fails is lost: its link is cut first, so its peers see
+    /// no connection close, then every process on it is killed (its namespace stays until
+    /// the cluster goes). Returns once no process is left on it.
+    pub fn lose(&self, i: usize) -> Result<(), ClusterError> {
+        self.cut(i)?;
+        kill_all_in(&self.hosts[i].netns);
+        match ip(&["netns", "pids", &self.hosts[i].netns]) {
+            Ok(out) if out.stdout.iter().all(u8::is_ascii_whitespace) => Ok(()),
+            Ok(out) => Err(ClusterError(format!(
+                "host {i} still runs {} after its processes were killed",
+                String::from_utf8_lossy(&out.stdout).trim()
+            ))),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Starts etcd on host `i`, listening on its address only (ports 2379 and 2380): the
+    /// cluster's directory. It is a process on that host, killed with the host's processes.
+    ///
+    /// # Panics
+    /// As [`LocalEtcd::start`]: etcd not installed, or not healthy in time.
+    pub fn etcd(&self, i: usize) -> LocalEtcd {
+        LocalEtcd::start_in(&self.hosts[i].netns, Cluster::addr(i))
+    }
+
+    /// A TCP connection from host `i` to `addr` (the test process itself is on no host).
+    pub fn dial(
+        &self,
+        i: usize,
+        addr: std::net::SocketAddr,
+        timeout: std::time::Duration,
+    ) -> std::io::Result<std::net::TcpStream> {
+        crate::netns::dial(&self.hosts[i].netns, addr, timeout)
     }
 }
 

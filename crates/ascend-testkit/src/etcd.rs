@@ -1,5 +1,6 @@
 //! A throwaway etcd for tests: `etcd` (Debian's `etcd-server`, or the binary `ETCD_BIN` names)
-//! on free loopback ports with a temporary data dir, killed and removed on drop. On Linux it
+//! on free loopback ports (or on an emulated host's address, inside its network namespace)
+//! with a temporary data dir, killed and removed on drop. On Linux it
 //! also dies with the process that started it, however that process ends (a SIGKILL, a
 //! timeout): the kernel sends it SIGKILL then, so no etcd outlives a killed test binary.
 //!
@@ -9,12 +10,12 @@
 //! outside CI.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{channel, Sender};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use crate::spawn::{die_with_parent, spawn_for_life};
 
 /// How long etcd may take to answer its health check after starting.
 const READY: Duration = Duration::from_secs(30);
@@ -73,11 +74,30 @@ pub fn available() -> bool {
     }
 }
 
-/// A running etcd, a single member listening on loopback only.
+/// Where an etcd runs: on this host's loopback, or inside a network namespace on one of its
+/// addresses (an emulated host, [`crate::cluster::Cluster::etcd`]).
+#[derive(Debug, Clone)]
+enum Site {
+    Loopback,
+    Netns { name: String, addr: Ipv4Addr },
+}
+
+impl Site {
+    fn ip(&self) -> IpAddr {
+        match self {
+            Site::Loopback => Ipv4Addr::LOCALHOST.into(),
+            Site::Netns { addr, .. } => (*addr).into(),
+        }
+    }
+}
+
+/// A running etcd, a single member listening on loopback only (or on an emulated host's
+/// address only).
 #[derive(Debug)]
 pub struct LocalEtcd {
     child: Option<Child>,
     dir: PathBuf,
+    site: Site,
     client_port: u16,
     peer_port: u16,
 }
@@ -90,15 +110,36 @@ impl LocalEtcd {
     /// If etcd is not installed (the message says how to install it) or does not become
     /// healthy (the message holds its log).
     pub fn start(free_port: impl Fn() -> u16) -> LocalEtcd {
-        let client_port = free_port();
-        let peer_port = free_port();
-        let dir =
-            std::env::temp_dir().join(format!("ascend-etcd-{}-{client_port}", std::process::id()));
+        LocalEtcd::start_at(Site::Loopback, free_port(), free_port())
+    }
+
+    /// Starts etcd inside network namespace `netns` on its address `addr`, ports 2379 and
+    /// 2380 (etcd's own: the namespace is the host's alone), and waits until it says it is
+    /// healthy, asking from inside the namespace. Panics as [`LocalEtcd::start`].
+    pub(crate) fn start_in(netns: &str, addr: Ipv4Addr) -> LocalEtcd {
+        let site = Site::Netns {
+            name: netns.to_owned(),
+            addr,
+        };
+        LocalEtcd::start_at(site, 2379, 2380)
+    }
+
+    fn start_at(site: Site, client_port: u16, peer_port: u16) -> LocalEtcd {
+        // Named by where it runs too: two clusters' hosts may have the same address.
+        let place = match &site {
+            Site::Loopback => "lo",
+            Site::Netns { name, .. } => name.as_str(),
+        };
+        let dir = std::env::temp_dir().join(format!(
+            "ascend-etcd-{}-{place}-{client_port}",
+            std::process::id()
+        ));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("a temporary etcd data dir");
         let mut e = LocalEtcd {
             child: None,
             dir,
+            site,
             client_port,
             peer_port,
         };
@@ -106,9 +147,9 @@ impl LocalEtcd {
         e
     }
 
-    /// The client URL (`http://127.0.0.1:PORT`).
+    /// The client URL (`http://127.0.0.1:PORT`, or the emulated host's address).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        format!("http://{}:{}", self.site.ip(), self.client_port)
     }
 
     /// The client port.
@@ -131,13 +172,20 @@ impl LocalEtcd {
     /// If etcd is running, is not installed, or does not become healthy.
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "etcd is running");
-        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let peer = format!("http://{}:{}", self.site.ip(), self.peer_port);
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.join("etcd.log"))
             .expect("the etcd log file");
-        let mut cmd = Command::new(bin());
+        let mut cmd = match &self.site {
+            Site::Loopback => Command::new(bin()),
+            Site::Netns { name, .. } => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", name]).arg(bin());
+                c
+            }
+        };
         cmd.arg("--name=test")
             .arg(format!("--data-dir={}", self.dir.join("data").display()))
             .arg(format!("--listen-client-urls={}", self.url()))
@@ -204,13 +252,18 @@ impl LocalEtcd {
 
     /// One HTTP/1.0 request on a new connection; the answer as sent.
     fn request(&self, method: &str, path: &str, body: &str) -> std::io::Result<String> {
-        let mut s = TcpStream::connect(("127.0.0.1", self.client_port))?;
+        let at = SocketAddr::new(self.site.ip(), self.client_port);
+        let mut s = match &self.site {
+            Site::Loopback => TcpStream::connect(at)?,
+            Site::Netns { name, .. } => crate::netns::dial(name, at, REQUEST)?,
+        };
         s.set_read_timeout(Some(REQUEST))?;
         s.set_write_timeout(Some(REQUEST))?;
         write!(
             s,
-            "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+            "{method} {path} HTTP/1.0\r\nHost: {}\r\nContent-Type: application/json\r\n\
              Content-Length: {}\r\n\r\n{body}",
+            self.site.ip(),
             body.len()
         )?;
         let mut answer = String::new();
@@ -221,63 +274,6 @@ impl LocalEtcd {
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("etcd.log")).unwrap_or_default()
     }
-}
-
-/// Has `cmd`'s process killed (SIGKILL) when its parent dies, however the parent ends
-/// (`PR_SET_PDEATHSIG`, set between fork and exec; it survives the exec of etcd). A parent
-/// that died before the child set it sends no signal, so the child then exits at once.
-#[cfg(target_os = "linux")]
-pub(crate) fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    let parent = libc::pid_t::try_from(std::process::id()).expect("a pid fits in pid_t");
-    // SAFETY: the hook runs in the forked child before exec, where only async-signal-safe
-    // functions may be called: it calls prctl, getppid and _exit (and reads errno on a
-    // failure), allocates nothing and takes no lock; `parent` is a copied integer.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // Reparented already: the parent died before the prctl, and no signal will come.
-            if libc::getppid() != parent {
-                libc::_exit(1);
-            }
-            Ok(())
-        });
-    }
-}
-
-/// Elsewhere than Linux there is no parent-death signal: etcd goes on drop only.
-#[cfg(not(target_os = "linux"))]
-pub(crate) fn die_with_parent(_cmd: &mut Command) {}
-
-/// A command for the spawning thread, and where it sends the child back.
-type SpawnRequest = (Command, Sender<std::io::Result<Child>>);
-
-/// Starts `cmd` from a thread that lives as long as this process. The parent-death signal
-/// ([`die_with_parent`]) is sent when the *thread* that forked ends, so etcd started from a
-/// test's own thread would be killed when that test ends, even if its `LocalEtcd` lives on
-/// (moved to another thread, or shared by several tests); this thread only ends with the
-/// process.
-fn spawn_for_life(cmd: Command) -> std::io::Result<Child> {
-    static SPAWNER: OnceLock<Sender<SpawnRequest>> = OnceLock::new();
-    let spawner = SPAWNER.get_or_init(|| {
-        let (tx, requests) = channel::<SpawnRequest>();
-        std::thread::Builder::new()
-            .name("testkit-etcd".into())
-            .spawn(move || {
-                for (mut cmd, reply) in requests {
-                    let _ = reply.send(cmd.spawn());
-                }
-            })
-            .expect("start the thread that spawns etcd");
-        tx
-    });
-    let (reply, spawned) = channel();
-    spawner
-        .send((cmd, reply))
-        .expect("the thread that spawns etcd is running");
-    spawned.recv().expect("the thread that spawns etcd answers")
 }
 
 impl Drop for LocalEtcd {

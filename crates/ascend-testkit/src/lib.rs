@@ -30,11 +30,13 @@ pub mod hex;
 pub mod lock;
 pub mod metrics;
 pub mod net;
+pub mod netns;
 pub mod orders;
 pub mod pattern;
 pub mod process;
 pub mod result;
 pub mod role;
+mod spawn;
 pub mod wait;
 pub mod watchdog;
 
