@@ -61,6 +61,27 @@ fn on_host(c: &Cluster, host: usize, exe: &PathBuf, args: &[&str]) -> Command {
     cmd
 }
 
+/// The `fabric_transfer` server at `server` on `host`, serving 2 MiB for up to 60 s.
+fn transfer_server(c: &Cluster, host: usize, server: &str) -> std::process::Child {
+    let exe = example("fabric_transfer").expect("the fabric_transfer example is built");
+    on_host(c, host, &exe, &["--role", "server", "--server", server])
+        .args(["--size", &(2 << 20).to_string(), "--timeout", "60"])
+        .spawn()
+        .expect("the server")
+}
+
+/// This test binary on `host`, running test `name` alone in child role `role`, on the
+/// emulator, its output piped.
+fn role_on_host(c: &Cluster, host: usize, name: &str, role: &str) -> Command {
+    let mut k = c.command(host, std::env::current_exe().expect("this test binary"));
+    k.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ascend_testkit::ROLE_VAR, role)
+        .env("ASCEND_MEM_BACKEND", "sim")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    k
+}
+
 /// `fabric_transfer` with its server on host 0 and its client on host 1 of one supernode:
 /// the client WRITEs host memory into the server's device memory across hosts, reads it back
 /// and verifies it; the server verifies its own memory. Nothing of the cluster is left after.
@@ -139,23 +160,15 @@ fn supernode_import_from_another_supernode_is_a_typed_error() {
     if ascend_testkit::role().as_deref() == Some("cross-supernode-client") {
         return cross_supernode_client();
     }
-    let Some(exe) = can_run("fabric_transfer") else {
+    if can_run("fabric_transfer").is_none() {
         return;
-    };
+    }
     let c = Cluster::new(&[0, 1]).expect("the cluster");
     let server = format!("{}:26000", Cluster::addr(0));
-    let s = on_host(&c, 0, &exe, &["--role", "server", "--server", &server])
-        .args(["--size", &(2 << 20).to_string(), "--timeout", "60"])
-        .spawn()
-        .expect("the server");
+    let s = transfer_server(&c, 0, &server);
     let name = ascend_testkit::test_name!(supernode_import_from_another_supernode_is_a_typed_error);
-    let mut k = c.command(1, std::env::current_exe().expect("this test binary"));
-    k.args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(ascend_testkit::ROLE_VAR, "cross-supernode-client")
-        .env("ASCEND_MEM_BACKEND", "sim")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let out = wait_success(k.spawn().expect("the client"), "the client on host 1");
+    let k = role_on_host(&c, 1, name, "cross-supernode-client").spawn();
+    let out = wait_success(k.expect("the client"), "the client on host 1");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let line = ascend_testkit::result_line(&stdout).expect("the client's RESULT line");
     assert!(line.starts_with("207000 "), "{line}");
@@ -345,24 +358,17 @@ fn supernode_a_cut_off_host_is_lost_as_unresponsive() {
     if ascend_testkit::role().as_deref() == Some("cut-off-client") {
         return cut_off_client();
     }
-    let Some(exe) = can_run("fabric_transfer") else {
+    if can_run("fabric_transfer").is_none() {
         return;
-    };
+    }
     let c = Cluster::new(&[0, 0]).expect("the cluster");
     let server = format!("{}:26000", Cluster::addr(1));
-    let s = on_host(&c, 1, &exe, &["--role", "server", "--server", &server])
-        .args(["--size", &(2 << 20).to_string(), "--timeout", "60"])
-        .spawn()
-        .expect("the server");
+    let s = transfer_server(&c, 1, &server);
     let name = ascend_testkit::test_name!(supernode_a_cut_off_host_is_lost_as_unresponsive);
-    let mut k = c.command(0, std::env::current_exe().expect("this test binary"));
-    k.args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(ascend_testkit::ROLE_VAR, "cut-off-client")
-        .env("ASCEND_MEM_BACKEND", "sim")
+    let mut k = role_on_host(&c, 0, name, "cut-off-client")
         .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut k = k.spawn().expect("the client");
+        .spawn()
+        .expect("the client");
     let mut out = std::io::BufReader::new(k.stdout.take().expect("piped"));
     let mut line = String::new();
     // libtest may print `test name ... ` before it on the same line.
