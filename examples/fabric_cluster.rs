@@ -37,7 +37,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ascend::fabric::directory::{
-    Directory, DirectoryEvent, EtcdDirectory, EtcdOptions, Member, Publication, SegmentInfo,
+    Directory, DirectoryEvent, EngineEntry, EtcdDirectory, EtcdOptions, Member, Publication,
+    SegmentInfo, Watch,
 };
 use ascend::fabric::{Engine, EngineOptions, Error, Registration, TransferDesc, TransferOp};
 use ascend::Runtime;
@@ -47,6 +48,9 @@ type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const BLOCK: usize = 256 << 10;
 const TTL: Duration = Duration::from_secs(2);
+/// The lease TTL while engines write to each other without pause on a loaded machine (a late
+/// renewal must not look like a departure).
+const LOSS_TTL: Duration = Duration::from_secs(5);
 const T: Duration = Duration::from_secs(30);
 /// Rounds to every survivor after a host was lost.
 const AFTER_LOSS: usize = 10;
@@ -64,6 +68,15 @@ struct Args {
 }
 
 impl Args {
+    /// The directory's lease TTL.
+    fn ttl(&self) -> Duration {
+        if self.lose_host.is_some() {
+            LOSS_TTL
+        } else {
+            TTL
+        }
+    }
+
     /// The engines host `k` runs.
     fn on_host(&self, k: usize) -> impl Iterator<Item = usize> + '_ {
         (0..self.engines).filter(move |i| i % self.hosts == k)
@@ -171,27 +184,62 @@ fn byte(from: usize, to: usize) -> u8 {
     (from * 64 + to) as u8 | 1
 }
 
-fn directory(url: &str, prefix: &str) -> Res<Arc<EtcdDirectory>> {
-    let opts = EtcdOptions::new(url).prefix(prefix).ttl(TTL);
+fn directory(url: &str, prefix: &str, ttl: Duration) -> Res<Arc<EtcdDirectory>> {
+    let opts = EtcdOptions::new(url).prefix(prefix).ttl(ttl);
     Ok(Arc::new(EtcdDirectory::connect(opts)?))
 }
 
-/// The directory where engines mark the phases they finished (`wrote-engine-03`, ...), next
-/// to the one they publish themselves in, so a mark is never taken for an engine.
-fn marks(url: &str, prefix: &str) -> Res<Arc<EtcdDirectory>> {
-    directory(url, &format!("{prefix}-marks"))
+/// Where engines mark the phases they finished (`wrote-engine-03`, ...): a directory next to
+/// the one they publish themselves in, so a mark is never taken for an engine. A mark counts
+/// once seen, listed or arriving, even after its engine has ended and withdrawn it.
+struct Marks {
+    dir: Arc<EtcdDirectory>,
+    watch: Watch,
+    seen: BTreeSet<String>,
+    held: Vec<Publication>,
 }
 
-/// Waits until `n` engines have marked `phase`.
-fn barrier(marks: &EtcdDirectory, phase: &str, n: usize) -> Res<()> {
-    let t0 = Instant::now();
-    while marks.list(&format!("{phase}-"))?.len() < n {
-        if t0.elapsed() > T {
-            return Err(format!("not every engine got to {phase} in time").into());
-        }
-        std::thread::sleep(Duration::from_millis(20));
+impl Marks {
+    fn open(url: &str, prefix: &str, ttl: Duration) -> Res<Marks> {
+        let dir = directory(url, &format!("{prefix}-marks"), ttl)?;
+        let watch = dir.watch()?;
+        Ok(Marks {
+            dir,
+            watch,
+            seen: BTreeSet::new(),
+            held: Vec::new(),
+        })
     }
-    Ok(())
+
+    /// Marks `phase` done by engine `i` (until this process ends).
+    fn mark(&mut self, phase: &str, i: usize, entry: &EngineEntry) -> Res<()> {
+        let p = self.dir.publish(&format!("{phase}-{}", name(i)), entry)?;
+        self.held.push(p);
+        Ok(())
+    }
+
+    /// Waits until `n` engines have marked `phase` (the watch, opened before any mark of
+    /// this process, sees every mark made since; the listing those made before).
+    fn wait(&mut self, phase: &str, n: usize) -> Res<()> {
+        let want = format!("{phase}-");
+        let t0 = Instant::now();
+        loop {
+            self.seen
+                .extend(self.dir.list(&want)?.into_iter().map(|(k, _)| k));
+            if self.seen.iter().filter(|k| k.starts_with(&want)).count() >= n {
+                return Ok(());
+            }
+            let left = T
+                .checked_sub(t0.elapsed())
+                .ok_or_else(|| format!("not every engine got to {phase} in time"))?;
+            if let Some(DirectoryEvent::Joined { name, .. }) = self
+                .watch
+                .recv_timeout(left.min(Duration::from_millis(200)))
+            {
+                self.seen.insert(name);
+            }
+        }
+    }
 }
 
 /// One engine's state: its memory, its membership and its peers' inbox slots.
@@ -203,8 +251,7 @@ struct Node {
     src_reg: Registration,
     _inbox_reg: Registration,
     member: Member,
-    marks: Arc<EtcdDirectory>,
-    held: Vec<Publication>,
+    marks: Marks,
     /// Peer index to its engine address and its slot for this engine.
     peers: BTreeMap<usize, (String, ascend::Addr)>,
 }
@@ -221,7 +268,7 @@ impl Node {
             // A lost host is found by its unacknowledged heartbeats: send them often.
             opts = opts
                 .heartbeat_interval(Duration::from_millis(200))
-                .peer_timeout(Some(Duration::from_secs(1)));
+                .peer_timeout(Some(Duration::from_millis(1050)));
         }
         let engine = Engine::new(&dev, &format!("{}:{port}", a.addr), opts.build()?)?;
         let inbox = engine.alloc_device(n * BLOCK)?;
@@ -233,7 +280,7 @@ impl Node {
         let backend = rt.backend().to_string();
         let member = Member::join(
             &engine,
-            directory(url, prefix)?,
+            directory(url, prefix, a.ttl())?,
             &name(i),
             &backend,
             vec![seg],
@@ -246,20 +293,14 @@ impl Node {
             src_reg,
             _inbox_reg: inbox_reg,
             member,
-            marks: marks(url, prefix)?,
-            held: Vec::new(),
+            marks: Marks::open(url, prefix, a.ttl())?,
             peers: BTreeMap::new(),
         })
     }
 
     /// Marks `phase` done for this engine (until it exits).
     fn mark(&mut self, phase: &str) -> Res<()> {
-        let entry = self.member.entry().clone();
-        let p = self
-            .marks
-            .publish(&format!("{phase}-{}", name(self.i)), &entry)?;
-        self.held.push(p);
-        Ok(())
+        self.marks.mark(phase, self.i, self.member.entry())
     }
 
     /// Connects to every other engine by name.
@@ -317,7 +358,7 @@ fn engine_role(a: &Args, i: usize, port: u16) -> Res<()> {
     }
     println!("wrote {} blocks", n - 1);
     node.mark("wrote")?;
-    barrier(&node.marks, "wrote", n)?;
+    node.marks.wait("wrote", n)?;
     let k = node.verify((0..n).filter(|&j| j != i))?;
     println!("verified {k} blocks");
     node.mark("verified")?;
@@ -328,7 +369,7 @@ fn engine_role(a: &Args, i: usize, port: u16) -> Res<()> {
             stream_until_lost(&mut node, &events, &victims)?;
             let survivors = n - a.on_host(l).count();
             node.mark("survived")?;
-            barrier(&node.marks, "survived", survivors)?;
+            node.marks.wait("survived", survivors)?;
             println!("done");
             Ok(())
         }
@@ -424,7 +465,8 @@ fn stream_until_lost(
                 .map_err(|e| format!("writing to survivor {}: {e}", name(j)))?;
         }
     }
-    let from_survivors = (0..node.peers.len() + 1).filter(|j| *j != node.i && !victims.contains(j));
+    let n = node.peers.len() + 1;
+    let from_survivors = (0..n).filter(|j| *j != node.i && !victims.contains(j));
     let k = node.verify(from_survivors)?;
     println!(
         "survived: served {AFTER_LOSS} rounds to {} survivors after the loss; verified {k} blocks",
@@ -453,7 +495,7 @@ impl Lines {
         while !pending.is_empty() {
             let (i, line) = self
                 .0
-                .recv_timeout(2 * T + TTL)
+                .recv_timeout(2 * T + LOSS_TTL)
                 .map_err(|_| format!("no engine said {word:?} in time ({pending:?} did not)"))?;
             match line {
                 Some(l) => {
@@ -504,18 +546,13 @@ fn spawn_engines(a: &Args, url: &str, prefix: &str) -> Res<(Vec<Proc>, Lines)> {
 }
 
 /// Kills the last engine once every engine verified, and waits until it left the directory.
-fn kill_victim(
-    a: &Args,
-    procs: &mut Vec<Proc>,
-    marks: &EtcdDirectory,
-    dir: &EtcdDirectory,
-) -> Res<()> {
+fn kill_victim(a: &Args, procs: &mut Vec<Proc>, marks: &mut Marks, dir: &EtcdDirectory) -> Res<()> {
     let n = a.engines;
     let Some(at) = procs.iter().position(|p| p.i == n - 1) else {
         return Ok(());
     };
     let watch = dir.watch()?;
-    barrier(marks, "verified", n)?;
+    marks.wait("verified", n)?;
     let mut victim = procs.remove(at);
     let vname = name(n - 1);
     victim.child.kill()?;
@@ -557,23 +594,25 @@ fn coordinator(a: &Args) -> Res<()> {
         .clone()
         .unwrap_or_else(|| format!("/fabric-cluster-{}", std::process::id()));
     println!(
-        "[coordinator] host {} of {}: etcd at {url}, prefix {prefix}, {n} engines, lease TTL {TTL:?}",
-        a.host, a.hosts
+        "[coordinator] host {} of {}: etcd at {url}, prefix {prefix}, {n} engines, lease TTL {:?}",
+        a.host,
+        a.hosts,
+        a.ttl()
     );
-    let dir = directory(&url, &prefix)?;
-    let marks = marks(&url, &prefix)?;
+    let dir = directory(&url, &prefix, a.ttl())?;
+    let mut marks = Marks::open(&url, &prefix, a.ttl())?;
     let (mut procs, lines) = spawn_engines(a, &url, &prefix)?;
     let mine: BTreeSet<usize> = a.on_host(a.host).collect();
     lines.until(&mine, "verified")?;
     match a.lose_host {
         None => {
-            kill_victim(a, &mut procs, &marks, &dir)?;
+            kill_victim(a, &mut procs, &mut marks, &dir)?;
             let rest = procs.iter().map(|p| p.i).collect();
             lines.until(&rest, "saw")?;
         }
         Some(l) if l == a.host => {
             lines.until(&mine, "streaming")?;
-            barrier(&marks, "streaming", n)?;
+            marks.wait("streaming", n)?;
             println!("[coordinator] all engines streaming");
         }
         Some(_) => lines.until(&mine, "done")?,

@@ -49,6 +49,10 @@ pub(crate) struct Channel {
     /// The keepalive reader thread, joined by whoever loses the channel (unless it is the
     /// reader itself, which then ends right after).
     reader: Mutex<Option<JoinHandle<()>>>,
+    /// What a heartbeat that failed on the socket found (written with `keepalive` held): the
+    /// socket's error goes to whichever call takes it first, so the reader may be left an EOF
+    /// by a heartbeat that took the timeout ([`Channel::heartbeat_failed`]).
+    heartbeat_found: Mutex<Option<LostReason>>,
 }
 
 impl Channel {
@@ -76,7 +80,26 @@ impl Channel {
             keepalive: Mutex::new(keepalive),
             closer,
             reader: Mutex::new(None),
+            heartbeat_found: Mutex::new(None),
         }))
+    }
+
+    /// Records that a heartbeat sent on `keepalive` (the guard of [`Channel::keepalive`],
+    /// still held) failed with `e`, for the reader to report: the socket is dead, so its
+    /// reader wakes and loses the channel ([`start`]).
+    pub(crate) fn heartbeat_failed(&self, _keepalive: &mut TcpStream, e: &std::io::Error) {
+        self.heartbeat_found.lock().get_or_insert(socket_loss(e));
+    }
+
+    /// Why the reader's socket ended, given what the reader itself found: a timeout it took
+    /// stands; otherwise what a heartbeat found first, if one failed (waiting for a heartbeat
+    /// in progress, which holds the socket's lock until it has recorded its finding).
+    fn reader_reason(&self, own: LostReason) -> LostReason {
+        if own == LostReason::PeerUnresponsive {
+            return own;
+        }
+        let _in_progress = self.keepalive.lock();
+        self.heartbeat_found.lock().unwrap_or(own)
     }
 
     pub(crate) fn stats(&self) -> PeerStats {
@@ -310,8 +333,9 @@ pub(crate) fn start(
     let t = std::thread::Builder::new()
         .name(format!("fabric-ka-{}", ch.addr.port()))
         .spawn(move || {
-            let reason = read_keepalive(&mut sock, &weak);
+            let own = read_keepalive(&mut sock, &weak);
             if let (Some(ch), Some(map)) = (weak.upgrade(), map.upgrade()) {
+                let reason = ch.reader_reason(own);
                 lose(&map, &ch, reason);
             }
         })?;
@@ -348,10 +372,19 @@ fn read_keepalive(sock: &mut TcpStream, ch: &Weak<Channel>) -> LostReason {
 }
 
 /// Why a keepalive socket that failed with `e` ends its channel: TCP gave up on bytes its
-/// peer never acknowledged (`ETIMEDOUT`, after [`set_peer_timeout`]'s bound) means the
-/// peer's host is gone or cut off; anything else (EOF, reset) that the peer closed it.
+/// peer never acknowledged (`ETIMEDOUT`, after [`set_peer_timeout`]'s bound; or the error
+/// of an unreachable host or network that Linux reports instead when one arrived meanwhile)
+/// means the peer's host is gone or cut off; anything else (a reset, a broken pipe) that the
+/// peer closed it.
 pub(crate) fn socket_loss(e: &std::io::Error) -> LostReason {
-    if e.raw_os_error() == Some(libc::ETIMEDOUT) {
+    let gone = [
+        libc::ETIMEDOUT,
+        libc::EHOSTUNREACH,
+        libc::ENETUNREACH,
+        libc::EHOSTDOWN,
+        libc::ENETDOWN,
+    ];
+    if e.raw_os_error().is_some_and(|c| gone.contains(&c)) {
         LostReason::PeerUnresponsive
     } else {
         LostReason::KeepaliveClosed
@@ -402,8 +435,16 @@ mod tests {
             socket2::SockRef::from(&s).tcp_user_timeout().unwrap(),
             Some(Duration::from_millis(1500))
         );
-        let unacked = std::io::Error::from_raw_os_error(libc::ETIMEDOUT);
-        assert_eq!(socket_loss(&unacked), LostReason::PeerUnresponsive);
+        for gone in [
+            libc::ETIMEDOUT,
+            libc::EHOSTUNREACH,
+            libc::ENETUNREACH,
+            libc::EHOSTDOWN,
+            libc::ENETDOWN,
+        ] {
+            let e = std::io::Error::from_raw_os_error(gone);
+            assert_eq!(socket_loss(&e), LostReason::PeerUnresponsive, "{e}");
+        }
         let reset = std::io::Error::from(std::io::ErrorKind::ConnectionReset);
         assert_eq!(socket_loss(&reset), LostReason::KeepaliveClosed);
     }

@@ -103,7 +103,9 @@ impl Engine {
     /// answer, within `timeout`;
     /// [`Error::Control`] (unreachable, refused, malformed reply); [`Error::BadEntry`] or
     /// [`Error::Mem`] for an entry that cannot be imported or mapped (everything imported so
-    /// far is undone); [`Error::ResourceExhausted`] when the VA pool is full.
+    /// far is undone); [`Error::ResourceExhausted`] when the VA pool is full;
+    /// [`Error::Listen`] when the keepalive socket cannot be set up (its peer timeout set,
+    /// or its reader's copy made: out of descriptors or threads).
     pub fn connect(&self, remote: &str, timeout: Duration) -> Result<()> {
         self.connect_by(remote, timeout, None)
     }

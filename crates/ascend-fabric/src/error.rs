@@ -28,8 +28,10 @@ pub enum LostReason {
     /// [`directory::Member`](crate::directory::Member).
     DirectoryLeft,
     /// The peer's host left a heartbeat unacknowledged for
-    /// [`EngineOptions::peer_timeout`](crate::EngineOptions::peer_timeout): it is down or cut
-    /// off (a dead process's kernel closes its sockets, which is `KeepaliveClosed`).
+    /// [`EngineOptions::peer_timeout`](crate::EngineOptions::peer_timeout), or was reported
+    /// unreachable: it is down or cut off (a dead process's kernel closes its sockets, which
+    /// is `KeepaliveClosed`). A live peer that stopped reading its socket for that long, so
+    /// that TCP's probes of its full window went unanswered, ends this way too.
     PeerUnresponsive,
 }
 

@@ -1,5 +1,6 @@
 //! The heartbeat thread: every interval, a heartbeat on each channel's keepalive socket; a
-//! channel whose heartbeat cannot be sent is lost.
+//! channel whose heartbeat cannot be sent is lost (by this thread when the peer stopped
+//! reading, by the socket's reader when the socket is dead).
 
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -53,24 +54,35 @@ pub(crate) fn spawn_heartbeats(
             };
             let chans: Vec<Arc<Channel>> = map.read().values().cloned().collect();
             for ch in chans {
-                let r = control::send_heartbeat(&mut ch.keepalive.lock());
-                if let Err(e) = r {
-                    tracing::warn!(peer = %ch.peer, error = %e, "heartbeat failed");
-                    channel::lose(&map, &ch, loss_reason(&e));
+                let mut keepalive = ch.keepalive.lock();
+                let Err(e) = control::send_heartbeat(&mut keepalive) else {
+                    continue;
+                };
+                tracing::warn!(peer = %ch.peer, error = %e, "heartbeat failed");
+                match loss_reason(&e) {
+                    // The socket is dead: its reader wakes and loses the channel, with
+                    // what this heartbeat found if it took the socket's error.
+                    None => ch.heartbeat_failed(&mut keepalive, &e),
+                    Some(reason) => {
+                        drop(keepalive);
+                        channel::lose(&map, &ch, reason);
+                    }
                 }
             }
         })
 }
 
-/// Why a failed heartbeat loses its channel: a send that could not finish within its timeout
-/// (`WouldBlock`: the peer stopped reading) is the heartbeat's own failure; any other error
-/// is the loss the keepalive reader reports for the same event
-/// ([`channel::socket_loss`]), whichever of the two threads notices first.
-fn loss_reason(e: &std::io::Error) -> LostReason {
+/// Whether a failed heartbeat loses its channel itself: a send that could not finish within
+/// its timeout (`WouldBlock`: the peer stopped reading, the socket is open) is the
+/// heartbeat's own failure, which nothing else would notice. Any other error means the socket
+/// is dead, which its keepalive reader sees too: `None`, the reader loses the channel (with
+/// the reason of [`channel::socket_loss`], whichever of the two took the socket's error), so
+/// one thread decides the reason.
+fn loss_reason(e: &std::io::Error) -> Option<LostReason> {
     use std::io::ErrorKind::*;
     match e.kind() {
-        WouldBlock | WriteZero => LostReason::HeartbeatFailed,
-        _ => channel::socket_loss(e),
+        WouldBlock | WriteZero => Some(LostReason::HeartbeatFailed),
+        _ => None,
     }
 }
 
@@ -80,15 +92,16 @@ mod tests {
     use std::io::{Error, ErrorKind};
 
     #[test]
-    fn a_closed_socket_is_the_keepalive_closing_and_a_stalled_one_a_failed_heartbeat() {
-        for k in [ErrorKind::BrokenPipe, ErrorKind::ConnectionReset] {
-            assert_eq!(loss_reason(&Error::from(k)), LostReason::KeepaliveClosed);
+    fn a_stalled_socket_is_a_failed_heartbeat_and_a_dead_one_left_to_its_reader() {
+        for k in [
+            ErrorKind::BrokenPipe,
+            ErrorKind::ConnectionReset,
+            ErrorKind::TimedOut,
+        ] {
+            assert_eq!(loss_reason(&Error::from(k)), None, "{k:?}");
         }
-        // TCP gave up on unacknowledged bytes (`TCP_USER_TIMEOUT`): the host is gone.
-        let unacked = Error::from_raw_os_error(libc::ETIMEDOUT);
-        assert_eq!(loss_reason(&unacked), LostReason::PeerUnresponsive);
         // A send that ran out its `SO_SNDTIMEO` fails with EAGAIN.
         let stalled = Error::from_raw_os_error(libc::EAGAIN);
-        assert_eq!(loss_reason(&stalled), LostReason::HeartbeatFailed);
+        assert_eq!(loss_reason(&stalled), Some(LostReason::HeartbeatFailed));
     }
 }

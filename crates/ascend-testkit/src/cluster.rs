@@ -7,8 +7,7 @@
 //! machine may use the same addresses, each on its own bridge. A host's processes get
 //! `ASCEND_SIM_HOST` (its index) and `ASCEND_SIM_SUPERNODE` (its supernode), so the emulator
 //! applies its cross-host sharing rules. [`Cluster::etcd`] runs etcd on one host (the fleet's
-//! directory), [`Cluster::lose`] fails a host (its link cut, then its processes killed), and
-//! [`Cluster::dial`] connects from a host, for the test process, which is on none.
+//! directory) and [`Cluster::lose`] fails a host (its link cut, then its processes killed).
 //!
 //! Making namespaces needs root (`CAP_NET_ADMIN` and `CAP_SYS_ADMIN`) and `ip` from iproute2:
 //! [`Cluster::new`] says so in its error. A dropped cluster kills every process in its
@@ -271,16 +270,6 @@ impl Cluster {
     /// As [`LocalEtcd::start`]: etcd not installed, or not healthy in time.
     pub fn etcd(&self, i: usize) -> LocalEtcd {
         LocalEtcd::start_in(&self.hosts[i].netns, Cluster::addr(i))
-    }
-
-    /// A TCP connection from host `i` to `addr` (the test process itself is on no host).
-    pub fn dial(
-        &self,
-        i: usize,
-        addr: std::net::SocketAddr,
-        timeout: std::time::Duration,
-    ) -> std::io::Result<std::net::TcpStream> {
-        crate::netns::dial(&self.hosts[i].netns, addr, timeout)
     }
 }
 

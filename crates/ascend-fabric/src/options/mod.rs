@@ -179,7 +179,9 @@ pub struct EngineOptions {
     /// that dies has its kernel close its sockets, which is seen at once; a host that is
     /// powered off or cut off closes nothing, and only this bound finds it. Set on the
     /// keepalive socket as `TCP_USER_TIMEOUT` (Linux; elsewhere ignored), so it changes
-    /// nothing on the wire. Loss is found within about a heartbeat interval plus this.
+    /// nothing on the wire. Loss is found within about a heartbeat interval plus this. A live
+    /// peer that stops reading its socket this long is lost the same way (TCP's probes of its
+    /// full window count as unacknowledged).
     pub peer_timeout: Option<Duration>,
     /// Default connect timeout (HIXL's default argument: 1000 ms).
     pub connect_timeout: Duration,

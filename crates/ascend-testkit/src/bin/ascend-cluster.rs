@@ -11,8 +11,9 @@
 //! `HCCL_IF_IP`; `$HOST_ADDR_<j>` in every command's environment is host `j`'s address.
 //! With `--etcd`, one more host (after the others, in supernode 0) runs etcd on its own
 //! address, and `$ETCD_URL` in every command's environment is its client URL.
-//! Exits 0 when every command exits 0, 1 when one fails, 2 for a bad command line or a
-//! cluster that cannot be made (it needs root).
+//! Exits 0 when every command exits 0, 1 when one fails, 2 for a bad command line, a
+//! cluster that cannot be made (it needs root) or `--etcd` without etcd installed; an etcd
+//! that does not become healthy ends the run with a panic that holds its log.
 
 use std::io::{BufRead, BufReader};
 use std::process::{ExitCode, Stdio};
