@@ -24,7 +24,7 @@
 //!   64 MiB. *walk*: a region of 1 GiB (256 MiB with `--quick`) moved block by block, the
 //!   remote blocks in a scattered order so that no two descriptors coalesce; 4 KiB and 64 KiB
 //!   blocks go in batches of 1,024 descriptors (`TransferAsync`, 4 batches in flight), 1 MiB
-//!   and 64 MiB blocks one per transfer (2 in flight).
+//!   and 64 MiB blocks one per transfer (2 per copy stream in flight).
 //!   *repeat*: one buffer of the block size moved again and again (the pattern of
 //!   `ucx_perftest`), up to 1,024 descriptors and 64 MiB per transfer (1 MiB: 64 per
 //!   transfer; 64 MiB: one), as `ucx_perftest` keeps puts outstanding. Both buffers are touched

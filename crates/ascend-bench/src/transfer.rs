@@ -22,8 +22,11 @@ pub(crate) const BATCH: usize = 1024;
 const T: Duration = Duration::from_secs(120);
 /// Batched transfers in flight at once.
 pub(crate) const WINDOW: usize = 4;
-/// Single-descriptor transfers (1 MiB, 64 MiB blocks) in flight at once.
-pub(crate) const WINDOW_1: usize = 2;
+/// Single-descriptor transfers (1 MiB, 64 MiB blocks) in flight at once, per copy stream:
+/// the memcpy ceiling has a copy in flight on each of its threads (one per stream), so the
+/// engine keeps two per stream, the next one queued while one runs (with 2 in flight over 4
+/// streams the walk measured the window, 0.77 of the ceiling, rather than the engine).
+pub(crate) const WINDOW_1_PER_STREAM: usize = 2;
 /// Bytes per transfer in the repeat pattern (at most [`BATCH`] descriptors).
 const REPEAT_BATCH_BYTES: usize = 64 << 20;
 /// Multiplier of the remote block order in the walk (odd: a permutation of a power of two
@@ -486,16 +489,17 @@ impl Bench<'_> {
             .iter()
             .map(|&(l, r)| TransferDesc::raw(self.l0 + l, self.r0 + r, block))
             .collect();
-        // Transfers are pipelined (TransferAsync, WINDOW batches or WINDOW_1 single-descriptor
-        // transfers in flight), so the copy streams have work while the next transfer is
-        // checked and queued, and one transfer's tail overlaps the next one's start.
+        // Transfers are pipelined (TransferAsync, WINDOW batches or WINDOW_1_PER_STREAM per
+        // stream of single-descriptor transfers in flight), so the copy streams have work
+        // while the next transfer is checked and queued, and one transfer's tail overlaps the
+        // next one's start.
         let window = if batch > 1 {
             WINDOW
         } else {
             std::env::var("ASCEND_BENCH_WINDOW_1")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or(WINDOW_1)
+                .unwrap_or(WINDOW_1_PER_STREAM * crate::peer::streams() as usize)
         };
         let pass = || -> Res<()> {
             let mut inflight = std::collections::VecDeque::with_capacity(window);
