@@ -26,8 +26,8 @@ use ascend_mem::prelude::*;
 use ascend_mem::{Addr, DeviceBuffer, MappingTable, Stream, StreamFlags, TableCopy};
 use indicatif::ProgressBar;
 
+use crate::ceiling::{Ceiling, CeilingName};
 use crate::peer::{engine_options, start_peer_with_host, ChildProc};
-use crate::transfer::{Ceiling, CeilingName};
 use crate::util::median;
 use crate::{Args, Res};
 
@@ -275,7 +275,7 @@ fn memcpy2(c: &Ceiling, pairs: &[(Addr, Addr)], block: usize) -> Res<Duration> {
                     // SAFETY: every pair lies inside the local region or this process's
                     // mapping of a peer segment, both mapped for the whole client run; the
                     // destinations are disjoint blocks, and no transfer runs meanwhile.
-                    unsafe { crate::transfer::copy(src, dst, block) };
+                    unsafe { crate::ceiling::copy(src, dst, block) };
                 }
             });
         }

@@ -98,6 +98,7 @@
 //! the `RESULT` line.
 
 mod cancel;
+mod ceiling;
 mod collectives;
 mod hixl;
 mod peer;
@@ -306,7 +307,7 @@ pub(crate) struct Results {
     pub(crate) ucx_note: Option<String>,
     pub(crate) rss: Option<transfer::RssReport>,
     /// The transfer part's ceiling.
-    pub(crate) ceiling: Option<transfer::CeilingName>,
+    pub(crate) ceiling: Option<ceiling::CeilingName>,
     pub(crate) latency: Option<transfer::Latency>,
     pub(crate) cancel: Option<cancel::Cancel>,
     pub(crate) telemetry: Option<telemetry::Telemetry>,

@@ -188,7 +188,7 @@ fn print_transfer(res: &Results) {
     let c = res
         .ceiling
         .clone()
-        .unwrap_or_else(|| crate::transfer::CeilingName::memcpy(crate::peer::streams() as usize));
+        .unwrap_or_else(|| crate::ceiling::CeilingName::memcpy(crate::peer::streams() as usize));
     println!(
         "transfer: engine (2 processes, {} copy streams) vs {} ({} {}, same mapped buffers) vs UCX put",
         crate::peer::streams(),
