@@ -223,15 +223,19 @@ impl Marks {
     fn wait(&mut self, phase: &str, n: usize) -> Res<()> {
         let want = format!("{phase}-");
         let t0 = Instant::now();
+        let mut failed = None;
         loop {
-            self.seen
-                .extend(self.dir.list(&want)?.into_iter().map(|(k, _)| k));
+            // A listing the store could not answer in time (a loaded machine) is asked again.
+            match self.dir.list(&want) {
+                Ok(v) => self.seen.extend(v.into_iter().map(|(k, _)| k)),
+                Err(e) => failed = Some(e),
+            }
             if self.seen.iter().filter(|k| k.starts_with(&want)).count() >= n {
                 return Ok(());
             }
-            let left = T
-                .checked_sub(t0.elapsed())
-                .ok_or_else(|| format!("not every engine got to {phase} in time"))?;
+            let left = T.checked_sub(t0.elapsed()).ok_or_else(|| {
+                format!("not every engine got to {phase} in time (last listing error: {failed:?})")
+            })?;
             if let Some(DirectoryEvent::Joined { name, .. }) = self
                 .watch
                 .recv_timeout(left.min(Duration::from_millis(200)))
@@ -306,9 +310,11 @@ impl Node {
     /// Connects to every other engine by name.
     fn connect_all(&mut self, n: usize) -> Res<()> {
         let t0 = Instant::now();
-        while self.member.list("engine-")?.len() < n {
+        // A listing the store could not answer in time is asked again, until `T`.
+        while self.member.list("engine-").map_or(0, |v| v.len()) < n {
             if t0.elapsed() > T {
-                return Err("not every engine published in time".into());
+                let now = self.member.list("engine-").map(|v| v.len());
+                return Err(format!("not every engine published in time ({now:?} listed)").into());
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -525,7 +525,21 @@ mod directory {
                 break;
             }
         }
-        assert!(seen.contains("all engines streaming"), "host 3: {seen}");
+        if !seen.contains("all engines streaming") {
+            let mut why = format!("host 3 ended before all engines streamed: {seen}");
+            let err = victim.wait_with_output().expect("host 3's coordinator");
+            why += &format!("\nhost 3 stderr: {}", String::from_utf8_lossy(&err.stderr));
+            for (k, mut h) in hosts.into_iter().enumerate() {
+                let _ = h.kill();
+                let o = h.wait_with_output().expect("a coordinator");
+                why += &format!(
+                    "\nhost {k}: {}\n{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+            }
+            panic!("{why}");
+        }
         c.lose(3).expect("lose host 3");
         let st = victim.wait().expect("host 3's coordinator");
         assert!(!st.success(), "host 3's coordinator was killed: {st}");
