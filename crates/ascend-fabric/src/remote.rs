@@ -63,7 +63,9 @@ impl SegIndex {
 /// below 128, and whether any lies at or above (then every such slot counts as used).
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct SegMask {
-    bits: u128,
+    /// Slot `s` below 128 is bit `s % 64` of word `s / 64` (two words: no 128-bit shifts on
+    /// the path that marks every copy's slot).
+    words: [u64; 2],
     high: bool,
 }
 
@@ -71,20 +73,17 @@ impl SegMask {
     /// Marks `slot` used.
     #[inline]
     pub(crate) fn add(&mut self, slot: usize) {
-        match 1u128.checked_shl(slot as u32) {
-            Some(b) if slot < 128 => self.bits |= b,
-            _ => self.high = true,
+        match self.words.get_mut(slot >> 6) {
+            Some(w) => *w |= 1 << (slot & 63),
+            None => self.high = true,
         }
     }
 
     /// Whether any of `slots` is used.
     pub(crate) fn any(&self, slots: &[usize]) -> bool {
-        slots.iter().any(|&s| {
-            if s < 128 {
-                self.bits & (1u128 << s) != 0
-            } else {
-                self.high
-            }
+        slots.iter().any(|&s| match self.words.get(s >> 6) {
+            Some(w) => w & (1 << (s & 63)) != 0,
+            None => self.high,
         })
     }
 }

@@ -2,7 +2,9 @@
 //! `TAG << 56 | kind << 48 | seq`; lookups check the tag and kind before touching a registry,
 //! so a wrong, stale or foreign value gets an error code instead of being dereferenced.
 
+use std::collections::HashMap;
 use std::ffi::c_void;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::rt::{err, AclErr};
@@ -87,4 +89,33 @@ pub(crate) fn stale(p: *mut c_void, kind: Kind, what: &str) -> AclErr {
             kind.name()
         ),
     )
+}
+
+/// A registry keyed by handle id: looked up on every call that names a handle (each
+/// stream-ordered copy), in constant time whatever the number of live objects.
+pub(crate) type IdMap<T> = HashMap<u64, T, BuildHasherDefault<IdHasher>>;
+
+/// Hashes an id with one multiplication: ids are unique and never come from a caller's
+/// choice (a lookup of a forged value only costs a miss), so no keyed hash is needed.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+/// An odd constant close to 2^64 / phi: the product spreads sequential ids over the high
+/// bits as well as keeping the low ones distinct.
+const MIX: u64 = 0x9E37_79B9_7F4A_7C15;
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(MIX);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0 ^ v).wrapping_mul(MIX);
+    }
 }

@@ -251,3 +251,18 @@ fn coalesce(pieces: &[Piece]) -> Vec<Piece> {
     }
     out
 }
+
+#[test]
+fn the_slot_mask_keeps_each_slot_below_128_and_one_bit_for_the_rest() {
+    let mut m = SegMask::default();
+    assert!(!m.any(&[0, 63, 64, 127, 128, 500]));
+    for s in [0, 63, 64, 127] {
+        m.add(s);
+        assert!(m.any(&[s]), "slot {s}");
+    }
+    assert!(!m.any(&[1, 62, 65, 126, 128, 500]));
+    m.add(300);
+    // Every slot from 128 on counts as used once one is.
+    assert!(m.any(&[128]) && m.any(&[9999]));
+    assert!(!m.any(&[1, 2, 100]));
+}

@@ -133,6 +133,15 @@ impl BlockMap {
         (r, (k - r.first) * self.block_len)
     }
 
+    /// The table entry and the offset of block 0 in it, when the list is one range that one
+    /// entry holds (block `k` is then at that offset plus `k * block_len`).
+    pub(crate) fn one_entry(&self) -> Option<(usize, u64)> {
+        match *self.ranges {
+            [r] if r.entry != CROSSES => Some((r.entry as usize, r.off)),
+            _ => None,
+        }
+    }
+
     /// The address of block `i`, if it is in the list.
     pub(crate) fn addr_of(&self, i: usize) -> Option<Addr> {
         ((i as u64) < self.count).then(|| {

@@ -164,16 +164,20 @@ fn pieces(
 ) -> Result<()> {
     let (nl, nr) = (local.blocks.count, remote.blocks.count);
     let bl = local.blocks.block_len;
-    for (index, &(i, j)) in pairs.iter().enumerate() {
-        for (side, block, n) in [(Side::Local, i, nl), (Side::Remote, j, nr)] {
-            if block as u64 >= n {
-                return Err(Error::BlockIndex {
-                    index,
-                    side,
-                    block,
-                    blocks: n as usize,
-                });
+    if let (Some(l), Some(r)) = (local.blocks.one_entry(), remote.blocks.one_entry()) {
+        // Both lists in one table entry each (a registration, an import): no lookup at all.
+        for (index, &(i, j)) in pairs.iter().enumerate() {
+            if i as u64 >= nl || j as u64 >= nr {
+                return Err(index_error(index, (i, nl), (j, nr)));
             }
+            let (lo, ro) = (l.1 + i as u64 * bl, r.1 + j as u64 * bl);
+            out.piece(Piece::new(index, (l.0, lo), (r.0, ro), bl));
+        }
+        return Ok(());
+    }
+    for (index, &(i, j)) in pairs.iter().enumerate() {
+        if i as u64 >= nl || j as u64 >= nr {
+            return Err(index_error(index, (i, nl), (j, nr)));
         }
         let (lr, lo) = local.blocks.locate(i as u64);
         let (rr, ro) = remote.blocks.locate(j as u64);
@@ -203,4 +207,21 @@ fn pieces(
         plan::merge(index, &lp, &rp, out);
     }
     Ok(())
+}
+
+/// The error for pair `index`, whose local or remote block (block, blocks in its list) is
+/// past its list (the local side named first when both are).
+#[cold]
+fn index_error(index: usize, local: (usize, u64), remote: (usize, u64)) -> Error {
+    let (side, (block, n)) = if local.0 as u64 >= local.1 {
+        (Side::Local, local)
+    } else {
+        (Side::Remote, remote)
+    };
+    Error::BlockIndex {
+        index,
+        side,
+        block,
+        blocks: n as usize,
+    }
 }

@@ -279,3 +279,74 @@ fn a_remote_list_from_before_a_reconnect_is_stale() {
     drop((local, old, fresh));
     p.close();
 }
+
+/// Lists of one allocation each (the path with no lookup per pair): scattered and adjacent
+/// pairs (adjacent ones merge into one copy) arrive in place both ways, and a block past
+/// either list is named, the local side first when both are.
+#[test]
+fn lists_of_one_allocation_move_blocks_and_name_bad_indices() {
+    let _env = crate::util::setup();
+    const B: usize = 4096;
+    let p = crate::async_util::Pair::new(2 << 20, crate::util::options(4, 4), true);
+    let local = p.client.prepare_local(&p.local_reg, B).unwrap();
+    let remote = p
+        .client
+        .prepare_remote(&p.peer_addr, &[SegmentRef::Index(0)], B)
+        .unwrap();
+    let n = local.len();
+    assert_eq!((n, remote.len()), (p.local.len() / B, p.remote.len() / B));
+    let data = pattern(7, n * B);
+    p.local.write_from(&data, 0).unwrap();
+    // Blocks 0..8 to 40..48 (adjacent: one copy), the rest scattered (17 is coprime to 64).
+    let pairs: Vec<(usize, usize)> = (0..8)
+        .map(|i| (i, 40 + i))
+        .chain((8..40).map(|i| (i, (17 * i) % 40)))
+        .collect();
+    let w = TransferOp::Write;
+    p.client
+        .transfer_prepared_sync(w, &local, &remote, &pairs, T)
+        .unwrap();
+    let mut got = vec![0u8; n * B];
+    p.remote.read_into(&mut got, 0).unwrap();
+    for &(i, j) in &pairs {
+        assert!(
+            got[j * B..(j + 1) * B] == data[i * B..(i + 1) * B],
+            "{i} -> {j}"
+        );
+    }
+    // READ every remote block written back into block n - 1 - i.
+    p.local.write_from(&vec![0u8; n * B], 0).unwrap();
+    let back: Vec<(usize, usize)> = pairs.iter().map(|&(i, j)| (n - 1 - i, j)).collect();
+    p.client
+        .transfer_prepared_sync(TransferOp::Read, &local, &remote, &back, T)
+        .unwrap();
+    let mut mine = vec![0u8; n * B];
+    p.local.read_into(&mut mine, 0).unwrap();
+    for &(i, _) in &pairs {
+        let k = n - 1 - i;
+        assert!(
+            mine[k * B..(k + 1) * B] == data[i * B..(i + 1) * B],
+            "{i} back"
+        );
+    }
+    for (bad, want) in [
+        ((n, 0), (Side::Local, n)),
+        ((0, n + 1), (Side::Remote, n + 1)),
+        ((n + 2, n), (Side::Local, n + 2)),
+    ] {
+        match p
+            .client
+            .transfer_prepared_async(w, &local, &remote, &[(1, 1), bad])
+        {
+            Err(Error::BlockIndex {
+                index,
+                side,
+                block,
+                blocks,
+            }) => assert_eq!((index, side, block, blocks), (1, want.0, want.1, n)),
+            other => panic!("{bad:?}: expected BlockIndex, got {other:?}"),
+        }
+    }
+    drop((local, remote));
+    p.close();
+}

@@ -169,14 +169,15 @@ impl StreamQueue {
 
     /// The live stream, borrowed; an error once destroyed.
     pub(crate) fn live(&self) -> Result<StreamRef<'_>> {
-        self.raw
-            .as_ref()
-            .map(OwnedStream::borrow)
-            .ok_or(Error::InvalidArgument {
+        // A match, not `ok_or`: an error built for every copy and dropped showed in profiles.
+        match &self.raw {
+            Some(s) => Ok(s.borrow()),
+            None => Err(Error::InvalidArgument {
                 api: "aclrtStream",
                 what: "stream (already destroyed)",
                 value: 0,
-            })
+            }),
+        }
     }
 
     /// Keeps `map` alive until the stream is synchronized past the work just queued.

@@ -1,8 +1,7 @@
 //! The stream and event exports, stream-ordered copies and memsets, and the handle lookups.
 
-use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, LazyLock, Weak};
 use std::time::{Duration, Instant};
 
 use acl_sys::*;
@@ -12,13 +11,13 @@ use super::hold::HoldInner;
 use super::queue::{EvState, Event, Stream, Task};
 use crate::counters::{dec, inc, Ctr};
 use crate::device::{self, Context};
-use crate::handles::{self, Kind};
+use crate::handles::{self, IdMap, Kind};
 use crate::rt::{self, Out, Res};
 use crate::vmm::copy::{check_copy_args, check_set_args, validate_copy};
 use crate::vmm::state::MEM;
 
-static STREAMS: RwLock<BTreeMap<u64, Arc<Stream>>> = RwLock::new(BTreeMap::new());
-static EVENTS: RwLock<BTreeMap<u64, Arc<Event>>> = RwLock::new(BTreeMap::new());
+static STREAMS: LazyLock<RwLock<IdMap<Arc<Stream>>>> = LazyLock::new(Default::default);
+static EVENTS: LazyLock<RwLock<IdMap<Arc<Event>>>> = LazyLock::new(Default::default);
 
 /// Enqueues a hold on `stream` (NULL: the current context's default stream).
 pub(crate) fn hold(stream: aclrtStream) -> Res<Arc<HoldInner>> {
