@@ -489,18 +489,38 @@ struct Proc {
     _stdin: ChildStdin,
 }
 
-/// The lines the engines print, relayed by a thread each: an engine's index and its line, or
-/// `None` when its output ended.
-struct Lines(Receiver<(usize, Option<String>)>);
+/// The lines the engines print, relayed by a thread each (an engine's index and its line, or
+/// `None` when its output ended), and what was heard so far: an engine may say the next word
+/// while the coordinator still waits for another engine's previous one.
+struct Lines {
+    rx: Receiver<(usize, Option<String>)>,
+    heard: Vec<(usize, String)>,
+    ended: BTreeSet<usize>,
+}
 
 impl Lines {
     /// Prints the engines' lines as they come until every engine of `who` printed one that
-    /// starts with `word`.
-    fn until(&self, who: &BTreeSet<usize>, word: &str) -> Res<()> {
-        let mut pending = who.clone();
-        while !pending.is_empty() {
+    /// starts with `word` (now or before this call).
+    fn until(&mut self, who: &BTreeSet<usize>, word: &str) -> Res<()> {
+        let mut pending: BTreeSet<usize> = who
+            .iter()
+            .copied()
+            .filter(|i| {
+                !self
+                    .heard
+                    .iter()
+                    .any(|(j, l)| j == i && l.starts_with(word))
+            })
+            .collect();
+        loop {
+            if let Some(i) = pending.intersection(&self.ended).next() {
+                return Err(format!("{} exited before saying {word:?}", name(*i)).into());
+            }
+            if pending.is_empty() {
+                return Ok(());
+            }
             let (i, line) = self
-                .0
+                .rx
                 .recv_timeout(2 * T + LOSS_TTL)
                 .map_err(|_| format!("no engine said {word:?} in time ({pending:?} did not)"))?;
             match line {
@@ -509,14 +529,13 @@ impl Lines {
                     if l.starts_with(word) {
                         pending.remove(&i);
                     }
+                    self.heard.push((i, l));
                 }
-                None if pending.contains(&i) => {
-                    return Err(format!("{} exited before saying {word:?}", name(i)).into())
+                None => {
+                    self.ended.insert(i);
                 }
-                None => {}
             }
         }
-        Ok(())
     }
 }
 
@@ -548,7 +567,12 @@ fn spawn_engines(a: &Args, url: &str, prefix: &str) -> Res<(Vec<Proc>, Lines)> {
             _stdin: stdin,
         });
     }
-    Ok((procs, Lines(rx)))
+    let lines = Lines {
+        rx,
+        heard: Vec::new(),
+        ended: BTreeSet::new(),
+    };
+    Ok((procs, lines))
 }
 
 /// Kills the last engine once every engine verified, and waits until it left the directory.
@@ -607,7 +631,7 @@ fn coordinator(a: &Args) -> Res<()> {
     );
     let dir = directory(&url, &prefix, a.ttl())?;
     let mut marks = Marks::open(&url, &prefix, a.ttl())?;
-    let (mut procs, lines) = spawn_engines(a, &url, &prefix)?;
+    let (mut procs, mut lines) = spawn_engines(a, &url, &prefix)?;
     let mine: BTreeSet<usize> = a.on_host(a.host).collect();
     lines.until(&mine, "verified")?;
     match a.lose_host {
